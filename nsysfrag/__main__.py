@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from nsysfrag.cli import main
+
+main()

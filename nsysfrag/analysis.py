@@ -1,0 +1,461 @@
+"""analyze(trace) -> Analysis: every space's replay turned into the SPEC §3–§5 figures."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from nsysfrag.errors import InputError
+from nsysfrag.events import I64, Trace
+from nsysfrag.metrics import (
+    F64,
+    Health,
+    global_frag,
+    growth_per_second,
+    local_frag,
+    overall_health,
+    size_class,
+    size_class_label,
+)
+from nsysfrag.replay import (
+    ALLOCATED,
+    FREED,
+    NO_BLOCK,
+    UNMATCHED_FREE,
+    ZERO_SIZE_ALLOC,
+    SpaceEvents,
+    free_block_sizes_after,
+    replay,
+)
+from nsysfrag.sites import SiteResolver
+
+MODEL_NAME = "observed"
+DEFAULT_GRANULARITY = 512
+TIMELINE_POINTS = 2000
+CACHING_SEGMENT_BYTES = 2 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The space right after one event."""
+
+    time_ns: int
+    global_frag: float
+    local_frag: float
+    free_blocks: int
+    largest_free_bytes: int
+    free_bytes: int
+    live_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    allocations: int = 0
+    frees: int = 0
+    unmatched_frees: int = 0
+    overlaps: int = 0
+    zero_size_allocs: int = 0
+    failed_allocations: int = 0
+    other_kind_events: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hotspot:
+    """Out-of-order frees of one (site, size class) of freed block."""
+
+    site: str
+    size_lo_bytes: int
+    out_of_order_frees: int
+    hole_creating_frees: int
+    hole_bytes: int
+    pinned_by: tuple[str, ...]  # sites of the blocks that bounded the holes, most frequent first
+
+    @property
+    def size_class(self) -> str:
+        return size_class_label(self.size_lo_bytes.bit_length() - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    lo_bytes: int
+    hi_bytes: int
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Full resolution: one entry per replayed event of the space, in order."""
+
+    time_ns: I64
+    event: list[str]
+    address: np.ndarray
+    bytes: I64
+    global_frag: F64
+    local_frag: F64
+    free_blocks: I64
+    largest_free_bytes: I64
+    free_bytes: I64
+    live_bytes: I64
+
+    def sample_indices(self, peak_index: int, points: int = TIMELINE_POINTS) -> I64:
+        """At most ``points`` evenly spread indices, always with the first, peak and last."""
+        n = len(self.time_ns)
+        if n <= points:
+            return np.arange(n, dtype=np.int64)
+        spread = np.linspace(0, n - 1, points - 1).round().astype(np.int64)
+        return np.unique(np.concatenate([spread, [0, peak_index, n - 1]]))[:points]
+
+
+@dataclass(frozen=True)
+class SpaceAnalysis:
+    pid: int
+    device: int
+    device_name: str
+    process_name: str | None
+    capacity_bytes: int
+    base_address: int
+    arena_end: int
+    span_mode: bool
+    counts: Counts
+    alloc_failure_rate: float
+    peak: State
+    peak_index: int
+    final: State
+    max_global_frag: float
+    max_local_frag: float
+    max_free_blocks: int
+    max_live_bytes: int
+    internal_frag: float
+    growth_per_s: float
+    health: Health
+    out_of_order_frees: int
+    hole_creating_frees: int
+    hotspots: list[Hotspot]
+    size_histogram: list[Bucket]
+    free_block_histogram: list[Bucket]
+    timeline: Timeline
+    caching_allocator_suspected: bool
+
+
+@dataclass(frozen=True)
+class Analysis:
+    trace_path: str
+    nsys_version: str | None
+    granularity_bytes: int
+    spaces: list[SpaceAnalysis]
+    skipped_rows: int = 0
+    vmm_calls: int = 0
+    unattributed_failures: int = 0
+    unassigned_other_kind_events: int = 0
+    warnings: list[str] = field(default_factory=list)
+    model: str = MODEL_NAME
+
+
+def analyze(
+    trace: Trace, capacity_bytes: int | None = None, granularity_bytes: int = DEFAULT_GRANULARITY
+) -> Analysis:
+    """Replay every (process, device) space of ``trace`` in the observed address-space model."""
+    if granularity_bytes < 1:
+        raise InputError("--granularity must be a positive number of bytes")
+    if capacity_bytes is not None and capacity_bytes < 1:
+        raise InputError("--capacity must be a positive number of bytes")
+    mem = trace.memory
+    modelled = np.flatnonzero(mem.modelled)
+    keys = pd.DataFrame({"pid": mem.pid[modelled], "device": mem.device[modelled]})
+    groups = {(int(p), int(d)): modelled[rows] for (p, d), rows in keys.groupby(["pid", "device"]).indices.items()}
+    resolver = SiteResolver(mem, trace.api, trace.nvtx)
+    failures, unattributed = _charge_failures(trace, resolver, set(groups))
+    other = Counter(
+        zip(mem.pid[~mem.modelled].tolist(), mem.device[~mem.modelled].tolist(), strict=True)
+    )
+    spaces = [
+        _analyze_space(
+            trace,
+            resolver,
+            key,
+            groups[key],
+            _capacity(trace, key, capacity_bytes),
+            granularity_bytes,
+            failures.get(key, 0),
+            other.get(key, 0),
+        )
+        for key in sorted(groups)
+    ]
+    warnings = []
+    if trace.vmm_calls:
+        warnings.append(
+            f"{trace.vmm_calls} virtual-memory-management call(s) (cuMemCreate/cuMemMap) were"
+            " traced; nsys may not record their memory, so the layout can be incomplete"
+            " (PyTorch expandable_segments and NCCL use them)"
+        )
+    if trace.skipped_rows:
+        warnings.append(
+            f"{trace.skipped_rows} memory event row(s) had NULL or malformed values and were skipped"
+        )
+    if unattributed:
+        warnings.append(
+            f"{unattributed} failed allocation call(s) came from processes with no device-memory"
+            " events and are not charged to any space"
+        )
+    unassigned = sum(v for k, v in other.items() if k not in groups)
+    return Analysis(
+        trace_path=trace.path,
+        nsys_version=trace.nsys_version,
+        granularity_bytes=granularity_bytes,
+        spaces=spaces,
+        skipped_rows=trace.skipped_rows,
+        vmm_calls=trace.vmm_calls,
+        unattributed_failures=unattributed,
+        unassigned_other_kind_events=unassigned,
+        warnings=warnings,
+    )
+
+
+def _capacity(trace: Trace, key: tuple[int, int], override: int | None) -> int:
+    if override is not None:
+        return override
+    pid, device = key
+    gpu_id = trace.cuda_devices.get((pid, device), device)
+    gpu = trace.gpus.get(gpu_id)
+    if gpu is None or gpu.total_memory is None:
+        raise InputError(
+            f"{trace.path}: process {pid} allocated on device {device}, but the trace has no"
+            " TARGET_INFO_GPU row with that device's memory size; pass --capacity BYTES"
+        )
+    return gpu.total_memory
+
+
+def _device_name(trace: Trace, key: tuple[int, int]) -> str:
+    pid, device = key
+    gpu = trace.gpus.get(trace.cuda_devices.get((pid, device), device))
+    return gpu.name if gpu is not None else f"device {device}"
+
+
+def _charge_failures(
+    trace: Trace, resolver: SiteResolver, spaces: set[tuple[int, int]]
+) -> tuple[dict[tuple[int, int], int], int]:
+    """SPEC §3: a failed allocation call goes to the device of its thread's most recent
+    successful allocation, else to its process's lowest device."""
+    api = trace.api
+    failed = np.flatnonzero(api.is_failed_allocation)
+    if len(failed) == 0:
+        return {}, 0
+    mem = trace.memory
+    allocs = np.flatnonzero(mem.modelled & ~mem.is_free & (mem.bytes > 0))
+    threads = resolver.calling_threads(allocs)
+    done = pd.DataFrame(
+        {
+            "pid": mem.pid[allocs],
+            "tid": threads["tid"].to_numpy(),
+            "time": mem.start_ns[allocs],
+            "device": mem.device[allocs],
+        }
+    ).dropna(subset=["tid"])
+    done["tid"] = done["tid"].astype(np.int64)
+    fails = pd.DataFrame(
+        {"pid": api.pid[failed], "tid": api.tid[failed], "time": api.start_ns[failed]}
+    )
+    charged = pd.merge_asof(
+        fails.sort_values("time", kind="stable"),
+        done.sort_values("time", kind="stable"),
+        on="time",
+        by=["pid", "tid"],
+        direction="backward",
+        allow_exact_matches=False,
+    )
+    lowest: dict[int, int] = {}
+    for pid, device in sorted(spaces):
+        lowest.setdefault(pid, device)
+    out: Counter[tuple[int, int]] = Counter()
+    unattributed = 0
+    for pid, device in zip(charged["pid"].tolist(), charged["device"].tolist(), strict=True):
+        if device == device:  # not NaN: the thread had allocated before
+            out[(int(pid), int(device))] += 1
+        elif pid in lowest:
+            out[(int(pid), lowest[pid])] += 1
+        else:
+            unattributed += 1
+    return dict(out), unattributed
+
+
+def _space_events(trace: Trace, rows: I64, granularity: int, capacity: int) -> tuple[SpaceEvents, int, int]:
+    """Relative offsets, footprints and slots of one space's events; also B and E."""
+    mem = trace.memory
+    is_free = mem.is_free[rows]
+    nbytes = mem.bytes[rows]
+    address = mem.address[rows]
+    is_block = ~is_free & (nbytes > 0)
+    footprint = np.where(is_block, -(-nbytes // granularity) * granularity, 0)
+    if is_block.any():
+        base = int(address[is_block].min())
+    else:
+        # No allocation to anchor the arena: use the lowest address seen so the layout is
+        # defined (every event is then an unmatched free or a zero-size allocation).
+        base = int(address.min())
+    above = address >= np.uint64(base)
+    offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
+    highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
+    arena = max(capacity, highest_end)
+    slot_offset = np.unique(offset[is_block])
+    slot = np.searchsorted(slot_offset, offset)
+    slot = np.minimum(slot, max(len(slot_offset) - 1, 0))
+    matches = (len(slot_offset) > 0) & above & (slot_offset[slot] == offset) if len(slot_offset) else np.zeros(len(rows), bool)
+    slot = np.where(matches & (is_free | is_block), slot, NO_BLOCK)
+    events = SpaceEvents(
+        start_ns=mem.start_ns[rows],
+        is_free=is_free,
+        offset=offset,
+        bytes=nbytes,
+        footprint=footprint,
+        slot=slot.astype(np.int64),
+        slot_offset=slot_offset.astype(np.int64),
+        arena_bytes=arena,
+    )
+    return events, base, base + arena
+
+
+def _histogram(sizes: I64) -> list[Bucket]:
+    sizes = sizes[sizes > 0]
+    if len(sizes) == 0:
+        return []
+    k = size_class(sizes)
+    frame = pd.DataFrame({"k": k, "bytes": sizes}).groupby("k")["bytes"].agg(["count", "sum"])
+    return [
+        Bucket(1 << int(c), 1 << (int(c) + 1), int(row["count"]), int(row["sum"]))
+        for c, row in frame.sort_index().iterrows()
+    ]
+
+
+def _state(events: SpaceEvents, i: int, g: F64, loc: F64, result) -> State:  # type: ignore[no-untyped-def]
+    return State(
+        time_ns=int(events.start_ns[i]),
+        global_frag=float(g[i]),
+        local_frag=float(loc[i]),
+        free_blocks=int(result.free_blocks[i]),
+        largest_free_bytes=int(result.largest_free_bytes[i]),
+        free_bytes=int(result.free_bytes[i]),
+        live_bytes=int(result.live_bytes[i]),
+    )
+
+
+def _analyze_space(
+    trace: Trace,
+    resolver: SiteResolver,
+    key: tuple[int, int],
+    rows: I64,
+    capacity: int,
+    granularity: int,
+    failed: int,
+    other_kind: int,
+) -> SpaceAnalysis:
+    events, base, end = _space_events(trace, rows, granularity, capacity)
+    result = replay(events)
+    g = global_frag(result.free_bytes, result.largest_free_bytes, capacity)
+    loc = local_frag(result.free_bytes, result.largest_free_bytes)
+    peak = int(np.argmax(g))
+    last = len(rows) - 1
+    outcome = result.outcome
+    allocations = int((outcome == ALLOCATED).sum())
+    counts = Counts(
+        allocations=allocations,
+        frees=int((outcome == FREED).sum()),
+        unmatched_frees=int((outcome == UNMATCHED_FREE).sum()),
+        overlaps=int(result.overlap.sum()),
+        zero_size_allocs=int((outcome == ZERO_SIZE_ALLOC).sum()),
+        failed_allocations=failed,
+        other_kind_events=other_kind,
+    )
+    fp_peak = int(np.argmax(result.footprint_bytes))
+    fp = int(result.footprint_bytes[fp_peak])
+    internal = (fp - int(result.live_bytes[fp_peak])) / fp if fp > 0 else 0.0
+    max_global, max_local = float(g.max()), float(loc.max())
+    max_blocks = int(result.free_blocks.max())
+    block_sizes = events.bytes[outcome == ALLOCATED]
+    names = {0: "alloc", 1: "free", 2: "unmatched_free", 3: "zero_size_alloc"}
+    return SpaceAnalysis(
+        pid=key[0],
+        device=key[1],
+        device_name=_device_name(trace, key),
+        process_name=trace.process_names.get(key[0]),
+        capacity_bytes=capacity,
+        base_address=base,
+        arena_end=end,
+        span_mode=end > base + capacity,
+        counts=counts,
+        alloc_failure_rate=failed / (failed + allocations) if failed + allocations else 0.0,
+        peak=_state(events, peak, g, loc, result),
+        peak_index=peak,
+        final=_state(events, last, g, loc, result),
+        max_global_frag=max_global,
+        max_local_frag=max_local,
+        max_free_blocks=max_blocks,
+        max_live_bytes=int(result.live_bytes.max()),
+        internal_frag=internal,
+        growth_per_s=growth_per_second(events.start_ns, g),
+        health=overall_health(max_global, max_local, max_blocks),
+        out_of_order_frees=int(result.out_of_order.sum()),
+        hole_creating_frees=int(result.hole.sum()),
+        hotspots=_hotspots(events, rows, result, resolver),
+        size_histogram=_histogram(block_sizes),
+        free_block_histogram=_histogram(free_block_sizes_after(events, peak)),
+        timeline=Timeline(
+            time_ns=events.start_ns,
+            event=[names[int(o)] for o in outcome],
+            address=trace.memory.address[rows],
+            bytes=events.bytes,
+            global_frag=g,
+            local_frag=loc,
+            free_blocks=result.free_blocks,
+            largest_free_bytes=result.largest_free_bytes,
+            free_bytes=result.free_bytes,
+            live_bytes=result.live_bytes,
+        ),
+        caching_allocator_suspected=bool(
+            len(block_sizes) > 0
+            and (block_sizes >= CACHING_SEGMENT_BYTES).all()
+            and (block_sizes % CACHING_SEGMENT_BYTES == 0).all()
+        ),
+    )
+
+
+def _hotspots(events: SpaceEvents, rows: I64, result, resolver: SiteResolver) -> list[Hotspot]:  # type: ignore[no-untyped-def]
+    frees = np.flatnonzero(result.out_of_order)
+    if len(frees) == 0:
+        return []
+    freed = result.freed_alloc[frees]
+    hole = result.hole[frees]
+    pins = np.concatenate([result.pin_left[frees][hole], result.pin_right[frees][hole]])
+    # Resolve each distinct allocation once; a block can be freed out of order only once but
+    # can pin many holes.
+    needed = np.unique(np.concatenate([freed, pins]))
+    site_of = dict(zip(needed.tolist(), resolver.sites(rows[needed]), strict=True))
+    sizes = events.bytes[freed]
+    classes = size_class(sizes)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for j, (alloc, k) in enumerate(zip(freed.tolist(), classes.tolist(), strict=True)):
+        groups.setdefault((site_of[alloc], k), []).append(j)
+    left, right = result.pin_left[frees], result.pin_right[frees]
+    hotspots = []
+    for (site, k), members in groups.items():
+        idx = np.asarray(members)
+        holes = idx[hole[idx]]
+        pinned: Counter[str] = Counter()
+        for j in holes.tolist():
+            pinned[site_of[int(left[j])]] += 1
+            pinned[site_of[int(right[j])]] += 1
+        hotspots.append(
+            Hotspot(
+                site=site,
+                size_lo_bytes=1 << k,
+                out_of_order_frees=len(members),
+                hole_creating_frees=len(holes),
+                hole_bytes=int(sizes[holes].sum()),
+                pinned_by=tuple(s for s, _ in sorted(pinned.items(), key=lambda kv: (-kv[1], kv[0]))),
+            )
+        )
+    hotspots.sort(key=lambda h: (-h.hole_bytes, -h.out_of_order_frees, h.site, h.size_lo_bytes))
+    return hotspots

@@ -1,0 +1,113 @@
+"""Metric formulas, health levels and size classes (SPEC §3–§5); pure functions."""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.events import I64
+
+F64 = npt.NDArray[np.float64]
+
+
+class Health(enum.IntEnum):
+    OK = 0
+    WARN = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+def global_frag(free_bytes: I64, largest_free_bytes: I64, capacity_bytes: int) -> F64:
+    """``(F - L) / C``: free memory outside the largest free block, as a share of the device."""
+    return (free_bytes - largest_free_bytes) / float(capacity_bytes)
+
+
+def local_frag(free_bytes: I64, largest_free_bytes: I64) -> F64:
+    """``1 - L / F`` (0 when ``F == 0``): the share of free memory a maximal request cannot use."""
+    out = np.zeros(len(free_bytes), dtype=np.float64)
+    has_free = free_bytes > 0
+    out[has_free] = 1.0 - largest_free_bytes[has_free] / free_bytes[has_free]
+    return out
+
+
+def global_frag_health(value: float) -> Health:
+    """ok below 0.20, warn from 0.20 to below 0.40, critical from 0.40."""
+    return Health.OK if value < 0.20 else Health.WARN if value < 0.40 else Health.CRITICAL
+
+
+def local_frag_health(value: float) -> Health:
+    """ok below 0.30, warn from 0.30 to 0.60 inclusive, critical above 0.60."""
+    return Health.OK if value < 0.30 else Health.WARN if value <= 0.60 else Health.CRITICAL
+
+
+def free_blocks_health(value: int) -> Health:
+    """ok below 100, warn from 100 to 500 inclusive, critical above 500."""
+    return Health.OK if value < 100 else Health.WARN if value <= 500 else Health.CRITICAL
+
+
+def overall_health(max_global: float, max_local: float, max_free_blocks: int) -> Health:
+    """The worst level of the three rated metrics, each at its maximum over the trace."""
+    return max(
+        global_frag_health(max_global),
+        local_frag_health(max_local),
+        free_blocks_health(max_free_blocks),
+    )
+
+
+def size_class(nbytes: I64) -> I64:
+    """Class ``k`` holds sizes in ``[2**k, 2**(k+1))``; sizes must be >= 1."""
+    # frexp is exact for every integer below 2**53, unlike log2 near powers of two.
+    _, exponent = np.frexp(nbytes.astype(np.float64))
+    k = exponent.astype(np.int64) - 1
+    # Above 2**53 the float conversion can round up to the next power of two.
+    for i in np.flatnonzero(nbytes >= 1 << 53):
+        k[i] = int(nbytes[i]).bit_length() - 1
+    return k
+
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def size_class_label(k: int) -> str:
+    """``20`` -> ``1–2 MiB``; ``9`` -> ``512 B–1 KiB``."""
+    lo_unit, hi_unit = k // 10, (k + 1) // 10
+    lo, hi = 1 << (k - 10 * lo_unit), 1 << (k + 1 - 10 * hi_unit)
+    if lo_unit == hi_unit:
+        return f"{lo}–{hi} {_UNITS[lo_unit]}"
+    return f"{lo} {_UNITS[lo_unit]}–{hi} {_UNITS[hi_unit]}"
+
+
+def format_bytes(n: float) -> str:
+    """Human units, binary prefixes: ``1536`` -> ``1.50 KiB``."""
+    value = float(n)
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:
+    """Least-squares slope of a step function per second (SPEC §5).
+
+    Samples the function at ``samples`` evenly spaced times from the first to the last event
+    (both included), each sample being the value after the last event at or before it; 0 when
+    there are fewer than two distinct times.
+    """
+    if len(time_ns) == 0 or time_ns[0] == time_ns[-1]:
+        return 0.0
+    t0 = int(time_ns[0])
+    # Work relative to the first event: absolute ns do not survive float arithmetic exactly.
+    rel = (time_ns - t0).astype(np.float64)
+    t = np.linspace(0.0, float(int(time_ns[-1]) - t0), samples)
+    idx = np.searchsorted(rel, t, side="right") - 1
+    y = values[idx]
+    x = t / 1e9
+    xm = x.mean()
+    denom = float(((x - xm) ** 2).sum())
+    return float(((x - xm) * (y - y.mean())).sum() / denom) if denom > 0 else 0.0

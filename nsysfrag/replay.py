@@ -1,0 +1,327 @@
+"""The observed address-space replay (SPEC §2 and §4): the hot path.
+
+One compiled pass over a space's events keeps the live blocks and the free blocks between them
+and records the state after every event. Per-event cost is O(log n):
+
+* live blocks are indexed by *slot*, the rank of their start address among all allocation
+  addresses in the trace (known before the replay starts), and a Fenwick tree over the slots
+  answers "previous / next live block" by counting;
+* every free block is the gap after a live block (or after the arena base), stored in a max
+  segment tree indexed by that block's slot, so the largest free block is the root;
+* the "most recently allocated live block" (for in-order frees) is a stack whose dead entries
+  are popped lazily.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.events import I64, BoolArray
+
+# What each event did, per SPEC §2.
+ALLOCATED = 0
+FREED = 1
+UNMATCHED_FREE = 2
+ZERO_SIZE_ALLOC = 3
+NO_BLOCK = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceEvents:
+    """One space's replayable events in order; offsets are relative to the arena base B."""
+
+    start_ns: I64
+    is_free: BoolArray
+    offset: I64  # address - B; meaningless for frees below B (their slot is NO_BLOCK)
+    bytes: I64
+    footprint: I64  # ceil(bytes / G) * G for allocations, 0 for frees
+    slot: I64  # rank of the address among allocation start addresses, or NO_BLOCK
+    slot_offset: I64  # start offset of each slot, ascending
+    arena_bytes: int  # E - B
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """The state after every event (arrays of the event count) and what each event did."""
+
+    outcome: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
+    overlap: BoolArray
+    free_bytes: I64
+    largest_free_bytes: I64
+    free_blocks: I64
+    live_bytes: I64
+    footprint_bytes: I64
+    out_of_order: BoolArray  # frees only
+    hole: BoolArray  # frees only
+    freed_alloc: I64  # event index of the freed block's allocation, or NO_BLOCK
+    pin_left: I64  # event index of the allocation bounding the hole on the left, or NO_BLOCK
+    pin_right: I64
+
+
+def replay(events: SpaceEvents) -> ReplayResult:
+    """Replay ``events`` and return the state after each one."""
+    n = len(events.start_ns)
+    out = _allocate_outputs(n)
+    _replay_kernel(
+        events.is_free,
+        events.offset,
+        events.bytes,
+        events.footprint,
+        events.slot,
+        events.slot_offset,
+        np.int64(events.arena_bytes),
+        np.int64(-1),
+        *out,
+        np.zeros(0, dtype=np.int64),
+    )
+    return ReplayResult(*out)
+
+
+def free_block_sizes_after(events: SpaceEvents, event_index: int) -> I64:
+    """The sizes of the free blocks right after event ``event_index`` (replays up to it)."""
+    n = len(events.start_ns)
+    out = _allocate_outputs(n)
+    gaps = np.zeros(len(events.slot_offset) + 1, dtype=np.int64)
+    _replay_kernel(
+        events.is_free,
+        events.offset,
+        events.bytes,
+        events.footprint,
+        events.slot,
+        events.slot_offset,
+        np.int64(events.arena_bytes),
+        np.int64(event_index),
+        *out,
+        gaps,
+    )
+    return gaps[gaps > 0]
+
+
+def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
+    return (
+        np.zeros(n, dtype=np.int8),
+        np.zeros(n, dtype=np.bool_),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=np.bool_),
+        np.zeros(n, dtype=np.bool_),
+        np.full(n, NO_BLOCK, dtype=np.int64),
+        np.full(n, NO_BLOCK, dtype=np.int64),
+        np.full(n, NO_BLOCK, dtype=np.int64),
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def _fenwick_add(tree: np.ndarray, i: int, delta: int) -> None:
+    i += 1
+    while i < len(tree):
+        tree[i] += delta
+        i += i & -i
+
+
+@numba.njit(cache=True, nogil=True)
+def _fenwick_prefix(tree: np.ndarray, i: int) -> int:
+    """Number of live slots in [0, i]."""
+    total = 0
+    i += 1
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def _fenwick_kth(tree: np.ndarray, k: int, top_bit: int) -> int:
+    """The slot of the k-th live block (1-based k, counted by address)."""
+    pos = 0
+    bit = top_bit
+    while bit > 0:
+        nxt = pos + bit
+        if nxt < len(tree) and tree[nxt] < k:
+            pos = nxt
+            k -= tree[nxt]
+        bit >>= 1
+    return pos  # 0-based slot = (1-based index pos + 1) - 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
+    below = _fenwick_prefix(tree, slot - 1) if slot > 0 else 0
+    if below == 0:
+        return -1
+    return _fenwick_kth(tree, below, top_bit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _next_live(tree: np.ndarray, slot: int, live_count: int, top_bit: int) -> int:
+    upto = _fenwick_prefix(tree, slot)
+    if upto == live_count:
+        return -1
+    return _fenwick_kth(tree, upto + 1, top_bit)
+
+
+@numba.njit(cache=True, nogil=True)
+def _set_gap(gaps: np.ndarray, size: int, leaf: int, value: int) -> int:
+    """Set free block ``leaf`` (0: after the base, s + 1: after slot s); return the change in
+    the number of non-empty free blocks."""
+    i = size + leaf
+    old = gaps[i]
+    gaps[i] = value
+    i >>= 1
+    while i >= 1:
+        a = gaps[2 * i]
+        b = gaps[2 * i + 1]
+        gaps[i] = a if a > b else b
+        i >>= 1
+    return (1 if value > 0 else 0) - (1 if old > 0 else 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _replay_kernel(
+    is_free,
+    offset,
+    nbytes,
+    footprint,
+    slot_of,
+    slot_offset,
+    arena,
+    stop_after,
+    outcome,
+    overlap,
+    free_bytes,
+    largest,
+    free_blocks,
+    live_bytes,
+    footprint_bytes,
+    out_of_order,
+    hole,
+    freed_alloc,
+    pin_left,
+    pin_right,
+    gaps_out,
+):  # type: ignore[no-untyped-def]
+    n = len(is_free)
+    k = len(slot_offset)
+    fenwick = np.zeros(k + 1, dtype=np.int64)
+    top_bit = 1
+    while top_bit * 2 <= k:
+        top_bit *= 2
+    size = 1
+    while size < k + 1:
+        size *= 2
+    gaps = np.zeros(2 * size, dtype=np.int64)
+    live = np.zeros(k, dtype=np.bool_)
+    block_end = np.zeros(k, dtype=np.int64)
+    block_bytes = np.zeros(k, dtype=np.int64)
+    block_alloc = np.zeros(k, dtype=np.int64)
+    block_seq = np.zeros(k, dtype=np.int64)
+    stack_slot = np.zeros(n + 1, dtype=np.int64)
+    stack_seq = np.zeros(n + 1, dtype=np.int64)
+    stack_top = 0
+    seq = 0
+    live_count = 0
+    n_free = _set_gap(gaps, size, 0, arena)
+    used = 0
+    ubytes = 0
+
+    for i in range(n):
+        s = slot_of[i]
+        if is_free[i]:
+            if s < 0 or not live[s]:
+                outcome[i] = UNMATCHED_FREE
+            else:
+                outcome[i] = FREED
+                while stack_top > 0 and (
+                    not live[stack_slot[stack_top - 1]]
+                    or block_seq[stack_slot[stack_top - 1]] != stack_seq[stack_top - 1]
+                ):
+                    stack_top -= 1
+                out_of_order[i] = stack_top == 0 or stack_slot[stack_top - 1] != s
+                p = _previous_live(fenwick, s, top_bit)
+                q = _next_live(fenwick, s, live_count, top_bit)
+                left_end = 0 if p < 0 else block_end[p]
+                right_start = arena if q < 0 else slot_offset[q]
+                n_free += _set_gap(gaps, size, p + 1, right_start - left_end)
+                n_free += _set_gap(gaps, size, s + 1, 0)
+                _fenwick_add(fenwick, s, -1)
+                live[s] = False
+                live_count -= 1
+                used -= block_end[s] - slot_offset[s]
+                ubytes -= block_bytes[s]
+                freed_alloc[i] = block_alloc[s]
+                if p >= 0 and q >= 0:
+                    hole[i] = True
+                    pin_left[i] = block_alloc[p]
+                    pin_right[i] = block_alloc[q]
+        elif nbytes[i] == 0:
+            outcome[i] = ZERO_SIZE_ALLOC
+        else:
+            outcome[i] = ALLOCATED
+            a = slot_offset[s]
+            e = a + footprint[i]
+            # Live blocks the new footprint overlaps: the trace missed their frees.
+            victims = 0
+            if live[s]:
+                victims += 1
+            p = _previous_live(fenwick, s, top_bit)
+            if p >= 0 and block_end[p] > a:
+                victims += 1
+            q = _next_live(fenwick, s, live_count, top_bit)
+            while q >= 0 and slot_offset[q] < e:
+                victims += 1
+                q = _next_live(fenwick, q, live_count, top_bit)
+            if victims > 0:
+                overlap[i] = True
+                # Remove from the highest overlapped slot down so each removal is a plain free.
+                r = _previous_live(fenwick, q, top_bit) if q >= 0 else (
+                    _fenwick_kth(fenwick, live_count, top_bit) if live_count > 0 else -1
+                )
+                while r >= 0 and block_end[r] > a:
+                    prev = _previous_live(fenwick, r, top_bit)
+                    nxt = _next_live(fenwick, r, live_count, top_bit)
+                    left_end = 0 if prev < 0 else block_end[prev]
+                    right_start = arena if nxt < 0 else slot_offset[nxt]
+                    n_free += _set_gap(gaps, size, prev + 1, right_start - left_end)
+                    n_free += _set_gap(gaps, size, r + 1, 0)
+                    _fenwick_add(fenwick, r, -1)
+                    live[r] = False
+                    live_count -= 1
+                    used -= block_end[r] - slot_offset[r]
+                    ubytes -= block_bytes[r]
+                    r = prev
+            p = _previous_live(fenwick, s, top_bit)
+            q = _next_live(fenwick, s, live_count, top_bit)
+            left_end = 0 if p < 0 else block_end[p]
+            right_start = arena if q < 0 else slot_offset[q]
+            n_free += _set_gap(gaps, size, p + 1, a - left_end)
+            n_free += _set_gap(gaps, size, s + 1, right_start - e)
+            _fenwick_add(fenwick, s, 1)
+            live[s] = True
+            live_count += 1
+            block_end[s] = e
+            block_bytes[s] = nbytes[i]
+            block_alloc[s] = i
+            seq += 1
+            block_seq[s] = seq
+            stack_slot[stack_top] = s
+            stack_seq[stack_top] = seq
+            stack_top += 1
+            used += e - a
+            ubytes += nbytes[i]
+
+        free_bytes[i] = arena - used
+        largest[i] = gaps[1]
+        free_blocks[i] = n_free
+        live_bytes[i] = ubytes
+        footprint_bytes[i] = used
+        if i == stop_after:
+            for j in range(k + 1):
+                gaps_out[j] = gaps[size + j]
+            return

@@ -1,0 +1,341 @@
+"""Read an nsys SQLite export into columnar events.
+
+The only module that knows nsys table and column names. It discovers tables and columns rather
+than assuming them, because nsys creates tables lazily and has renamed some across versions
+(see NSYS_SCHEMA.md), and it opens the file read-only: a user's trace is never modified.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from nsysfrag.errors import InputError
+from nsysfrag.events import (
+    ALLOCATION_CALLS,
+    ALLOCATION_OPERATION_NAME,
+    DEALLOCATION_OPERATION_NAME,
+    DEFAULT_ALLOCATION_ID,
+    DEFAULT_DEALLOCATION_ID,
+    MODELLED_KIND_NAMES,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    VMM_CALLS,
+    ApiCalls,
+    Gpu,
+    MemoryEvents,
+    NvtxRanges,
+    Trace,
+    api_base_name,
+    split_global_id,
+)
+
+MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+REQUIRED_MEMORY_COLUMNS = (
+    "start",
+    "globalPid",
+    "deviceId",
+    "address",
+    "bytes",
+    "memKind",
+    "memoryOperationType",
+)
+RECORD_COMMAND = (
+    "nsys profile --trace=cuda,nvtx,osrt --cuda-memory-usage=true -o run <your program>"
+    " && nsys export --type sqlite run.nsys-rep (or: nsysfrag profile -- <your program>)"
+)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def read_trace(path: str | Path, require_memory_events: bool = True) -> Trace:
+    """Read the export at ``path``; raise :class:`InputError` with a fix for anything unusable.
+
+    With ``require_memory_events=False`` an export recorded without memory tracking still reads
+    (with no memory events), so its GPUs, API calls and NVTX ranges can be inspected.
+    """
+    path = Path(path)
+    _check_file(path)
+    engine = sa.create_engine(
+        "sqlite://",
+        creator=lambda: sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True),
+        poolclass=sa.pool.NullPool,
+    )
+    try:
+        with engine.connect() as con:
+            return _read(con, path, require_memory_events)
+    except sa.exc.DatabaseError as err:
+        raise InputError(
+            f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
+            " re-export it with `nsys export --type sqlite --force-overwrite=true`"
+        ) from None
+    finally:
+        engine.dispose()
+
+
+def _reason(err: sa.exc.DBAPIError) -> str:
+    return str(err.orig).splitlines()[0] if err.orig is not None else "unknown error"
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file; pass the .sqlite that `nsys export` wrote")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: permission denied; make the file readable")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty; record and export the trace again")
+    with path.open("rb") as f:
+        head = f.read(len(_SQLITE_MAGIC))
+    if head != _SQLITE_MAGIC:
+        if path.suffix in {".nsys-rep", ".qdrep"}:
+            raise InputError(
+                f"{path}: this is an nsys report, not its SQLite export; run"
+                f" `nsys export --type sqlite {path}` and analyze the .sqlite"
+            )
+        raise InputError(
+            f"{path}: not an SQLite database; pass the .sqlite written by"
+            " `nsys export --type sqlite`"
+        )
+
+
+def _tables(con: Connection) -> set[str]:
+    rows = con.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    return {r[0] for r in rows}
+
+
+def _columns(con: Connection, table: str) -> set[str]:
+    return {r[1] for r in con.exec_driver_sql(f"PRAGMA table_info('{table}')").fetchall()}
+
+
+def _rows(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
+
+
+def _read(con: Connection, path: Path, require_memory_events: bool) -> Trace:
+    tables = _tables(con)
+    metadata = _metadata(con, tables)
+    if MEMORY_TABLE not in tables:
+        if require_memory_events:
+            raise InputError(_no_memory_table_message(con, tables, path, metadata))
+    elif missing := [c for c in REQUIRED_MEMORY_COLUMNS if c not in _columns(con, MEMORY_TABLE)]:
+        raise InputError(
+            f"{path}: {MEMORY_TABLE} lacks column(s) {', '.join(missing)}; this is not an"
+            " export nsysfrag understands — re-export it with a current `nsys export --type sqlite`"
+        )
+    memory, skipped = _read_memory(con, tables)
+    names = _api_names(con, tables)
+    return Trace(
+        path=str(path),
+        nsys_version=metadata.get("EXPORT_PRODUCT_VERSION"),
+        memory=memory,
+        api=_read_api(con, tables, names),
+        nvtx=_read_nvtx(con, tables),
+        gpus=_read_gpus(con, tables),
+        cuda_devices=_read_cuda_devices(con, tables),
+        process_names=_read_process_names(con, tables),
+        skipped_rows=skipped,
+        vmm_calls=_count_calls(con, names, VMM_CALLS),
+        allocation_calls=_count_calls(con, names, ALLOCATION_CALLS),
+    )
+
+
+def _metadata(con: Connection, tables: set[str]) -> dict[str, str]:
+    """Export and capture metadata; the export table was renamed in nsys 2023.3."""
+    found: dict[str, str] = {}
+    for table in ("EXPORT_META_DATA", "META_DATA_EXPORT", "META_DATA_CAPTURE"):
+        if table in tables and {"name", "value"} <= _columns(con, table):
+            for name, value in _rows(con, f"SELECT name, value FROM {table}"):
+                if isinstance(name, str) and value is not None:
+                    found.setdefault(name, str(value))
+    return found
+
+
+def _no_memory_table_message(
+    con: Connection, tables: set[str], path: Path, metadata: dict[str, str]
+) -> str:
+    flags = [v for k, v in metadata.items() if k.endswith("COLLECT_GPU_MEMORY_USAGE")]
+    if flags and all(v.lower() == "false" for v in flags):
+        why = "it was recorded without --cuda-memory-usage=true (META_DATA_CAPTURE says so)"
+    elif flags:
+        why = "memory tracking was on but no allocation was recorded in the capture range"
+    else:
+        why = "it has no CUDA memory events; it was probably recorded without --cuda-memory-usage=true"
+    seen = _count_calls(con, _api_names(con, tables), ALLOCATION_CALLS)
+    calls = f" ({seen} allocation API call(s) were traced but not their memory)" if seen else ""
+    return f"{path}: {why}{calls}; record it again with: {RECORD_COMMAND}"
+
+
+def _api_names(con: Connection, tables: set[str]) -> dict[int, str]:
+    """nameId -> API name without its version suffix, for the names the runtime table uses."""
+    if RUNTIME_TABLE not in tables or "StringIds" not in tables:
+        return {}
+    rows = _rows(
+        con,
+        f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT nameId FROM {RUNTIME_TABLE})",
+    )
+    return {i: api_base_name(v) for i, v in rows if isinstance(v, str)}
+
+
+def _count_calls(con: Connection, names: dict[int, str], wanted: frozenset[str]) -> int:
+    ids = [i for i, n in names.items() if n in wanted]
+    if not ids:
+        return 0
+    marks = ",".join("?" * len(ids))
+    return int(_rows(con, f"SELECT count(*) FROM {RUNTIME_TABLE} WHERE nameId IN ({marks})", ids)[0][0])
+
+
+def _enum_ids(con: Connection, tables: set[str], table: str) -> dict[str, int]:
+    if table not in tables or not {"id", "name"} <= _columns(con, table):
+        return {}
+    return {n: i for i, n in _rows(con, f"SELECT id, name FROM {table}") if isinstance(n, str)}
+
+
+def _read_memory(con: Connection, tables: set[str]) -> tuple[MemoryEvents, int]:
+    if MEMORY_TABLE not in tables:
+        return _memory_from_rows([]), 0
+    kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
+    modelled = [kinds[n] for n in MODELLED_KIND_NAMES if n in kinds] if kinds else []
+    if not kinds:
+        modelled = list(MODELLED_KIND_NAMES.values())
+    opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
+    alloc_id = opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID)
+    free_id = opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID)
+    has_corr = "correlationId" in _columns(con, MEMORY_TABLE)
+    corr = "coalesce(correlationId, -1)" if has_corr else "-1"
+    # Rows with NULLs or non-integer values in the columns the replay needs, negative sizes, or
+    # an unknown operation are skipped and counted, not fatal: one bad row should not cost the
+    # user the whole analysis.
+    valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
+    valid += f" AND bytes >= 0 AND memoryOperationType IN ({alloc_id}, {free_id})"
+    if has_corr:
+        valid += " AND (correlationId IS NULL OR typeof(correlationId) = 'integer')"
+    total = int(_rows(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0])
+    rows = _rows(
+        con,
+        f"SELECT start, globalPid, deviceId, address, bytes, memoryOperationType = {free_id},"
+        f" memKind IN ({','.join(str(k) for k in modelled) or 'NULL'}), {corr}"
+        f" FROM {MEMORY_TABLE} WHERE {valid} ORDER BY start, rowid",
+    )
+    return _memory_from_rows(rows), total - len(rows)
+
+
+def _memory_from_rows(rows: list[Any]) -> MemoryEvents:
+    cols = list(zip(*rows)) if rows else [()] * 8
+    pid, _ = split_global_id(np.asarray(cols[1], dtype=np.int64))
+    return MemoryEvents(
+        start_ns=np.asarray(cols[0], dtype=np.int64),
+        pid=pid,
+        device=np.asarray(cols[2], dtype=np.int64),
+        # Reinterpret the signed 64-bit value as the unsigned address it stands for.
+        address=np.asarray(cols[3], dtype=np.int64).view(np.uint64),
+        bytes=np.asarray(cols[4], dtype=np.int64),
+        is_free=np.asarray(cols[5], dtype=np.bool_),
+        modelled=np.asarray(cols[6], dtype=np.bool_),
+        correlation_id=np.asarray(cols[7], dtype=np.int64),
+    )
+
+
+def _read_api(con: Connection, tables: set[str], names: dict[int, str]) -> ApiCalls:
+    need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
+    if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
+        empty = np.zeros(0, dtype=np.int64)
+        return ApiCalls(empty, empty, empty, empty, empty.astype(bool), empty.astype(bool))
+    alloc_ids = [i for i, n in names.items() if n in ALLOCATION_CALLS]
+    id_list = ",".join(str(i) for i in alloc_ids) or "NULL"
+    correlated = (
+        f" OR correlationId IN (SELECT correlationId FROM {MEMORY_TABLE})"
+        if MEMORY_TABLE in tables
+        else ""
+    )
+    # Only the rows we use: allocation calls (for failures and sites) and rows correlated with
+    # an allocation event; a long run has millions of kernel launches we never need.
+    rows = _rows(
+        con,
+        f"SELECT start, globalTid, correlationId, eventClass = 0,"
+        f" nameId IN ({id_list}) AND returnValue != 0"
+        f" FROM {RUNTIME_TABLE}"
+        f" WHERE typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
+        f" AND typeof(correlationId) = 'integer'"
+        f" AND (nameId IN ({id_list}){correlated})"
+        f" ORDER BY rowid",
+    )
+    cols = list(zip(*rows)) if rows else [()] * 5
+    pid, tid = split_global_id(np.asarray(cols[1], dtype=np.int64))
+    return ApiCalls(
+        start_ns=np.asarray(cols[0], dtype=np.int64),
+        pid=pid,
+        tid=tid,
+        correlation_id=np.asarray(cols[2], dtype=np.int64),
+        is_runtime=np.asarray(cols[3], dtype=np.bool_),
+        is_failed_allocation=np.asarray(cols[4], dtype=np.bool_),
+    )
+
+
+def _read_nvtx(con: Connection, tables: set[str]) -> NvtxRanges:
+    cols = _columns(con, "NVTX_EVENTS") if "NVTX_EVENTS" in tables else set()
+    if not {"start", "end", "eventType", "globalTid"} <= cols:
+        empty = np.zeros(0, dtype=np.int64)
+        return NvtxRanges(empty, empty, empty, empty, empty.astype(bool), [])
+    # Unregistered strings are in `text`, registered ones (nvtxDomainRegisterString) in `textId`.
+    text = "n.text" if "text" in cols else "NULL"
+    if "textId" in cols and "StringIds" in tables:
+        text = f"coalesce({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
+    rows = _rows(
+        con,
+        f"SELECT n.start, n.end, n.globalTid, n.eventType = {NVTX_PUSH_POP}, {text}"
+        f" FROM NVTX_EVENTS n WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
+        " AND typeof(n.start) = 'integer' AND typeof(n.end) = 'integer'"
+        " AND typeof(n.globalTid) = 'integer' AND n.end > n.start ORDER BY n.rowid",
+    )
+    c = list(zip(*rows)) if rows else [()] * 5
+    pid, tid = split_global_id(np.asarray(c[2], dtype=np.int64))
+    return NvtxRanges(
+        start_ns=np.asarray(c[0], dtype=np.int64),
+        end_ns=np.asarray(c[1], dtype=np.int64),
+        pid=pid,
+        tid=tid,
+        is_push_pop=np.asarray(c[3], dtype=np.bool_),
+        text=[t if isinstance(t, str) else "(unnamed range)" for t in c[4]],
+    )
+
+
+def _read_gpus(con: Connection, tables: set[str]) -> dict[int, Gpu]:
+    if "TARGET_INFO_GPU" not in tables or "id" not in _columns(con, "TARGET_INFO_GPU"):
+        return {}
+    cols = _columns(con, "TARGET_INFO_GPU")
+    name = "name" if "name" in cols else "NULL"
+    total = "totalMemory" if "totalMemory" in cols else "NULL"
+    gpus: dict[int, Gpu] = {}
+    for gid, gname, mem in _rows(con, f"SELECT id, {name}, {total} FROM TARGET_INFO_GPU ORDER BY rowid"):
+        if isinstance(gid, int) and gid not in gpus:
+            memory = mem if isinstance(mem, int) and mem > 0 else None
+            gpus[gid] = Gpu(gid, gname if isinstance(gname, str) else f"GPU {gid}", memory)
+    return gpus
+
+
+def _read_cuda_devices(con: Connection, tables: set[str]) -> dict[tuple[int, int], int]:
+    table = "TARGET_INFO_CUDA_DEVICE"
+    if table not in tables or not {"gpuId", "cudaId", "pid"} <= _columns(con, table):
+        return {}
+    found: dict[tuple[int, int], int] = {}
+    for gpu, cuda, pid in _rows(con, f"SELECT gpuId, cudaId, pid FROM {table} ORDER BY rowid"):
+        if all(isinstance(v, int) for v in (gpu, cuda, pid)):
+            found.setdefault((pid, cuda), gpu)
+    return found
+
+
+def _read_process_names(con: Connection, tables: set[str]) -> dict[int, str]:
+    if "PROCESSES" not in tables or not {"pid", "name"} <= _columns(con, "PROCESSES"):
+        return {}
+    rows = _rows(con, "SELECT pid, name FROM PROCESSES")
+    return {p: n for p, n in rows if isinstance(p, int) and isinstance(n, str)}
