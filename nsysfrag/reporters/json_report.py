@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.metrics import size_class_label
 
@@ -68,6 +69,7 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         "out_of_order_frees": s.out_of_order_frees,
         "hole_creating_frees": s.hole_creating_frees,
         "caching_allocator_suspected": s.caching_allocator_suspected,
+        "advice": advise(s),
         "hotspots": [
             {
                 "site": h.site,
