@@ -100,6 +100,9 @@ class Timeline:
     largest_free_bytes: I64
     free_bytes: I64
     live_bytes: I64
+    removed_at: I64  # allocations: index of the event that freed or evicted the block, or -1
+    site: I64  # allocations: code into site_names; 0 ("(no range)") for other events
+    site_names: list[str]
 
     def sample_indices(self, peak_index: int, points: int = TIMELINE_POINTS) -> I64:
         """At most ``points`` evenly spread indices, always with the first, peak and last."""
@@ -354,6 +357,9 @@ def _analyze_space(
 ) -> SpaceAnalysis:
     events, base, end = _space_events(trace, rows, granularity, capacity)
     result = replay(events)
+    site_codes = np.zeros(len(rows), dtype=np.int64)
+    placed = np.flatnonzero(result.outcome == ALLOCATED)
+    site_codes[placed], site_names = resolver.site_codes(rows[placed])
     g = global_frag(result.free_bytes, result.largest_free_bytes, capacity)
     loc = local_frag(result.free_bytes, result.largest_free_bytes)
     peak = int(np.argmax(g))
@@ -399,7 +405,7 @@ def _analyze_space(
         health=overall_health(max_global, max_local, max_blocks),
         out_of_order_frees=int(result.out_of_order.sum()),
         hole_creating_frees=int(result.hole.sum()),
-        hotspots=_hotspots(events, rows, result, resolver),
+        hotspots=_hotspots(events, result, site_codes, site_names),
         size_histogram=_histogram(block_sizes),
         free_block_histogram=_histogram(free_block_sizes_after(events, peak)),
         timeline=Timeline(
@@ -413,6 +419,9 @@ def _analyze_space(
             largest_free_bytes=result.largest_free_bytes,
             free_bytes=result.free_bytes,
             live_bytes=result.live_bytes,
+            removed_at=result.removed_at,
+            site=site_codes,
+            site_names=site_names,
         ),
         caching_allocator_suspected=bool(
             len(block_sizes) > 0
@@ -422,39 +431,36 @@ def _analyze_space(
     )
 
 
-def _hotspots(events: SpaceEvents, rows: I64, result, resolver: SiteResolver) -> list[Hotspot]:  # type: ignore[no-untyped-def]
+def _hotspots(events: SpaceEvents, result, site_codes: I64, site_names: list[str]) -> list[Hotspot]:  # type: ignore[no-untyped-def]
     frees = np.flatnonzero(result.out_of_order)
     if len(frees) == 0:
         return []
     freed = result.freed_alloc[frees]
     hole = result.hole[frees]
-    pins = np.concatenate([result.pin_left[frees][hole], result.pin_right[frees][hole]])
-    # Resolve each distinct allocation once; a block can be freed out of order only once but
-    # can pin many holes.
-    needed = np.unique(np.concatenate([freed, pins]))
-    site_of = dict(zip(needed.tolist(), resolver.sites(rows[needed]), strict=True))
     sizes = events.bytes[freed]
-    classes = size_class(sizes)
-    groups: dict[tuple[str, int], list[int]] = {}
-    for j, (alloc, k) in enumerate(zip(freed.tolist(), classes.tolist(), strict=True)):
-        groups.setdefault((site_of[alloc], k), []).append(j)
-    left, right = result.pin_left[frees], result.pin_right[frees]
+    frame = pd.DataFrame(
+        {
+            "site": site_codes[freed],
+            "k": size_class(sizes),
+            "hole": hole,
+            "hole_bytes": np.where(hole, sizes, 0),
+            "left": site_codes[result.pin_left[frees]],
+            "right": site_codes[result.pin_right[frees]],
+        }
+    )
     hotspots = []
-    for (site, k), members in groups.items():
-        idx = np.asarray(members)
-        holes = idx[hole[idx]]
-        pinned: Counter[str] = Counter()
-        for j in holes.tolist():
-            pinned[site_of[int(left[j])]] += 1
-            pinned[site_of[int(right[j])]] += 1
+    for (site, k), group in frame.groupby(["site", "k"]):
+        holes = group[group["hole"]]
+        pinned = Counter(holes["left"].tolist()) + Counter(holes["right"].tolist())
+        ranked = sorted(((-n, site_names[c]) for c, n in pinned.items()))
         hotspots.append(
             Hotspot(
-                site=site,
-                size_lo_bytes=1 << k,
-                out_of_order_frees=len(members),
+                site=site_names[int(site)],
+                size_lo_bytes=1 << int(k),
+                out_of_order_frees=len(group),
                 hole_creating_frees=len(holes),
-                hole_bytes=int(sizes[holes].sum()),
-                pinned_by=tuple(s for s, _ in sorted(pinned.items(), key=lambda kv: (-kv[1], kv[0]))),
+                hole_bytes=int(holes["hole_bytes"].sum()),
+                pinned_by=tuple(name for _, name in ranked),
             )
         )
     hotspots.sort(key=lambda h: (-h.hole_bytes, -h.out_of_order_frees, h.site, h.size_lo_bytes))

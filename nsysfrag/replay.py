@@ -60,6 +60,7 @@ class ReplayResult:
     freed_alloc: I64  # event index of the freed block's allocation, or NO_BLOCK
     pin_left: I64  # event index of the allocation bounding the hole on the left, or NO_BLOCK
     pin_right: I64
+    removed_at: I64  # for allocations: the event that freed or evicted the block, or NO_BLOCK
 
 
 def replay(events: SpaceEvents) -> ReplayResult:
@@ -112,6 +113,7 @@ def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
         np.zeros(n, dtype=np.int64),
         np.zeros(n, dtype=np.bool_),
         np.zeros(n, dtype=np.bool_),
+        np.full(n, NO_BLOCK, dtype=np.int64),
         np.full(n, NO_BLOCK, dtype=np.int64),
         np.full(n, NO_BLOCK, dtype=np.int64),
         np.full(n, NO_BLOCK, dtype=np.int64),
@@ -205,6 +207,7 @@ def _replay_kernel(
     freed_alloc,
     pin_left,
     pin_right,
+    removed_at,
     gaps_out,
 ):  # type: ignore[no-untyped-def]
     n = len(is_free)
@@ -256,6 +259,7 @@ def _replay_kernel(
                 used -= block_end[s] - slot_offset[s]
                 ubytes -= block_bytes[s]
                 freed_alloc[i] = block_alloc[s]
+                removed_at[block_alloc[s]] = i
                 if p >= 0 and q >= 0:
                     hole[i] = True
                     pin_left[i] = block_alloc[p]
@@ -295,6 +299,7 @@ def _replay_kernel(
                     live_count -= 1
                     used -= block_end[r] - slot_offset[r]
                     ubytes -= block_bytes[r]
+                    removed_at[block_alloc[r]] = i
                     r = prev
             p = _previous_live(fenwick, s, top_bit)
             q = _next_live(fenwick, s, live_count, top_bit)

@@ -82,23 +82,39 @@ class SiteResolver:
         )
         return self._calls.reindex(keys)
 
-    def sites(self, event_index: I64) -> list[str]:
-        """The site of each memory event in ``event_index``."""
+    def site_codes(self, event_index: I64) -> tuple[I64, list[str]]:
+        """The site of each memory event in ``event_index``, as codes into a list of names."""
         calls = self.calling_threads(event_index)
-        pids = self._memory.pid[event_index]
-        out = [NO_RANGE] * len(event_index)
+        names = [NO_RANGE]
+        codes = np.zeros(len(event_index), dtype=np.int64)
         tids = calls["tid"].to_numpy()
-        starts = calls["api_start"].to_numpy()
-        for j in range(len(event_index)):
-            if np.isnan(tids[j]):
-                continue
-            thread = self._thread(int(pids[j]), int(tids[j]))
+        known = ~np.isnan(tids)
+        frame = pd.DataFrame(
+            {
+                "pid": self._memory.pid[event_index][known],
+                "tid": tids[known].astype(np.int64),
+                "start": calls["api_start"].to_numpy()[known].astype(np.int64),
+                "j": np.flatnonzero(known),
+            }
+        )
+        code_of: dict[str, int] = {NO_RANGE: 0}
+        for (pid, tid), rows in frame.groupby(["pid", "tid"]).indices.items():
+            thread = self._thread(int(pid), int(tid))
             if thread is None:
                 continue
-            pos = int(np.searchsorted(thread.boundaries_ns, int(starts[j]), side="right")) - 1
-            if pos >= 0:
-                out[j] = thread.labels[pos]
-        return out
+            local = np.array([code_of.setdefault(lab, len(code_of)) for lab in thread.labels] + [0])
+            pos = np.searchsorted(thread.boundaries_ns, frame["start"].to_numpy()[rows], side="right") - 1
+            # Before the first boundary no range encloses the call: index -1 picks the trailing 0.
+            codes[frame["j"].to_numpy()[rows]] = local[pos]
+        names = [""] * len(code_of)
+        for label, code in code_of.items():
+            names[code] = label
+        return codes, names
+
+    def sites(self, event_index: I64) -> list[str]:
+        """The site of each memory event in ``event_index``."""
+        codes, names = self.site_codes(event_index)
+        return [names[c] for c in codes.tolist()]
 
     def _thread(self, pid: int, tid: int) -> _ThreadSites | None:
         key = (pid, tid)

@@ -37,6 +37,7 @@ class RefResult:
     freed_alloc: list[int] = field(default_factory=list)
     pins: list[tuple[int, int] | None] = field(default_factory=list)
     gaps_after: list[list[int]] = field(default_factory=list)
+    removed_at: dict[int, int] = field(default_factory=dict)  # allocation index -> event index
 
 
 def reference_replay(events: list[RefEvent], capacity: int, granularity: int = 512) -> RefResult:
@@ -69,6 +70,7 @@ def reference_replay(events: list[RefEvent], capacity: int, granularity: int = 5
                 newest = max(live, key=lambda s: live[s][2])
                 ooo = newest != e.address
                 b_end, _, _, freed = live.pop(e.address)
+                res.removed_at[freed] = i
                 for lo, hi in gaps():
                     if lo <= e.address and b_end <= hi:
                         hole = lo != base and hi != end
@@ -87,7 +89,7 @@ def reference_replay(events: list[RefEvent], capacity: int, granularity: int = 5
             hit = [s for s, v in live.items() if s < b and v[0] > a]
             overlap = bool(hit)
             for s in hit:
-                del live[s]
+                res.removed_at[live.pop(s)[3]] = i
             seq += 1
             live[a] = (b, e.bytes, seq, i)
         g = gaps()

@@ -69,6 +69,8 @@ def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None
     assert t.free_blocks.tolist() == [s.free_blocks for s in ref.states]
     assert t.live_bytes.tolist() == [s.live_bytes for s in ref.states]
     assert t.event == ref.outcome
+    placed = [i for i, o in enumerate(ref.outcome) if o == "alloc"]
+    assert [int(t.removed_at[i]) for i in placed] == [ref.removed_at.get(i, -1) for i in placed]
     g = [(s.free_bytes - s.largest_free_bytes) / capacity for s in ref.states]
     assert np.allclose(t.global_frag, g, rtol=0, atol=1e-15)
     loc = [1 - s.largest_free_bytes / s.free_bytes if s.free_bytes else 0.0 for s in ref.states]
