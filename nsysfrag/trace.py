@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +22,7 @@ from sqlalchemy.engine import Connection
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import (
+    I64,
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
     DEALLOCATION_OPERATION_NAME,
@@ -71,7 +74,7 @@ def read_trace(path: str | Path, require_memory_events: bool = True) -> Trace:
     )
     try:
         with engine.connect() as con:
-            return _read(con, path, require_memory_events)
+            return _read(engine, con, path, require_memory_events)
     except sa.exc.DatabaseError as err:
         raise InputError(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
@@ -121,7 +124,7 @@ def _rows(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
 
 
-def _read(con: Connection, path: Path, require_memory_events: bool) -> Trace:
+def _read(engine: sa.Engine, con: Connection, path: Path, require_memory_events: bool) -> Trace:
     tables = _tables(con)
     metadata = _metadata(con, tables)
     if MEMORY_TABLE not in tables:
@@ -132,21 +135,34 @@ def _read(con: Connection, path: Path, require_memory_events: bool) -> Trace:
             f"{path}: {MEMORY_TABLE} lacks column(s) {', '.join(missing)}; this is not an"
             " export nsysfrag understands — re-export it with a current `nsys export --type sqlite`"
         )
-    memory, skipped = _read_memory(con, tables)
-    names = _api_names(con, tables)
+    query = _MemoryQuery.plan(con, tables)
+    # SQLite releases the GIL while it scans, so a second connection reads the memory table
+    # while this one reads the API calls and the smaller tables.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        reading = pool.submit(_read_on_own_connection, engine, query.read)
+        names = _api_names(con, tables)
+        api = _read_api(con, tables, names, query.alloc_op_id)
+        nvtx = _read_nvtx(con, tables)
+        counts = _count_calls(con, names, (ALLOCATION_CALLS, VMM_CALLS))
+        memory = reading.result()
     return Trace(
         path=str(path),
         nsys_version=metadata.get("EXPORT_PRODUCT_VERSION"),
         memory=memory,
-        api=_read_api(con, tables, names),
-        nvtx=_read_nvtx(con, tables),
+        api=api,
+        nvtx=nvtx,
         gpus=_read_gpus(con, tables),
         cuda_devices=_read_cuda_devices(con, tables),
         process_names=_read_process_names(con, tables),
-        skipped_rows=skipped,
-        vmm_calls=_count_calls(con, names, VMM_CALLS),
-        allocation_calls=_count_calls(con, names, ALLOCATION_CALLS),
+        skipped_rows=query.total_rows - len(memory),
+        allocation_calls=counts[0],
+        vmm_calls=counts[1],
     )
+
+
+def _read_on_own_connection(engine: sa.Engine, read: Callable[[Connection], MemoryEvents]) -> MemoryEvents:
+    with engine.connect() as con:
+        return read(con)
 
 
 def _metadata(con: Connection, tables: set[str]) -> dict[str, str]:
@@ -170,7 +186,7 @@ def _no_memory_table_message(
         why = "memory tracking was on but no allocation was recorded in the capture range"
     else:
         why = "it has no CUDA memory events; it was probably recorded without --cuda-memory-usage=true"
-    seen = _count_calls(con, _api_names(con, tables), ALLOCATION_CALLS)
+    seen = _count_calls(con, _api_names(con, tables), (ALLOCATION_CALLS,))[0]
     calls = f" ({seen} allocation API call(s) were traced but not their memory)" if seen else ""
     return f"{path}: {why}{calls}; record it again with: {RECORD_COMMAND}"
 
@@ -186,12 +202,17 @@ def _api_names(con: Connection, tables: set[str]) -> dict[int, str]:
     return {i: api_base_name(v) for i, v in rows if isinstance(v, str)}
 
 
-def _count_calls(con: Connection, names: dict[int, str], wanted: frozenset[str]) -> int:
-    ids = [i for i, n in names.items() if n in wanted]
-    if not ids:
-        return 0
-    marks = ",".join("?" * len(ids))
-    return int(_rows(con, f"SELECT count(*) FROM {RUNTIME_TABLE} WHERE nameId IN ({marks})", ids)[0][0])
+def _count_calls(
+    con: Connection, names: dict[int, str], groups: tuple[frozenset[str], ...]
+) -> list[int]:
+    """How many runtime rows call a name of each group, in one scan."""
+    sums = []
+    for wanted in groups:
+        ids = ",".join(str(i) for i, n in names.items() if n in wanted)
+        sums.append(f"coalesce(sum(nameId IN ({ids})), 0)" if ids else "0")
+    if not names:
+        return [0] * len(groups)
+    return [int(v) for v in _rows(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
 
 
 def _enum_ids(con: Connection, tables: set[str], table: str) -> dict[str, int]:
@@ -200,52 +221,114 @@ def _enum_ids(con: Connection, tables: set[str], table: str) -> dict[str, int]:
     return {n: i for i, n in _rows(con, f"SELECT id, name FROM {table}") if isinstance(n, str)}
 
 
-def _read_memory(con: Connection, tables: set[str]) -> tuple[MemoryEvents, int]:
-    if MEMORY_TABLE not in tables:
-        return _memory_from_rows([]), 0
-    kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
-    modelled = [kinds[n] for n in MODELLED_KIND_NAMES if n in kinds] if kinds else []
-    if not kinds:
-        modelled = list(MODELLED_KIND_NAMES.values())
-    opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
-    alloc_id = opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID)
-    free_id = opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID)
-    has_corr = "correlationId" in _columns(con, MEMORY_TABLE)
-    corr = "coalesce(correlationId, -1)" if has_corr else "-1"
-    # Rows with NULLs or non-integer values in the columns the replay needs, negative sizes, or
-    # an unknown operation are skipped and counted, not fatal: one bad row should not cost the
-    # user the whole analysis.
-    valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
-    valid += f" AND bytes >= 0 AND memoryOperationType IN ({alloc_id}, {free_id})"
-    if has_corr:
-        valid += " AND (correlationId IS NULL OR typeof(correlationId) = 'integer')"
-    total = int(_rows(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0])
-    rows = _rows(
-        con,
-        f"SELECT start, globalPid, deviceId, address, bytes, memoryOperationType = {free_id},"
-        f" memKind IN ({','.join(str(k) for k in modelled) or 'NULL'}), {corr}"
-        f" FROM {MEMORY_TABLE} WHERE {valid} ORDER BY start, rowid",
-    )
-    return _memory_from_rows(rows), total - len(rows)
+@dataclass(frozen=True)
+class _MemoryQuery:
+    """How to read the memory table of this export into arrays."""
+
+    correlation: str
+    packed: str
+    total_rows: int
+    alloc_op_id: int = DEFAULT_ALLOCATION_ID
+
+    @classmethod
+    def plan(cls, con: Connection, tables: set[str]) -> _MemoryQuery:
+        if MEMORY_TABLE not in tables:
+            return cls("-1", "0", 0)
+        kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
+        modelled = (
+            [kinds[n] for n in MODELLED_KIND_NAMES if n in kinds]
+            if kinds
+            else list(MODELLED_KIND_NAMES.values())
+        )
+        opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
+        alloc_id = opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID)
+        free_id = opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID)
+        has_corr = "correlationId" in _columns(con, MEMORY_TABLE)
+        kinds_sql = ",".join(str(k) for k in modelled) or "NULL"
+        return cls(
+            correlation="coalesce(correlationId, -1)" if has_corr else "-1",
+            # pid (24 bits), device and three flag bits packed into one integer: one column to
+            # read instead of four.
+            packed=f"((globalPid >> 24) & 16777215) * 4294967296 + deviceId * 8"
+            f" + (memoryOperationType = {free_id}) + 2 * (memKind IN ({kinds_sql}))"
+            f" + 4 * (memoryOperationType IN ({alloc_id}, {free_id}))",
+            total_rows=int(_rows(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0]),
+            alloc_op_id=alloc_id,
+        )
+
+    def read(self, con: Connection) -> MemoryEvents:
+        if self.total_rows == 0:
+            return _no_memory_events()
+        columns = ["start", "address", "bytes", self.correlation, self.packed]
+        try:
+            start, address, nbytes, correlation, packed = _int_columns(con, columns, MEMORY_TABLE)
+        except _NotAllIntegers:
+            # Some row holds a NULL or a non-integer: filter such rows in SQL, which costs a
+            # second, slower scan, rather than on every well-formed trace.
+            valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
+            if self.correlation != "-1":
+                valid += " AND (correlationId IS NULL OR typeof(correlationId) = 'integer')"
+            start, address, nbytes, correlation, packed = _int_columns(
+                con, columns, f"{MEMORY_TABLE} WHERE {valid}"
+            )
+        # Negative sizes and unknown operations are skipped (and counted) too.
+        keep = (nbytes >= 0) & ((packed & 4) != 0)
+        if not keep.all():
+            start, address, nbytes, correlation, packed = (
+                a[keep] for a in (start, address, nbytes, correlation, packed)
+            )
+        # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in
+        # rowid order, so a stable sort on start is enough.
+        order = np.argsort(start, kind="stable")
+        packed = packed[order]
+        return MemoryEvents(
+            start_ns=start[order],
+            pid=packed >> 32,
+            device=(packed & 0xFFFFFFFF) >> 3,
+            # Reinterpret the signed 64-bit value as the unsigned address it stands for.
+            address=address[order].view(np.uint64),
+            bytes=nbytes[order],
+            is_free=(packed & 1).astype(np.bool_),
+            modelled=(packed & 2).astype(np.bool_),
+            correlation_id=correlation[order],
+        )
 
 
-def _memory_from_rows(rows: list[Any]) -> MemoryEvents:
-    cols = list(zip(*rows)) if rows else [()] * 8
-    pid, _ = split_global_id(np.asarray(cols[1], dtype=np.int64))
-    return MemoryEvents(
-        start_ns=np.asarray(cols[0], dtype=np.int64),
-        pid=pid,
-        device=np.asarray(cols[2], dtype=np.int64),
-        # Reinterpret the signed 64-bit value as the unsigned address it stands for.
-        address=np.asarray(cols[3], dtype=np.int64).view(np.uint64),
-        bytes=np.asarray(cols[4], dtype=np.int64),
-        is_free=np.asarray(cols[5], dtype=np.bool_),
-        modelled=np.asarray(cols[6], dtype=np.bool_),
-        correlation_id=np.asarray(cols[7], dtype=np.int64),
-    )
+def _no_memory_events() -> MemoryEvents:
+    empty = np.zeros(0, dtype=np.int64)
+    no = empty.astype(np.bool_)
+    return MemoryEvents(empty, empty, empty, empty.view(np.uint64), empty, no, no, empty)
 
 
-def _read_api(con: Connection, tables: set[str], names: dict[int, str]) -> ApiCalls:
+class _NotAllIntegers(Exception):
+    pass
+
+
+def _int_columns(con: Connection, expressions: list[str], source: str) -> list[I64]:
+    """Integer columns of ``SELECT expressions FROM source`` as arrays, in one pass.
+
+    Traces run to millions of rows, and a Python tuple per row is what makes the obvious
+    ``fetchall`` slow: here SQLite joins each column into one text in C and numpy parses it.
+    Every expression must yield an integer on every row.
+    """
+    inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(expressions))
+    outer = ", ".join(f"group_concat(c{i})" for i in range(len(expressions)))
+    row = _rows(con, f"SELECT count(*), {outer} FROM (SELECT {inner} FROM {source})")[0]
+    n = int(row[0])
+    try:
+        arrays = [
+            np.fromstring(text or "", dtype=np.int64, sep=",") if n else np.zeros(0, dtype=np.int64)
+            for text in row[1:]
+        ]
+    except ValueError:  # numpy met a value that is not an integer
+        raise _NotAllIntegers() from None
+    if any(len(a) != n for a in arrays):
+        # group_concat skips NULLs and numpy stops at text: the columns no longer line up.
+        raise _NotAllIntegers()
+    return arrays
+
+
+def _read_api(con: Connection, tables: set[str], names: dict[int, str], alloc_op_id: int) -> ApiCalls:
     need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
     if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
         empty = np.zeros(0, dtype=np.int64)
@@ -253,31 +336,27 @@ def _read_api(con: Connection, tables: set[str], names: dict[int, str]) -> ApiCa
     alloc_ids = [i for i, n in names.items() if n in ALLOCATION_CALLS]
     id_list = ",".join(str(i) for i in alloc_ids) or "NULL"
     correlated = (
-        f" OR correlationId IN (SELECT correlationId FROM {MEMORY_TABLE})"
+        f" OR correlationId IN (SELECT correlationId FROM {MEMORY_TABLE}"
+        f" WHERE memoryOperationType = {alloc_op_id})"
         if MEMORY_TABLE in tables
         else ""
     )
     # Only the rows we use: allocation calls (for failures and sites) and rows correlated with
     # an allocation event; a long run has millions of kernel launches we never need.
-    rows = _rows(
+    start, gtid, corr, flags = _int_columns(
         con,
-        f"SELECT start, globalTid, correlationId, eventClass = 0,"
-        f" nameId IN ({id_list}) AND returnValue != 0"
-        f" FROM {RUNTIME_TABLE}"
-        f" WHERE typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
-        f" AND typeof(correlationId) = 'integer'"
-        f" AND (nameId IN ({id_list}){correlated})"
-        f" ORDER BY rowid",
+        ["start", "globalTid", "correlationId", f"coalesce(eventClass = 0, 0) + 2 * coalesce(nameId IN ({id_list}) AND returnValue != 0, 0)"],
+        f"{RUNTIME_TABLE} WHERE typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
+        f" AND typeof(correlationId) = 'integer' AND (nameId IN ({id_list}){correlated})",
     )
-    cols = list(zip(*rows)) if rows else [()] * 5
-    pid, tid = split_global_id(np.asarray(cols[1], dtype=np.int64))
+    pid, tid = split_global_id(gtid)
     return ApiCalls(
-        start_ns=np.asarray(cols[0], dtype=np.int64),
+        start_ns=start,
         pid=pid,
         tid=tid,
-        correlation_id=np.asarray(cols[2], dtype=np.int64),
-        is_runtime=np.asarray(cols[3], dtype=np.bool_),
-        is_failed_allocation=np.asarray(cols[4], dtype=np.bool_),
+        correlation_id=corr,
+        is_runtime=(flags & 1).astype(np.bool_),
+        is_failed_allocation=(flags & 2).astype(np.bool_),
     )
 
 
