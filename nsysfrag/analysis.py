@@ -6,7 +6,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, Trace
@@ -21,13 +20,13 @@ from nsysfrag.metrics import (
     size_class_label,
 )
 from nsysfrag.replay import (
+    ReplayResult,
     ALLOCATED,
     FREED,
     NO_BLOCK,
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
     SpaceEvents,
-    free_block_sizes_after,
     replay,
 )
 from nsysfrag.sites import SiteResolver
@@ -35,6 +34,7 @@ from nsysfrag.sites import SiteResolver
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
 TIMELINE_POINTS = 2000
+EVENT_NAMES = ("alloc", "free", "unmatched_free", "zero_size_alloc")  # by replay outcome code
 CACHING_SEGMENT_BYTES = 2 << 20
 
 
@@ -91,7 +91,7 @@ class Timeline:
     """Full resolution: one entry per replayed event of the space, in order."""
 
     time_ns: I64
-    event: list[str]
+    event: np.ndarray  # replay outcome codes; EVENT_NAMES[code] names them
     address: np.ndarray
     bytes: I64
     global_frag: F64
@@ -167,14 +167,10 @@ def analyze(
     if capacity_bytes is not None and capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")
     mem = trace.memory
-    modelled = np.flatnonzero(mem.modelled)
-    keys = pd.DataFrame({"pid": mem.pid[modelled], "device": mem.device[modelled]})
-    groups = {(int(p), int(d)): modelled[rows] for (p, d), rows in keys.groupby(["pid", "device"]).indices.items()}
+    groups = _group_by_space(mem.pid, mem.device, np.flatnonzero(mem.modelled))
     resolver = SiteResolver(mem, trace.api, trace.nvtx)
     failures, unattributed = _charge_failures(trace, resolver, set(groups))
-    other = Counter(
-        zip(mem.pid[~mem.modelled].tolist(), mem.device[~mem.modelled].tolist(), strict=True)
-    )
+    other = {k: len(v) for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()}
     spaces = [
         _analyze_space(
             trace,
@@ -218,6 +214,20 @@ def analyze(
     )
 
 
+def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[tuple[int, int], I64]:
+    """Event indices (in order) of each (pid, device) among ``rows``."""
+    if len(rows) == 0:
+        return {}
+    keys = (pid[rows] << 32) | device[rows]
+    order = np.argsort(keys, kind="stable")
+    uniq, first = np.unique(keys[order], return_index=True)
+    bounds = np.append(first, len(rows))
+    return {
+        (int(k >> 32), int(k & 0xFFFFFFFF)): rows[order[bounds[j] : bounds[j + 1]]]
+        for j, k in enumerate(uniq.tolist())
+    }
+
+
 def _capacity(trace: Trace, key: tuple[int, int], override: int | None) -> int:
     if override is not None:
         return override
@@ -249,35 +259,31 @@ def _charge_failures(
         return {}, 0
     mem = trace.memory
     allocs = np.flatnonzero(mem.modelled & ~mem.is_free & (mem.bytes > 0))
-    threads = resolver.calling_threads(allocs)
-    done = pd.DataFrame(
-        {
-            "pid": mem.pid[allocs],
-            "tid": threads["tid"].to_numpy(),
-            "time": mem.start_ns[allocs],
-            "device": mem.device[allocs],
-        }
-    ).dropna(subset=["tid"])
-    done["tid"] = done["tid"].astype(np.int64)
-    fails = pd.DataFrame(
-        {"pid": api.pid[failed], "tid": api.tid[failed], "time": api.start_ns[failed]}
-    )
-    charged = pd.merge_asof(
-        fails.sort_values("time", kind="stable"),
-        done.sort_values("time", kind="stable"),
-        on="time",
-        by=["pid", "tid"],
-        direction="backward",
-        allow_exact_matches=False,
-    )
+    tid, _ = resolver.calling_threads(allocs)
+    called = tid >= 0
+    allocs, tid = allocs[called], tid[called]
+    # For each failure, the latest allocation on the same thread strictly before it: sort the
+    # allocations by (thread, time) and binary-search each failure's (thread, time).
+    threads = (mem.pid[allocs] << 24) | tid
+    order = np.lexsort((mem.start_ns[allocs], threads))
+    threads, times, devices = threads[order], mem.start_ns[allocs][order], mem.device[allocs][order]
+    fail_threads = (api.pid[failed] << 24) | api.tid[failed]
+    fail_times = api.start_ns[failed]
+    lo = np.searchsorted(threads, fail_threads, side="left")
+    hi = np.searchsorted(threads, fail_threads, side="right")
+    charged_device = np.full(len(failed), -1, dtype=np.int64)
+    for j in range(len(failed)):
+        before = lo[j] + np.searchsorted(times[lo[j] : hi[j]], fail_times[j], side="left") - 1
+        if before >= lo[j]:
+            charged_device[j] = devices[before]
     lowest: dict[int, int] = {}
     for pid, device in sorted(spaces):
         lowest.setdefault(pid, device)
     out: Counter[tuple[int, int]] = Counter()
     unattributed = 0
-    for pid, device in zip(charged["pid"].tolist(), charged["device"].tolist(), strict=True):
-        if device == device:  # not NaN: the thread had allocated before
-            out[(int(pid), int(device))] += 1
+    for pid, device in zip(api.pid[failed].tolist(), charged_device.tolist(), strict=True):
+        if device >= 0:  # the thread had allocated before
+            out[(pid, device)] += 1
         elif pid in lowest:
             out[(int(pid), lowest[pid])] += 1
         else:
@@ -285,7 +291,9 @@ def _charge_failures(
     return dict(out), unattributed
 
 
-def _space_events(trace: Trace, rows: I64, granularity: int, capacity: int) -> tuple[SpaceEvents, int, int]:
+def _space_events(
+    trace: Trace, rows: I64, granularity: int, capacity: int
+) -> tuple[SpaceEvents, int, int]:
     """Relative offsets, footprints and slots of one space's events; also B and E."""
     mem = trace.memory
     is_free = mem.is_free[rows]
@@ -303,18 +311,23 @@ def _space_events(trace: Trace, rows: I64, granularity: int, capacity: int) -> t
     offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
     arena = max(capacity, highest_end)
-    slot_offset = np.unique(offset[is_block])
-    slot = np.searchsorted(slot_offset, offset)
-    slot = np.minimum(slot, max(len(slot_offset) - 1, 0))
-    matches = (len(slot_offset) > 0) & above & (slot_offset[slot] == offset) if len(slot_offset) else np.zeros(len(rows), bool)
-    slot = np.where(matches & (is_free | is_block), slot, NO_BLOCK)
+    # Slots: the distinct start offsets of placed blocks, ascending. A free matches a slot only
+    # if its address is exactly a block start.
+    blocks = np.flatnonzero(is_block)
+    slot = np.full(len(rows), NO_BLOCK, dtype=np.int64)
+    slot_offset, slot[blocks] = np.unique(offset[blocks], return_inverse=True)
+    frees = np.flatnonzero(is_free & above)
+    if len(slot_offset) and len(frees):
+        pos = np.minimum(np.searchsorted(slot_offset, offset[frees]), len(slot_offset) - 1)
+        hit = slot_offset[pos] == offset[frees]
+        slot[frees[hit]] = pos[hit]
     events = SpaceEvents(
         start_ns=mem.start_ns[rows],
         is_free=is_free,
         offset=offset,
         bytes=nbytes,
         footprint=footprint,
-        slot=slot.astype(np.int64),
+        slot=slot,
         slot_offset=slot_offset.astype(np.int64),
         arena_bytes=arena,
     )
@@ -322,18 +335,30 @@ def _space_events(trace: Trace, rows: I64, granularity: int, capacity: int) -> t
 
 
 def _histogram(sizes: I64) -> list[Bucket]:
-    sizes = sizes[sizes > 0]
+    sizes = np.sort(sizes[sizes > 0])
     if len(sizes) == 0:
         return []
     k = size_class(sizes)
-    frame = pd.DataFrame({"k": k, "bytes": sizes}).groupby("k")["bytes"].agg(["count", "sum"])
+    classes, first, counts = np.unique(k, return_index=True, return_counts=True)
+    totals = np.add.reduceat(sizes, first)
     return [
-        Bucket(1 << int(c), 1 << (int(c) + 1), int(row["count"]), int(row["sum"]))
-        for c, row in frame.sort_index().iterrows()
+        Bucket(1 << c, 1 << (c + 1), n, t)
+        for c, n, t in zip(classes.tolist(), counts.tolist(), totals.tolist(), strict=True)
     ]
 
 
-def _state(events: SpaceEvents, i: int, g: F64, loc: F64, result) -> State:  # type: ignore[no-untyped-def]
+def _free_blocks_after(events: SpaceEvents, result: ReplayResult, index: int) -> I64:
+    """Sizes of the free blocks right after event ``index``, from the blocks live then."""
+    placed = np.flatnonzero(result.outcome[: index + 1] == ALLOCATED)
+    alive = placed[(result.removed_at[placed] > index) | (result.removed_at[placed] == NO_BLOCK)]
+    starts = events.offset[alive]
+    order = np.argsort(starts)
+    starts, ends = starts[order], (starts + events.footprint[alive])[order]
+    gaps = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
+    return gaps[gaps > 0]
+
+
+def _state(events: SpaceEvents, i: int, g: F64, loc: F64, result: ReplayResult) -> State:
     return State(
         time_ns=int(events.start_ns[i]),
         global_frag=float(g[i]),
@@ -381,7 +406,6 @@ def _analyze_space(
     max_global, max_local = float(g.max()), float(loc.max())
     max_blocks = int(result.free_blocks.max())
     block_sizes = events.bytes[outcome == ALLOCATED]
-    names = {0: "alloc", 1: "free", 2: "unmatched_free", 3: "zero_size_alloc"}
     return SpaceAnalysis(
         pid=key[0],
         device=key[1],
@@ -407,10 +431,10 @@ def _analyze_space(
         hole_creating_frees=int(result.hole.sum()),
         hotspots=_hotspots(events, result, site_codes, site_names),
         size_histogram=_histogram(block_sizes),
-        free_block_histogram=_histogram(free_block_sizes_after(events, peak)),
+        free_block_histogram=_histogram(_free_blocks_after(events, result, peak)),
         timeline=Timeline(
             time_ns=events.start_ns,
-            event=[names[int(o)] for o in outcome],
+            event=outcome,
             address=trace.memory.address[rows],
             bytes=events.bytes,
             global_frag=g,
@@ -431,35 +455,33 @@ def _analyze_space(
     )
 
 
-def _hotspots(events: SpaceEvents, result, site_codes: I64, site_names: list[str]) -> list[Hotspot]:  # type: ignore[no-untyped-def]
+def _hotspots(events: SpaceEvents, result: ReplayResult, site_codes: I64, site_names: list[str]) -> list[Hotspot]:
     frees = np.flatnonzero(result.out_of_order)
     if len(frees) == 0:
         return []
     freed = result.freed_alloc[frees]
     hole = result.hole[frees]
     sizes = events.bytes[freed]
-    frame = pd.DataFrame(
-        {
-            "site": site_codes[freed],
-            "k": size_class(sizes),
-            "hole": hole,
-            "hole_bytes": np.where(hole, sizes, 0),
-            "left": site_codes[result.pin_left[frees]],
-            "right": site_codes[result.pin_right[frees]],
-        }
-    )
+    site, k = site_codes[freed], size_class(sizes)
+    left, right = result.pin_left[frees], result.pin_right[frees]
+    order = np.lexsort((k, site))
+    group_keys = (site[order] << 7) | k[order]
+    _, first = np.unique(group_keys, return_index=True)
+    bounds = np.append(first, len(order))
     hotspots = []
-    for (site, k), group in frame.groupby(["site", "k"]):
-        holes = group[group["hole"]]
-        pinned = Counter(holes["left"].tolist()) + Counter(holes["right"].tolist())
-        ranked = sorted(((-n, site_names[c]) for c, n in pinned.items()))
+    for j in range(len(first)):
+        members = order[bounds[j] : bounds[j + 1]]
+        holes = members[hole[members]]
+        pins = np.concatenate([site_codes[left[holes]], site_codes[right[holes]]])
+        codes, counts = np.unique(pins, return_counts=True)
+        ranked = sorted(zip((-counts).tolist(), (site_names[c] for c in codes.tolist())))
         hotspots.append(
             Hotspot(
-                site=site_names[int(site)],
-                size_lo_bytes=1 << int(k),
-                out_of_order_frees=len(group),
+                site=site_names[int(site[members[0]])],
+                size_lo_bytes=1 << int(k[members[0]]),
+                out_of_order_frees=len(members),
                 hole_creating_frees=len(holes),
-                hole_bytes=int(holes["hole_bytes"].sum()),
+                hole_bytes=int(sizes[holes].sum()),
                 pinned_by=tuple(name for _, name in ranked),
             )
         )

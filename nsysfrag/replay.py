@@ -4,8 +4,8 @@ One compiled pass over a space's events keeps the live blocks and the free block
 and records the state after every event. Per-event cost is O(log n):
 
 * live blocks are indexed by *slot*, the rank of their start address among all allocation
-  addresses in the trace (known before the replay starts), and a Fenwick tree over the slots
-  answers "previous / next live block" by counting;
+  addresses in the trace (known before the replay starts); they form a doubly linked list in
+  address order, and a Fenwick tree over the slots finds where a new block joins that list;
 * every free block is the gap after a live block (or after the arena base), stored in a max
   segment tree indexed by that block's slot, so the largest free block is the root;
 * the "most recently allocated live block" (for in-order frees) is a stack whose dead entries
@@ -75,31 +75,9 @@ def replay(events: SpaceEvents) -> ReplayResult:
         events.slot,
         events.slot_offset,
         np.int64(events.arena_bytes),
-        np.int64(-1),
         *out,
-        np.zeros(0, dtype=np.int64),
     )
     return ReplayResult(*out)
-
-
-def free_block_sizes_after(events: SpaceEvents, event_index: int) -> I64:
-    """The sizes of the free blocks right after event ``event_index`` (replays up to it)."""
-    n = len(events.start_ns)
-    out = _allocate_outputs(n)
-    gaps = np.zeros(len(events.slot_offset) + 1, dtype=np.int64)
-    _replay_kernel(
-        events.is_free,
-        events.offset,
-        events.bytes,
-        events.footprint,
-        events.slot,
-        events.slot_offset,
-        np.int64(events.arena_bytes),
-        np.int64(event_index),
-        *out,
-        gaps,
-    )
-    return gaps[gaps > 0]
 
 
 def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
@@ -155,18 +133,11 @@ def _fenwick_kth(tree: np.ndarray, k: int, top_bit: int) -> int:
 
 @numba.njit(cache=True, nogil=True)
 def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
+    """The live slot just below ``slot`` by address, or -1."""
     below = _fenwick_prefix(tree, slot - 1) if slot > 0 else 0
     if below == 0:
         return -1
     return _fenwick_kth(tree, below, top_bit)
-
-
-@numba.njit(cache=True, nogil=True)
-def _next_live(tree: np.ndarray, slot: int, live_count: int, top_bit: int) -> int:
-    upto = _fenwick_prefix(tree, slot)
-    if upto == live_count:
-        return -1
-    return _fenwick_kth(tree, upto + 1, top_bit)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -186,6 +157,26 @@ def _set_gap(gaps: np.ndarray, size: int, leaf: int, value: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _unlink(
+    s, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
+):  # type: ignore[no-untyped-def]
+    """Remove live block ``s``; return the change in the number of non-empty free blocks."""
+    p = prev_live[s]
+    q = next_live[s]
+    left_end = 0 if p < 0 else block_end[p]
+    right_start = arena if q < 0 else slot_offset[q]
+    change = _set_gap(gaps, size, p + 1, right_start - left_end)
+    change += _set_gap(gaps, size, s + 1, 0)
+    if p >= 0:
+        next_live[p] = q
+    if q >= 0:
+        prev_live[q] = p
+    _fenwick_add(fenwick, s, -1)
+    live[s] = False
+    return change
+
+
+@numba.njit(cache=True, nogil=True)
 def _replay_kernel(
     is_free,
     offset,
@@ -194,7 +185,6 @@ def _replay_kernel(
     slot_of,
     slot_offset,
     arena,
-    stop_after,
     outcome,
     overlap,
     free_bytes,
@@ -208,10 +198,11 @@ def _replay_kernel(
     pin_left,
     pin_right,
     removed_at,
-    gaps_out,
 ):  # type: ignore[no-untyped-def]
     n = len(is_free)
     k = len(slot_offset)
+    # Live blocks form a list in address order (prev/next by slot, -1 at the ends); the Fenwick
+    # tree over slots only serves to find where a new block goes in that list.
     fenwick = np.zeros(k + 1, dtype=np.int64)
     top_bit = 1
     while top_bit * 2 <= k:
@@ -221,6 +212,9 @@ def _replay_kernel(
         size *= 2
     gaps = np.zeros(2 * size, dtype=np.int64)
     live = np.zeros(k, dtype=np.bool_)
+    prev_live = np.full(k, -1, dtype=np.int64)
+    next_live = np.full(k, -1, dtype=np.int64)
+    first_live = -1  # lowest live slot
     block_end = np.zeros(k, dtype=np.int64)
     block_bytes = np.zeros(k, dtype=np.int64)
     block_alloc = np.zeros(k, dtype=np.int64)
@@ -229,7 +223,6 @@ def _replay_kernel(
     stack_seq = np.zeros(n + 1, dtype=np.int64)
     stack_top = 0
     seq = 0
-    live_count = 0
     n_free = _set_gap(gaps, size, 0, arena)
     used = 0
     ubytes = 0
@@ -247,15 +240,13 @@ def _replay_kernel(
                 ):
                     stack_top -= 1
                 out_of_order[i] = stack_top == 0 or stack_slot[stack_top - 1] != s
-                p = _previous_live(fenwick, s, top_bit)
-                q = _next_live(fenwick, s, live_count, top_bit)
-                left_end = 0 if p < 0 else block_end[p]
-                right_start = arena if q < 0 else slot_offset[q]
-                n_free += _set_gap(gaps, size, p + 1, right_start - left_end)
-                n_free += _set_gap(gaps, size, s + 1, 0)
-                _fenwick_add(fenwick, s, -1)
-                live[s] = False
-                live_count -= 1
+                p = prev_live[s]
+                q = next_live[s]
+                if first_live == s:
+                    first_live = q
+                n_free += _unlink(
+                    s, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
+                )
                 used -= block_end[s] - slot_offset[s]
                 ubytes -= block_bytes[s]
                 freed_alloc[i] = block_alloc[s]
@@ -270,46 +261,40 @@ def _replay_kernel(
             outcome[i] = ALLOCATED
             a = slot_offset[s]
             e = a + footprint[i]
-            # Live blocks the new footprint overlaps: the trace missed their frees.
-            victims = 0
-            if live[s]:
-                victims += 1
             p = _previous_live(fenwick, s, top_bit)
-            if p >= 0 and block_end[p] > a:
-                victims += 1
-            q = _next_live(fenwick, s, live_count, top_bit)
-            while q >= 0 and slot_offset[q] < e:
-                victims += 1
-                q = _next_live(fenwick, q, live_count, top_bit)
-            if victims > 0:
+            q = first_live if p < 0 else next_live[p]
+            # Live blocks the new footprint overlaps (the trace missed their frees): the one
+            # below if it reaches past a, and those starting in [a, e), slot s itself included.
+            if (p >= 0 and block_end[p] > a) or (q >= 0 and slot_offset[q] < e):
                 overlap[i] = True
-                # Remove from the highest overlapped slot down so each removal is a plain free.
-                r = _previous_live(fenwick, q, top_bit) if q >= 0 else (
-                    _fenwick_kth(fenwick, live_count, top_bit) if live_count > 0 else -1
-                )
-                while r >= 0 and block_end[r] > a:
-                    prev = _previous_live(fenwick, r, top_bit)
-                    nxt = _next_live(fenwick, r, live_count, top_bit)
-                    left_end = 0 if prev < 0 else block_end[prev]
-                    right_start = arena if nxt < 0 else slot_offset[nxt]
-                    n_free += _set_gap(gaps, size, prev + 1, right_start - left_end)
-                    n_free += _set_gap(gaps, size, r + 1, 0)
-                    _fenwick_add(fenwick, r, -1)
-                    live[r] = False
-                    live_count -= 1
+                r = p if p >= 0 and block_end[p] > a else q
+                while r >= 0 and slot_offset[r] < e:
+                    nxt = next_live[r]
+                    if first_live == r:
+                        first_live = nxt
+                    n_free += _unlink(
+                        r, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
+                    )
                     used -= block_end[r] - slot_offset[r]
                     ubytes -= block_bytes[r]
                     removed_at[block_alloc[r]] = i
-                    r = prev
-            p = _previous_live(fenwick, s, top_bit)
-            q = _next_live(fenwick, s, live_count, top_bit)
+                    r = nxt
+                p = _previous_live(fenwick, s, top_bit)
+                q = first_live if p < 0 else next_live[p]
             left_end = 0 if p < 0 else block_end[p]
             right_start = arena if q < 0 else slot_offset[q]
             n_free += _set_gap(gaps, size, p + 1, a - left_end)
             n_free += _set_gap(gaps, size, s + 1, right_start - e)
             _fenwick_add(fenwick, s, 1)
             live[s] = True
-            live_count += 1
+            prev_live[s] = p
+            next_live[s] = q
+            if p >= 0:
+                next_live[p] = s
+            else:
+                first_live = s
+            if q >= 0:
+                prev_live[q] = s
             block_end[s] = e
             block_bytes[s] = nbytes[i]
             block_alloc[s] = i
@@ -326,7 +311,3 @@ def _replay_kernel(
         free_blocks[i] = n_free
         live_bytes[i] = ubytes
         footprint_bytes[i] = used
-        if i == stop_after:
-            for j in range(k + 1):
-                gaps_out[j] = gaps[size + j]
-            return

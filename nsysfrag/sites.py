@@ -11,11 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from nsysfrag.events import I64, ApiCalls, MemoryEvents, NvtxRanges
 
 NO_RANGE = "(no range)"
+NO_THREAD = -1
+
+
+def _call_key(pid: I64, correlation_id: I64) -> I64:
+    # Correlation ids are per process (CUPTI's are 32-bit); pids are 24-bit in nsys ids.
+    return (pid << 32) | (correlation_id & 0xFFFFFFFF)
+
+
+def _thread_key(pid: I64, tid: I64) -> I64:
+    return (pid << 24) | tid
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,62 +59,59 @@ def _sweep(starts: I64, ends: I64, push_pop: np.ndarray, texts: list[str]) -> _T
 
 
 class SiteResolver:
-    """Answers "what was the site of this allocation event" for one trace."""
+    """Answers "which call made this memory event, and what was its site" for one trace."""
 
     def __init__(self, memory: MemoryEvents, api: ApiCalls, nvtx: NvtxRanges) -> None:
         self._memory = memory
-        calls = pd.DataFrame(
-            {
-                "pid": api.pid,
-                "correlation_id": api.correlation_id,
-                "tid": api.tid,
-                "api_start": api.start_ns,
-                # One call can appear as a runtime row and as the driver row beneath it; prefer
-                # the runtime row (the call the user wrote), then the earliest row.
-                "driver": ~api.is_runtime,
-                "row": np.arange(len(api.pid)),
-            }
-        )
-        calls = calls.sort_values(["pid", "correlation_id", "driver", "row"], kind="stable")
-        self._calls = calls.drop_duplicates(["pid", "correlation_id"]).set_index(
-            ["pid", "correlation_id"]
-        )[["tid", "api_start"]]
-        self._threads: dict[tuple[int, int], _ThreadSites] = {}
+        keys = _call_key(api.pid, api.correlation_id)
+        # One call can appear as a runtime row and as the driver row beneath it; prefer the
+        # runtime row (the call the user wrote), then the earliest row.
+        order = np.lexsort((np.arange(len(keys)), ~api.is_runtime, keys))
+        self._keys, first = np.unique(keys[order], return_index=True)
+        chosen = order[first]
+        self._tid = api.tid[chosen]
+        self._start = api.start_ns[chosen]
         self._nvtx = nvtx
-        by_thread = pd.DataFrame({"pid": nvtx.pid, "tid": nvtx.tid}).groupby(["pid", "tid"]).indices
-        self._nvtx_rows = {(int(p), int(t)): rows for (p, t), rows in by_thread.items()}
+        thread_keys = _thread_key(nvtx.pid, nvtx.tid)
+        self._nvtx_order = np.argsort(thread_keys, kind="stable")
+        self._nvtx_keys = thread_keys[self._nvtx_order]
+        self._threads: dict[int, _ThreadSites | None] = {}
 
-    def calling_threads(self, event_index: I64) -> pd.DataFrame:
-        """For memory events, the (tid, api_start) of their API call; NaN where none."""
-        keys = pd.MultiIndex.from_arrays(
-            [self._memory.pid[event_index], self._memory.correlation_id[event_index]]
-        )
-        return self._calls.reindex(keys)
+    def calling_threads(self, event_index: I64) -> tuple[I64, I64]:
+        """For memory events, the tid and start of their API call; tid -1 where none."""
+        corr = self._memory.correlation_id[event_index]
+        keys = _call_key(self._memory.pid[event_index], corr)
+        pos = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
+        if len(self._keys) == 0:
+            found = np.zeros(len(keys), dtype=np.bool_)
+        else:
+            found = (self._keys[pos] == keys) & (corr >= 0)
+        tid = np.where(found, self._tid[pos] if len(self._keys) else NO_THREAD, NO_THREAD)
+        start = np.where(found, self._start[pos] if len(self._keys) else 0, 0)
+        return tid.astype(np.int64), start.astype(np.int64)
 
     def site_codes(self, event_index: I64) -> tuple[I64, list[str]]:
         """The site of each memory event in ``event_index``, as codes into a list of names."""
-        calls = self.calling_threads(event_index)
-        names = [NO_RANGE]
+        tid, start = self.calling_threads(event_index)
         codes = np.zeros(len(event_index), dtype=np.int64)
-        tids = calls["tid"].to_numpy()
-        known = ~np.isnan(tids)
-        frame = pd.DataFrame(
-            {
-                "pid": self._memory.pid[event_index][known],
-                "tid": tids[known].astype(np.int64),
-                "start": calls["api_start"].to_numpy()[known].astype(np.int64),
-                "j": np.flatnonzero(known),
-            }
-        )
         code_of: dict[str, int] = {NO_RANGE: 0}
-        for (pid, tid), rows in frame.groupby(["pid", "tid"]).indices.items():
-            thread = self._thread(int(pid), int(tid))
-            if thread is None:
-                continue
-            local = np.array([code_of.setdefault(lab, len(code_of)) for lab in thread.labels] + [0])
-            pos = np.searchsorted(thread.boundaries_ns, frame["start"].to_numpy()[rows], side="right") - 1
-            # Before the first boundary no range encloses the call: index -1 picks the trailing 0.
-            codes[frame["j"].to_numpy()[rows]] = local[pos]
+        known = np.flatnonzero(tid != NO_THREAD)
+        if len(known):
+            threads = _thread_key(self._memory.pid[event_index][known], tid[known])
+            uniq, inverse = np.unique(threads, return_inverse=True)
+            by_thread = np.argsort(inverse, kind="stable")
+            bounds = np.searchsorted(inverse[by_thread], np.arange(len(uniq) + 1))
+            for t, thread_key in enumerate(uniq.tolist()):
+                thread = self._thread(thread_key)
+                if thread is None:
+                    continue
+                rows = known[by_thread[bounds[t] : bounds[t + 1]]]
+                local = np.array(
+                    [code_of.setdefault(lab, len(code_of)) for lab in thread.labels] + [0]
+                )
+                pos = np.searchsorted(thread.boundaries_ns, start[rows], side="right") - 1
+                # Before the first boundary no range encloses the call: -1 picks the final 0.
+                codes[rows] = local[pos]
         names = [""] * len(code_of)
         for label, code in code_of.items():
             names[code] = label
@@ -116,14 +122,15 @@ class SiteResolver:
         codes, names = self.site_codes(event_index)
         return [names[c] for c in codes.tolist()]
 
-    def _thread(self, pid: int, tid: int) -> _ThreadSites | None:
-        key = (pid, tid)
-        if key not in self._threads:
-            rows = self._nvtx_rows.get(key)
-            if rows is None:
-                return None
+    def _thread(self, thread_key: int) -> _ThreadSites | None:
+        if thread_key not in self._threads:
+            lo = np.searchsorted(self._nvtx_keys, thread_key, side="left")
+            hi = np.searchsorted(self._nvtx_keys, thread_key, side="right")
+            rows = self._nvtx_order[lo:hi]
             n = self._nvtx
-            self._threads[key] = _sweep(
-                n.start_ns[rows], n.end_ns[rows], n.is_push_pop[rows], [n.text[r] for r in rows]
+            self._threads[thread_key] = (
+                _sweep(n.start_ns[rows], n.end_ns[rows], n.is_push_pop[rows], [n.text[r] for r in rows])
+                if len(rows)
+                else None
             )
-        return self._threads[key]
+        return self._threads[thread_key]

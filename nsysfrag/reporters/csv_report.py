@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nsysfrag.analysis import Analysis
+from nsysfrag.analysis import EVENT_NAMES, Analysis
 
 COLUMNS = (
     "pid",
@@ -37,7 +37,7 @@ def frame(analysis: Analysis) -> pd.DataFrame:
                     "device": s.device,
                     "event_index": range(n),
                     "time_ns": t.time_ns,
-                    "event": t.event,
+                    "event": pd.Categorical.from_codes(t.event, categories=EVENT_NAMES),
                     "address": t.address,
                     "bytes": t.bytes,
                     "global_frag": t.global_frag,

@@ -1,0 +1,454 @@
+"""The PNG figures: each figure's drawn data equals the analysis it shows; files are valid PNGs."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import subprocess
+import sys
+import time
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.container import BarContainer
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
+from nsysfrag.metrics import format_bytes, size_class_label
+from nsysfrag.reporters import figures
+from nsysfrag.reporters.figures import (
+    FULL_RESOLUTION_EVENTS,
+    MAX_RECTANGLES,
+    address_map,
+    allocation_events,
+    figure_builders,
+    fragmentation_timeline,
+    free_block_count,
+    hotspots_chart,
+    memory_timeline,
+    size_histograms,
+    step_indices,
+)
+from nsysfrag.reporters.png import write_pngs
+from nsysfrag.replay import ALLOCATED, FREED
+from nsysfrag.synthetic import FREE, ApiRow, MemoryRow, NvtxRow
+from nsysfrag.trace import read_trace
+from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
+
+S = 1_000_000_000  # ns
+
+
+@cache
+def sample(name: str) -> Analysis:
+    return analyze(read_trace(SAMPLES / f"{name}.sqlite"))
+
+
+def inference() -> SpaceAnalysis:
+    return sample("inference_serving").spaces[0]
+
+
+def churn() -> SpaceAnalysis:
+    return sample("churn_anomalies").spaces[0]
+
+
+def small_space(make_trace: MakeTrace) -> SpaceAnalysis:
+    """weights | act(2 MiB) | act(1 MiB), then the 2 MiB act is freed out of order (a 2 MiB hole),
+    scratch lands in it, and weights is freed (out of order, at the base: no hole)."""
+    steps = [  # (seconds, offset, bytes, site or None for a free)
+        (1, 0, MiB, "weights"),
+        (2, MiB, 2 * MiB, "act"),
+        (3, 3 * MiB, MiB, "act"),
+        (4, MiB, 0, None),
+        (5, MiB, MiB // 2, "scratch"),
+        (6, 0, 0, None),
+    ]
+    memory, api, nvtx = [], [], []
+    for corr, (sec, offset, size, site) in enumerate(steps, start=1):
+        t = sec * S
+        if site is None:
+            memory.append(MemoryRow(t, 1, 0, BASE + offset, size, op=FREE))
+            continue
+        memory.append(MemoryRow(t, 1, 0, BASE + offset, size, correlation_id=corr))
+        api.append(ApiRow(t - 100, t + 100, 1, 7, "cudaMalloc_v3020", corr))
+        nvtx.append(NvtxRow(t - 500, t + 500, 1, 7, site))
+    spaces = analyze(read_trace(make_trace(memory, api, nvtx))).spaces
+    assert len(spaces) == 1
+    return spaces[0]
+
+
+def only_axes(fig: Figure) -> Axes:
+    assert len(fig.axes) == 1
+    return fig.axes[0]
+
+
+def line(ax: Axes, label_start: str) -> Line2D:
+    found = [ln for ln in ax.get_lines() if ln.get_label().startswith(label_start)]
+    assert len(found) == 1, [ln.get_label() for ln in ax.get_lines()]
+    return found[0]
+
+
+def patch(ax: Axes, label_start: str) -> Patch:
+    found = [p for p in ax.patches if str(p.get_label()).startswith(label_start)]
+    assert len(found) == 1, [p.get_label() for p in ax.patches]
+    return found[0]
+
+
+def y_extent(ax: Axes, p: Patch) -> tuple[float, float]:
+    """A patch's y range in data coordinates (axhspan gives a Rectangle or a Polygon by version)."""
+    vertices = p.get_path().transformed(p.get_transform()).vertices
+    ys = ax.transData.inverted().transform(vertices)[:, 1]
+    return round(float(ys.min()), 6), round(float(ys.max()), 6)
+
+
+def seconds(space: SpaceAnalysis) -> np.ndarray:
+    t = space.timeline.time_ns
+    return (t - t[0]) / 1e9
+
+
+def bar_container(fig: Figure, label_start: str) -> BarContainer:
+    found = [c for a in fig.axes for c in a.containers if str(c.get_label()).startswith(label_start)]
+    assert found, "no bar container labelled " + label_start
+    return found[0]
+
+
+# ---------------------------------------------------------------- every figure
+
+
+@pytest.mark.parametrize("name", list(figure_builders))
+@pytest.mark.parametrize("space", [inference, churn], ids=["inference_serving", "churn_anomalies"])
+def test_every_figure_names_model_space_and_has_a_fixed_size(name: str, space) -> None:  # type: ignore[no-untyped-def]
+    s = space()
+    fig = figure_builders[name](s)
+    assert isinstance(fig, Figure)
+    title = fig.get_suptitle()
+    assert "observed address space" in title
+    assert f"pid {s.pid}" in title and f"device {s.device} ({s.device_name}" in title
+    assert tuple(fig.get_size_inches() * fig.get_dpi()) == (1000, 450)
+    for ax in fig.axes:
+        for label in (ax.get_xlabel(), ax.get_ylabel()):
+            assert not label or "(" in label  # a labelled axis says its unit
+
+
+def test_figure_builders_are_the_six_figures_in_file_order() -> None:
+    assert list(figure_builders) == ["fragmentation", "memory", "free_blocks", "sizes", "address_map", "hotspots"]
+
+
+# ---------------------------------------------------------------- fragmentation
+
+
+def test_fragmentation_lines_are_the_timeline_as_steps() -> None:
+    s = inference()
+    ax = only_axes(fragmentation_timeline(s))
+    g, loc = line(ax, "global frag"), line(ax, "local frag")
+    assert len(s.timeline.time_ns) <= FULL_RESOLUTION_EVENTS  # so every event is drawn
+    np.testing.assert_array_equal(g.get_ydata(), s.timeline.global_frag * 100)
+    np.testing.assert_array_equal(loc.get_ydata(), s.timeline.local_frag * 100)
+    np.testing.assert_array_equal(g.get_xdata(), seconds(s))
+    assert g.get_drawstyle() == loc.get_drawstyle() == "steps-post"
+    assert g.get_color() == figures.GLOBAL_COLOR and loc.get_color() == figures.LOCAL_COLOR
+    assert "%" in ax.get_ylabel() and "(s" in ax.get_xlabel()
+
+
+def test_fragmentation_has_the_global_health_bands() -> None:
+    ax = only_axes(fragmentation_timeline(inference()))
+    assert y_extent(ax, patch(ax, "global warn")) == (20.0, 40.0)
+    assert y_extent(ax, patch(ax, "global critical"))[0] == 40.0
+
+
+def test_fragmentation_peak_is_marked_and_annotated() -> None:
+    s = inference()
+    ax = only_axes(fragmentation_timeline(s))
+    peak_s = (s.peak.time_ns - int(s.timeline.time_ns[0])) / 1e9
+    marker = line(ax, "peak global frag")
+    assert list(marker.get_xdata()) == [peak_s]
+    assert list(marker.get_ydata()) == [s.peak.global_frag * 100]
+    assert marker.get_color() == figures.GLOBAL_COLOR
+    texts = [t.get_text() for t in ax.texts]
+    assert f"peak {s.peak.global_frag * 100:.1f} % at {peak_s:.2f} s" in texts
+
+
+def test_fragmentation_of_a_healthy_space_zooms_in_and_says_it_is_ok() -> None:
+    s = churn()
+    assert s.max_global_frag < 0.2 and s.max_local_frag < 0.3
+    ax = only_axes(fragmentation_timeline(s))
+    assert ax.get_ylim()[1] < 20
+    assert any(t.get_text().startswith("ok:") for t in ax.texts)
+
+
+def test_fragmentation_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
+    s = small_space(make_trace)
+    ax = only_axes(fragmentation_timeline(s))
+    assert list(line(ax, "global frag").get_xdata()) == [0, 1, 2, 3, 4, 5]
+    # After the 2 MiB free: 2 MiB hole + (64 - 4) MiB at the top, of 64 MiB.
+    assert line(ax, "global frag").get_ydata()[3] == pytest.approx(2 / 64 * 100)
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_memory_lines_are_the_byte_timelines_and_capacity_is_drawn() -> None:
+    s = inference()
+    ax = only_axes(memory_timeline(s))
+    tl = s.timeline
+    np.testing.assert_array_equal(line(ax, "live bytes").get_ydata(), tl.live_bytes)
+    np.testing.assert_array_equal(line(ax, "free bytes").get_ydata(), tl.free_bytes)
+    np.testing.assert_array_equal(line(ax, "largest free block").get_ydata(), tl.largest_free_bytes)
+    cap = line(ax, "device capacity")
+    assert list(cap.get_ydata()) == [s.capacity_bytes] * 2
+    assert format_bytes(s.capacity_bytes) in cap.get_label()
+    assert any(t.get_text().startswith("device capacity") for t in ax.texts)
+
+
+def test_memory_axis_ticks_are_round_binary_units(make_trace: MakeTrace) -> None:
+    s = small_space(make_trace)  # capacity 64 MiB
+    ax = only_axes(memory_timeline(s))
+    ticks = ax.yaxis.get_major_locator()()
+    assert all(t % MiB == 0 for t in ticks)
+    labels = ax.yaxis.get_major_formatter().format_ticks(list(ticks))
+    assert all(label.endswith(" MiB") for label in labels)
+    assert "0 MiB" in labels and "bytes" in ax.get_ylabel()
+    assert ax.yaxis.get_major_formatter()(32 * MiB) == "32 MiB"
+
+
+# ---------------------------------------------------------------- free blocks
+
+
+def test_free_block_line_and_bands() -> None:
+    s = inference()
+    ax = only_axes(free_block_count(s))
+    ln = line(ax, "free blocks")
+    np.testing.assert_array_equal(ln.get_ydata(), s.timeline.free_blocks)
+    assert ln.get_drawstyle() == "steps-post"
+    assert y_extent(ax, patch(ax, "warn")) == (100.0, 500.0)
+    assert y_extent(ax, patch(ax, "critical"))[0] == 500.0
+    assert "count" in ax.get_ylabel()
+
+
+# ---------------------------------------------------------------- histograms
+
+
+@pytest.mark.parametrize("space", [inference, churn], ids=["inference_serving", "churn_anomalies"])
+def test_histogram_bars_are_the_histograms(space) -> None:  # type: ignore[no-untyped-def]
+    s = space()
+    fig = size_histograms(s)
+    counts = bar_container(fig, "allocations")
+    assert [b.get_height() for b in counts] == [b.count for b in s.size_histogram]
+    sizes = [c for a in fig.axes for c in a.containers if c.get_label() == "bytes (right)"]
+    assert [b.get_height() for b in sizes[0]] == [b.bytes for b in s.size_histogram]
+    assert [b.get_height() for b in bar_container(fig, "free blocks")] == [
+        b.count for b in s.free_block_histogram
+    ]
+    assert [b.get_height() for b in sizes[1]] == [b.bytes for b in s.free_block_histogram]
+    left = fig.axes[0]
+    assert [t.get_text() for t in left.get_xticklabels()] == [
+        size_class_label(b.lo_bytes.bit_length() - 1) for b in s.size_histogram
+    ]
+    assert "count" in left.get_ylabel() and "size class" in left.get_xlabel()
+
+
+def test_histogram_without_free_memory_at_the_peak_says_so(make_trace: MakeTrace) -> None:
+    s = small_space(make_trace)
+    s = dataclasses.replace(s, free_block_histogram=[])
+    fig = size_histograms(s)
+    assert any("no free memory" in t.get_text() for a in fig.axes for t in a.texts)
+
+
+# ---------------------------------------------------------------- address map
+
+
+def rectangles(fig: Figure) -> PolyCollection:
+    found = [c for a in fig.axes for c in a.collections if isinstance(c, PolyCollection)]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_address_map_draws_every_block_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
+    s = small_space(make_trace)
+    fig = address_map(s)
+    rects = rectangles(fig)
+    assert len(rects.get_paths()) == s.counts.allocations == 4
+    boxes = sorted(
+        tuple(float(v) for v in (*p.vertices.min(axis=0), *p.vertices.max(axis=0)))
+        for p in rects.get_paths()
+    )
+    # (start s, offset, end s, offset + bytes); blocks still live at the end run to the last event.
+    assert boxes == [
+        (0.0, 0.0, 5.0, MiB),
+        (1.0, MiB, 3.0, 3 * MiB),
+        (2.0, 3 * MiB, 5.0, 4 * MiB),
+        (4.0, MiB, 5.0, 1.5 * MiB),
+    ]
+    colors = [tuple(c) for c in rects.get_facecolors()]
+    assert colors[1] == colors[2] != colors[0]  # both "act" blocks share a colour
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["act", "weights", "scratch"]  # by summed bytes × lifetime
+    assert "largest" not in fig.get_suptitle()
+    assert "offset" in fig.axes[0].get_ylabel() and "bytes" in fig.axes[0].get_ylabel()
+
+
+def test_address_map_of_a_sample_draws_one_rectangle_per_allocation() -> None:
+    s = churn()
+    assert len(rectangles(address_map(s)).get_paths()) == s.counts.allocations
+
+
+def events_like(model: Timeline, is_alloc: np.ndarray) -> object:
+    """``timeline.event`` in the representation the analysis uses now (codes or names)."""
+    if isinstance(model.event, np.ndarray):
+        return np.where(is_alloc, ALLOCATED, FREED).astype(model.event.dtype)
+    return ["alloc" if a else "free" for a in is_alloc]
+
+
+def big_space(n: int) -> SpaceAnalysis:
+    """A million-event space: half allocations (most still live at the end), half frees."""
+    s = inference()
+    rng = np.random.default_rng(7)
+    time_ns = np.sort(rng.integers(0, 60 * S, n)).astype(np.int64)
+    is_alloc = rng.random(n) < 0.5
+    removed = np.where(is_alloc & (rng.random(n) < 0.5), n - 1, -1).astype(np.int64)
+    removed[is_alloc & (rng.random(n) < 0.3)] = n // 2
+    removed[removed <= np.arange(n)] = -1
+    return dataclasses.replace(
+        s,
+        timeline=Timeline(
+            time_ns=time_ns,
+            event=events_like(s.timeline, is_alloc),
+            address=np.uint64(s.base_address) + rng.integers(0, 70 << 30, n).astype(np.uint64),
+            bytes=rng.integers(512, 1 << 28, n).astype(np.int64),
+            global_frag=rng.random(n) * 0.3,
+            local_frag=rng.random(n),
+            free_blocks=rng.integers(0, 800, n),
+            largest_free_bytes=rng.integers(0, 1 << 30, n),
+            free_bytes=rng.integers(1 << 30, 2 << 30, n),
+            live_bytes=rng.integers(0, 70 << 30, n),
+            removed_at=removed,
+            site=rng.integers(0, len(s.timeline.site_names), n),
+            site_names=s.timeline.site_names,
+        ),
+    )
+
+
+def test_address_map_of_a_million_events_keeps_the_largest_blocks_and_is_fast() -> None:
+    s = big_space(1_000_000)
+    tl = s.timeline
+    allocs = np.flatnonzero(allocation_events(tl))
+    assert 0.45 * len(tl.time_ns) < len(allocs) < 0.55 * len(tl.time_ns)
+    end = np.where(tl.removed_at[allocs] >= 0, tl.time_ns[tl.removed_at[allocs]], tl.time_ns[-1])
+    score = tl.bytes[allocs] * ((end - tl.time_ns[allocs]) / 1e9)
+
+    started = time.perf_counter()
+    fig = address_map(s)
+    elapsed = time.perf_counter() - started
+
+    paths = rectangles(fig).get_paths()
+    assert len(paths) == MAX_RECTANGLES
+    assert f"largest {MAX_RECTANGLES:,} of {len(allocs):,} blocks" in fig.get_suptitle()
+    drawn = np.array([np.prod(p.vertices.max(axis=0) - p.vertices.min(axis=0)) for p in paths])
+    threshold = np.sort(score)[-MAX_RECTANGLES]
+    assert drawn.min() >= threshold * (1 - 1e-9)
+    assert elapsed < 2.0
+
+
+# ---------------------------------------------------------------- hotspots
+
+
+def summed_hole_bytes(s: SpaceAnalysis) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for h in s.hotspots:
+        out[h.site] = out.get(h.site, 0) + h.hole_bytes
+    return out
+
+
+@pytest.mark.parametrize("space", [inference, churn], ids=["inference_serving", "churn_anomalies"])
+def test_hotspot_bars_are_hole_bytes_summed_by_site(space) -> None:  # type: ignore[no-untyped-def]
+    s = space()
+    ax = only_axes(hotspots_chart(s))
+    bars = list(ax.containers[0])
+    sites = [t.get_text() for t in ax.get_yticklabels()]
+    expected = summed_hole_bytes(s)
+    assert len(bars) == min(10, len(expected))
+    by_y = sorted(zip([b.get_y() for b in bars], [b.get_width() for b in bars], strict=True), reverse=True)
+    ticks = dict(zip(ax.get_yticks(), sites, strict=True))
+    shown = [(ticks[round(y + b.get_height() / 2)], w) for (y, w), b in zip(by_y, bars, strict=True)]
+    assert [w for _, w in shown] == sorted(expected.values(), reverse=True)[: len(bars)]
+    for site, width in shown:
+        assert not site.startswith("…") and expected[site] == width
+    assert "bytes" in ax.get_xlabel()
+
+
+def test_hotspots_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
+    s = small_space(make_trace)
+    ax = only_axes(hotspots_chart(s))
+    labels = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
+    assert labels["act"] > labels["weights"]  # the 2 MiB hole ranks first, at the top
+    assert sorted(b.get_width() for b in ax.containers[0]) == [0, 2 * MiB]
+    assert any(t.get_text() == "2.00 MiB · 1 hole / 1 out-of-order free" for t in ax.texts)
+
+
+def test_hotspots_without_out_of_order_frees_say_so(make_trace: MakeTrace) -> None:
+    memory = [MemoryRow(S, 1, 0, BASE, MiB), MemoryRow(2 * S, 1, 0, BASE, 0, op=FREE)]
+    s = analyze(read_trace(make_trace(memory))).spaces[0]
+    ax = only_axes(hotspots_chart(s))
+    assert not ax.containers
+    assert any("no out-of-order frees" in t.get_text() for t in ax.texts)
+
+
+# ---------------------------------------------------------------- downsampled lines
+
+
+def test_step_indices_keep_every_bin_extreme_of_a_long_timeline() -> None:
+    s = big_space(200_000)
+    tl = s.timeline
+    idx = step_indices(tl.time_ns, tl.global_frag)
+    assert len(idx) <= 4 * figures.TIME_BINS
+    assert idx[0] == 0 and idx[-1] == len(tl.time_ns) - 1
+    assert tl.global_frag[idx].max() == tl.global_frag.max()
+    assert tl.global_frag[idx].min() == tl.global_frag.min()
+    assert np.argmax(tl.global_frag) in idx
+    ax = only_axes(fragmentation_timeline(s))
+    assert line(ax, "global frag").get_ydata().max() == tl.global_frag.max() * 100
+
+
+# ---------------------------------------------------------------- PNG files
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_write_pngs_writes_six_pngs_per_space(tmp_path: Path) -> None:
+    analysis = sample("multi_gpu")
+    assert len(analysis.spaces) == 3
+    folder = tmp_path / "new" / "figs"
+    paths = write_pngs(analysis, folder)
+    expected = [
+        folder / f"pid{s.pid}_dev{s.device}_{name}.png" for s in analysis.spaces for name in figure_builders
+    ]
+    assert paths == expected and len(paths) == 18
+    assert sorted(folder.iterdir()) == sorted(expected)
+    for path in paths:
+        assert png_size(path) == (1000, 450)
+
+
+def test_figures_never_import_pyplot(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from nsysfrag.analysis import analyze\n"
+        "from nsysfrag.trace import read_trace\n"
+        "from nsysfrag.reporters.png import write_pngs\n"
+        f"write_pngs(analyze(read_trace({str(SAMPLES / 'caching_allocator.sqlite')!r})), Path({str(tmp_path)!r}))\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    assert len(list(tmp_path.glob("*.png"))) == 6
