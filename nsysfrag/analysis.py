@@ -400,9 +400,8 @@ def _analyze_space(
         failed_allocations=failed,
         other_kind_events=other_kind,
     )
-    fp_peak = int(np.argmax(result.footprint_bytes))
-    fp = int(result.footprint_bytes[fp_peak])
-    internal = (fp - int(result.live_bytes[fp_peak])) / fp if fp > 0 else 0.0
+    fp, live_at_fp = (int(v) for v in result.peak_footprint)
+    internal = (fp - live_at_fp) / fp if fp > 0 else 0.0
     max_global, max_local = float(g.max()), float(loc.max())
     max_blocks = int(result.free_blocks.max())
     block_sizes = events.bytes[outcome == ALLOCATED]

@@ -9,16 +9,39 @@ import click
 
 from nsysfrag import __version__
 from nsysfrag.commands.analyze import analyze_command
+from nsysfrag.commands.compare import compare_command
+from nsysfrag.commands.profile import profile_command
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _UserError(click.ClickException):
+    """An NsysfragError as click sees it: one line, the error's own exit code."""
+
+    def __init__(self, err: NsysfragError) -> None:
+        super().__init__(str(err))
+        self.exit_code = err.exit_code
+
+    def show(self, file: object = None) -> None:
+        click.echo(f"nsysfrag: error: {self.format_message()}", err=True)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except NsysfragError as err:
+            raise _UserError(err) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nsysfrag")
 def cli() -> None:
     """How fragmented is GPU device memory, how it got that way, and what to change."""
 
 
 cli.add_command(analyze_command)
+cli.add_command(compare_command)
+cli.add_command(profile_command)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
         code = cli.main(args=argv, prog_name="nsysfrag", standalone_mode=False)
-    except NsysfragError as err:
-        click.echo(f"nsysfrag: error: {err}", err=True)
+    except NsysfragError as err:  # raised outside a command, e.g. while parsing options
+        _UserError(err).show()
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)

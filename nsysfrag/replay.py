@@ -54,7 +54,7 @@ class ReplayResult:
     largest_free_bytes: I64
     free_blocks: I64
     live_bytes: I64
-    footprint_bytes: I64
+    peak_footprint: I64  # [footprint, live bytes] at the first maximum of footprint bytes
     out_of_order: BoolArray  # frees only
     hole: BoolArray  # frees only
     freed_alloc: I64  # event index of the freed block's allocation, or NO_BLOCK
@@ -81,20 +81,22 @@ def replay(events: SpaceEvents) -> ReplayResult:
 
 
 def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
+    # Event indices fit 32 bits for any trace up to two billion events: half the memory.
+    index = np.int32 if n < 2**31 - 1 else np.int64
     return (
         np.zeros(n, dtype=np.int8),
         np.zeros(n, dtype=np.bool_),
         np.zeros(n, dtype=np.int64),
         np.zeros(n, dtype=np.int64),
+        np.zeros(n, dtype=index),
         np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
+        np.zeros(2, dtype=np.int64),
         np.zeros(n, dtype=np.bool_),
         np.zeros(n, dtype=np.bool_),
-        np.full(n, NO_BLOCK, dtype=np.int64),
-        np.full(n, NO_BLOCK, dtype=np.int64),
-        np.full(n, NO_BLOCK, dtype=np.int64),
-        np.full(n, NO_BLOCK, dtype=np.int64),
+        np.full(n, NO_BLOCK, dtype=index),
+        np.full(n, NO_BLOCK, dtype=index),
+        np.full(n, NO_BLOCK, dtype=index),
+        np.full(n, NO_BLOCK, dtype=index),
     )
 
 
@@ -191,7 +193,7 @@ def _replay_kernel(
     largest,
     free_blocks,
     live_bytes,
-    footprint_bytes,
+    peak_footprint,
     out_of_order,
     hole,
     freed_alloc,
@@ -218,11 +220,9 @@ def _replay_kernel(
     block_end = np.zeros(k, dtype=np.int64)
     block_bytes = np.zeros(k, dtype=np.int64)
     block_alloc = np.zeros(k, dtype=np.int64)
-    block_seq = np.zeros(k, dtype=np.int64)
-    stack_slot = np.zeros(n + 1, dtype=np.int64)
-    stack_seq = np.zeros(n + 1, dtype=np.int64)
+    # Allocation event indices, oldest first; an entry is stale once its block is gone.
+    stack = np.zeros(n + 1, dtype=removed_at.dtype)
     stack_top = 0
-    seq = 0
     n_free = _set_gap(gaps, size, 0, arena)
     used = 0
     ubytes = 0
@@ -235,11 +235,11 @@ def _replay_kernel(
             else:
                 outcome[i] = FREED
                 while stack_top > 0 and (
-                    not live[stack_slot[stack_top - 1]]
-                    or block_seq[stack_slot[stack_top - 1]] != stack_seq[stack_top - 1]
+                    not live[slot_of[stack[stack_top - 1]]]
+                    or block_alloc[slot_of[stack[stack_top - 1]]] != stack[stack_top - 1]
                 ):
                     stack_top -= 1
-                out_of_order[i] = stack_top == 0 or stack_slot[stack_top - 1] != s
+                out_of_order[i] = stack_top == 0 or stack[stack_top - 1] != block_alloc[s]
                 p = prev_live[s]
                 q = next_live[s]
                 if first_live == s:
@@ -298,10 +298,7 @@ def _replay_kernel(
             block_end[s] = e
             block_bytes[s] = nbytes[i]
             block_alloc[s] = i
-            seq += 1
-            block_seq[s] = seq
-            stack_slot[stack_top] = s
-            stack_seq[stack_top] = seq
+            stack[stack_top] = i
             stack_top += 1
             used += e - a
             ubytes += nbytes[i]
@@ -310,4 +307,6 @@ def _replay_kernel(
         largest[i] = gaps[1]
         free_blocks[i] = n_free
         live_bytes[i] = ubytes
-        footprint_bytes[i] = used
+        if used > peak_footprint[0]:
+            peak_footprint[0] = used
+            peak_footprint[1] = ubytes

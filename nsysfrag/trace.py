@@ -111,6 +111,40 @@ def _check_file(path: Path) -> None:
         )
 
 
+# Where nsys records the report it exported, most specific first: 2022.x wrote EXPORT_INPUT_*,
+# 2023.3 and later EXPORT_PARAM_INPUT_*; *_PATH is relative in some versions.
+_INPUT_KEYS = (
+    "EXPORT_PARAM_INPUT_PATH_ABS",
+    "EXPORT_INPUT_PATH_ABS",
+    "EXPORT_PARAM_INPUT_PATH",
+    "EXPORT_INPUT_PATH",
+    "EXPORT_PARAM_INPUT_FILE",
+    "EXPORT_INPUT_FILE",
+)
+
+
+def export_inputs(export: Path) -> list[str]:
+    """The report paths an export's metadata names as its input, most specific first; empty
+    for a file that is not an nsys export (read-only: it may be a user's unrelated database)."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(export.resolve()))}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return []
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        values: dict[str, str] = {}
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if table in tables:
+                for name, value in con.execute(f"SELECT name, value FROM {table}"):
+                    if name in _INPUT_KEYS and isinstance(value, str) and value:
+                        values.setdefault(name, value)
+        return [values[k] for k in _INPUT_KEYS if k in values]
+    except sqlite3.Error:
+        return []
+    finally:
+        con.close()
+
+
 def _tables(con: Connection) -> set[str]:
     rows = con.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
     return {r[0] for r in rows}
@@ -269,7 +303,7 @@ class _MemoryQuery:
             if self.correlation != "-1":
                 valid += " AND (correlationId IS NULL OR typeof(correlationId) = 'integer')"
             start, address, nbytes, correlation, packed = _int_columns(
-                con, columns, f"{MEMORY_TABLE} WHERE {valid}"
+                con, columns, MEMORY_TABLE, valid
             )
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((packed & 4) != 0)
@@ -304,28 +338,49 @@ class _NotAllIntegers(Exception):
     pass
 
 
-def _int_columns(con: Connection, expressions: list[str], source: str) -> list[I64]:
-    """Integer columns of ``SELECT expressions FROM source`` as arrays, in one pass.
+CHUNK_ROWS = 250_000
+
+
+def _int_columns(
+    con: Connection, expressions: list[str], table: str, where: str = "1", chunked: bool = True
+) -> list[I64]:
+    """Integer columns of ``SELECT expressions FROM table WHERE where`` as arrays, in row order.
 
     Traces run to millions of rows, and a Python tuple per row is what makes the obvious
     ``fetchall`` slow: here SQLite joins each column into one text in C and numpy parses it.
-    Every expression must yield an integer on every row.
+    Rowid ranges of CHUNK_ROWS keep those texts, and so the peak memory, small; ``chunked=False``
+    reads in one statement, for a ``where`` with a subquery SQLite would otherwise rebuild per
+    chunk. Every expression must yield an integer on every row.
     """
+    lo, hi = _rows(con, f"SELECT min(rowid), max(rowid) FROM {table}")[0]
+    if lo is None:
+        return [np.zeros(0, dtype=np.int64) for _ in expressions]
+    step = CHUNK_ROWS if chunked else int(hi) - int(lo) + 1
     inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(expressions))
     outer = ", ".join(f"group_concat(c{i})" for i in range(len(expressions)))
-    row = _rows(con, f"SELECT count(*), {outer} FROM (SELECT {inner} FROM {source})")[0]
-    n = int(row[0])
-    try:
-        arrays = [
-            np.fromstring(text or "", dtype=np.int64, sep=",") if n else np.zeros(0, dtype=np.int64)
-            for text in row[1:]
-        ]
-    except ValueError:  # numpy met a value that is not an integer
-        raise _NotAllIntegers() from None
-    if any(len(a) != n for a in arrays):
-        # group_concat skips NULLs and numpy stops at text: the columns no longer line up.
-        raise _NotAllIntegers()
-    return arrays
+    parts: list[list[I64]] = [[] for _ in expressions]
+    for first in range(int(lo), int(hi) + 1, step):
+        row = _rows(
+            con,
+            f"SELECT count(*), {outer} FROM (SELECT {inner} FROM {table}"
+            f" WHERE rowid BETWEEN {first} AND {first + step - 1} AND ({where}))",
+        )[0]
+        n = int(row[0])
+        if n == 0:
+            continue
+        texts = list(row[1:])
+        del row
+        for i, column in enumerate(parts):
+            try:
+                values = np.fromstring(texts[i] or "", dtype=np.int64, sep=",")
+            except ValueError:  # numpy met a value that is not an integer
+                raise _NotAllIntegers() from None
+            texts[i] = None
+            if len(values) != n:
+                # group_concat skips NULLs and numpy stops at text: columns no longer line up.
+                raise _NotAllIntegers()
+            column.append(values)
+    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in parts]
 
 
 def _read_api(con: Connection, tables: set[str], names: dict[int, str], alloc_op_id: int) -> ApiCalls:
@@ -345,9 +400,17 @@ def _read_api(con: Connection, tables: set[str], names: dict[int, str], alloc_op
     # an allocation event; a long run has millions of kernel launches we never need.
     start, gtid, corr, flags = _int_columns(
         con,
-        ["start", "globalTid", "correlationId", f"coalesce(eventClass = 0, 0) + 2 * coalesce(nameId IN ({id_list}) AND returnValue != 0, 0)"],
-        f"{RUNTIME_TABLE} WHERE typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
+        [
+            "start",
+            "globalTid",
+            "correlationId",
+            f"coalesce(eventClass = 0, 0)"
+            f" + 2 * coalesce(nameId IN ({id_list}) AND returnValue != 0, 0)",
+        ],
+        RUNTIME_TABLE,
+        f"typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
         f" AND typeof(correlationId) = 'integer' AND (nameId IN ({id_list}){correlated})",
+        chunked=False,
     )
     pid, tid = split_global_id(gtid)
     return ApiCalls(

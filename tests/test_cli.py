@@ -138,10 +138,12 @@ def test_not_sqlite(tmp_path: Path) -> None:
     assert "not an SQLite database" in _bad(p)
 
 
-def test_nsys_rep_given_to_analyze_says_how_to_export(tmp_path: Path) -> None:
+def test_nsys_rep_without_nsys_says_how_to_export(tmp_path: Path) -> None:
     p = tmp_path / "run.nsys-rep"
     p.write_bytes(b"\x00binary report")
-    assert "nsys export --type sqlite" in _bad(p)
+    code, out, err = run("analyze", str(p), "--nsys", str(tmp_path / "no-nsys-here"))
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1
+    assert "nsys export --type sqlite" in err
 
 
 def test_truncated_database(tmp_path: Path) -> None:
@@ -174,7 +176,7 @@ def test_bad_option_values(make_trace: MakeTrace) -> None:
     path = make_trace([MemoryRow(1, 1, 0, BASE, MiB)])
     code, _, err = run("analyze", str(path), "--capacity", "lots")
     assert code == 2 and "not a size" in err and "Traceback" not in err
-    code, _, err = run("analyze", str(path), "-o", "x.html")
+    code, _, err = run("analyze", str(path), "-o", "x.txt")
     assert code == 2 and "format" in err
 
 

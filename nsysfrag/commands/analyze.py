@@ -1,12 +1,21 @@
-"""``nsysfrag analyze TRACE``."""
+"""``nsysfrag analyze TRACE``, and the nsys plumbing ``profile`` shares with it."""
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
+from nsysfrag import nsys
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_sqlite,
@@ -14,22 +23,140 @@ from nsysfrag.commands.report_options import (
     emit_reports,
     report_options,
 )
+from nsysfrag.errors import InputError, NsysError
+
+_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def nsys_option(f: Any) -> Any:
+    return click.option(
+        "--nsys", "nsys_path", metavar="PATH",
+        help="The nsys to run (default: $NSYS, then PATH, then /opt/nvidia/nsight-systems/*/bin"
+        " and /usr/local/cuda*/bin, newest first).",
+    )(f)
 
 
 @click.command("analyze")
 @click.argument("trace", type=click.Path(path_type=Path))
 @report_options
-def analyze_command(trace: Path, **options: Any) -> None:
+@nsys_option
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Put the SQLite export of a .nsys-rep here instead of beside the report.")
+@click.option("--reexport", is_flag=True,
+              help="Export a .nsys-rep again even when an export newer than it exists.")
+def analyze_command(
+    trace: Path, nsys_path: str | None, cache_dir: Path | None, reexport: bool, **options: Any
+) -> None:
     """Replay a trace's device allocations and report how fragmented memory got.
 
-    TRACE is the SQLite export of an nsys report (`nsys export --type sqlite`).
+    TRACE is the SQLite export of an nsys report (`nsys export --type sqlite`), or the report
+    itself (.nsys-rep): then nsys exports it to X.sqlite beside it on first use, and later runs
+    reuse that export while it is newer than the report.
 
     Example:
 
+    \b
         nsysfrag analyze run.sqlite --json run.json --csv timeline.csv
+        nsysfrag analyze run.nsys-rep --cache-dir ~/.cache/nsysfrag
     """
     request = ReportRequest.from_options(options)
     check_outputs(request, trace)
-    code = emit_reports(analyze_sqlite(trace, request), request)
+    if nsys.is_report(trace):
+        trace = export_report(trace, nsys_path, cache_dir, reexport)
+        check_outputs(request, trace)
+        with phase("analyzing"):
+            analysis = analyze_sqlite(trace, request)
+    elif reexport or cache_dir is not None:
+        raise InputError(
+            f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports; this is already"
+            " an export, analyze it without them"
+        )
+    else:
+        analysis = analyze_sqlite(trace, request)
+    code = emit_reports(analysis, request)
     if code:
         raise click.exceptions.Exit(code)
+
+
+def export_report(
+    report: Path, nsys_path: str | None, cache_dir: Path | None, reexport: bool
+) -> Path:
+    """The SQLite export of ``report``: reused when fresh, else written by nsys."""
+    _check_report(report)
+    if cache_dir is not None:
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise InputError(f"--cache-dir {cache_dir}: cannot create it ({err.strerror})") from None
+    plan = nsys.plan_export(report, cache_dir, reexport)
+    if plan.avoided is not None:
+        note(f"{plan.avoided} was not exported from {report.name}; leaving it alone and"
+             f" using {plan.path.name}")
+    if plan.reusable:
+        note(f"using {plan.path}, exported earlier from {report.name} (--reexport to redo it)")
+        return plan.path
+    if not os.access(plan.path.parent, os.W_OK):
+        raise InputError(
+            f"{plan.path.parent}: not writable, so the export of {report.name} cannot go there;"
+            " pass --cache-dir DIR"
+        )
+    try:
+        tool = locate_nsys(nsys_path)
+    except NsysError as err:
+        # The report may have come from a machine that has nsys: exporting there also works.
+        raise NsysError(
+            f"{err}; or run `nsys export --type sqlite {report}` where nsys is installed and"
+            " analyze the .sqlite"
+        ) from None
+    with phase(f"exporting {report.name}"):
+        return nsys.export_sqlite(tool, report, plan.path)
+
+
+def _check_report(report: Path) -> None:
+    if not report.exists():
+        raise InputError(f"{report}: no such file; pass an nsys report (.nsys-rep) or its .sqlite")
+    if report.is_dir():
+        raise InputError(f"{report}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
+    if not os.access(report, os.R_OK):
+        raise InputError(f"{report}: permission denied; make the file readable")
+
+
+def locate_nsys(explicit: str | None) -> nsys.Nsys:
+    """Find nsys and say which one (and which version) does the work."""
+    tool = nsys.nsys_version(nsys.find_nsys(explicit))
+    note(f"using {tool.version} ({tool.path})")
+    return tool
+
+
+def note(message: str) -> None:
+    click.echo(f"nsysfrag: {message}", err=True)
+
+
+def clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+@dataclass(frozen=True)
+class _PhaseLine:
+    """A spinner, the phase and its elapsed time, computed afresh at every refresh."""
+
+    label: str
+    started: float = field(default_factory=time.monotonic)
+
+    def __rich__(self) -> Text:
+        elapsed = time.monotonic() - self.started
+        frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
+        return Text.assemble((f"{frame} ", "cyan"), (self.label, "bold"), f"  {clock(elapsed)}")
+
+
+@contextmanager
+def phase(label: str) -> Iterator[None]:
+    """A transient status line on stderr while the block runs; nothing unless it is a terminal."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    with Live(_PhaseLine(label), console=console, transient=True, refresh_per_second=8):
+        yield

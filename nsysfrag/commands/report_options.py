@@ -13,8 +13,10 @@ import click
 from rich.console import Console
 
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
-from nsysfrag.errors import InputError
-from nsysfrag.reporters import csv_report, json_report, terminal
+from nsysfrag.comparison import compare, load_document
+from nsysfrag.errors import EXIT_GATE, InputError
+from nsysfrag.gates import Gate, evaluate, parse_gate
+from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 from nsysfrag.trace import read_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,27 +50,49 @@ class ReportRequest:
 
     json_path: Path | None = None
     csv_path: Path | None = None
+    html_path: Path | None = None
+    png_dir: Path | None = None
     capacity: int | None = None
     granularity: int = DEFAULT_GRANULARITY
     quiet: bool = False
+    gates: tuple[Gate, ...] = ()
+    baseline: Path | None = None
+    fail_on_regression: float | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ReportRequest:
-        json_path, output = options.pop("json_path"), options.pop("output")
+        json_path, html_path, output = (
+            options.pop("json_path"),
+            options.pop("html_path"),
+            options.pop("output"),
+        )
         if output is not None:
-            if output.suffix.lower() != ".json":
-                raise InputError(f"{output}: unknown report format; use a .json path with -o")
-            json_path = json_path or output
+            suffix = output.suffix.lower()
+            if suffix == ".json":
+                json_path = json_path or output
+            elif suffix in (".html", ".htm"):
+                html_path = html_path or output
+            else:
+                raise InputError(f"{output}: unknown report format; use a .json or .html path with -o")
+        baseline, regression = options.pop("baseline"), options.pop("fail_on_regression")
+        if regression is not None and baseline is None:
+            raise InputError("--fail-on-regression needs --baseline BASE.json to compare against")
         return cls(
             json_path=json_path,
             csv_path=options.pop("csv_path"),
+            html_path=html_path,
+            png_dir=options.pop("png_dir"),
             capacity=options.pop("capacity"),
             granularity=options.pop("granularity"),
             quiet=options.pop("quiet"),
+            gates=tuple(parse_gate(g) for g in options.pop("fail_on")),
+            baseline=baseline,
+            fail_on_regression=regression,
         )
 
     def outputs(self) -> list[Path]:
-        return [p for p in (self.json_path, self.csv_path) if p is not None and p != STDOUT]
+        files = (self.json_path, self.csv_path, self.html_path)
+        return [p for p in files if p is not None and p != STDOUT]
 
 
 def report_options(f: F) -> F:
@@ -84,6 +108,16 @@ def report_options(f: F) -> F:
                      help="Device memory per space, overriding the trace's TARGET_INFO_GPU (e.g. 80GiB)."),
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
                      help="Allocation rounding: a block's footprint is its size rounded up to this."),
+        click.option("--html", "html_path", type=click.Path(path_type=Path),
+                     help="Write a self-contained HTML report (plots inline, works offline)."),
+        click.option("--png", "png_dir", type=click.Path(path_type=Path),
+                     help="Write six PNG plots per space into this folder."),
+        click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
+                     help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
+        click.option("--baseline", type=click.Path(path_type=Path),
+                     help="Compare with an earlier run's --json document."),
+        click.option("--fail-on-regression", type=float, default=None, metavar="DELTA",
+                     help="With --baseline: exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05)."),
         click.option("-q", "--quiet", is_flag=True, help="Print no terminal report."),
     ]
     for option in reversed(options):
@@ -93,11 +127,16 @@ def report_options(f: F) -> F:
 
 def check_outputs(request: ReportRequest, trace: Path) -> None:
     """Fail before any work when an output would clobber the trace or cannot be written."""
-    for path in request.outputs():
+    for path in request.outputs() + ([request.png_dir] if request.png_dir else []):
         if path.exists() and trace.exists() and path.resolve() == trace.resolve():
             raise InputError(f"{path}: refusing to overwrite the input trace; choose another path")
+    for path in request.outputs():
         if not path.parent.exists():
             raise InputError(f"{path}: folder {path.parent} does not exist; create it first")
+    if request.png_dir is not None and request.png_dir.exists() and not request.png_dir.is_dir():
+        raise InputError(f"{request.png_dir}: not a folder; --png takes a folder for the plots")
+    if request.baseline is not None:
+        load_document(request.baseline)  # fail now, not after a long analysis
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -118,14 +157,39 @@ def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
 
 def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
     """Write every requested report; return the exit code (gates decide it)."""
+    document = json_report.document(analysis)
     if request.json_path is not None:
-        _write_text(request.json_path, json_report.render(analysis))
+        _write_text(request.json_path, json_report.dumps(document))
+    if request.html_path is not None:
+        from nsysfrag.reporters import html  # matplotlib is slow to import: only when asked
+
+        _write_text(request.html_path, html.render(analysis))
+    if request.png_dir is not None:
+        from nsysfrag.reporters import png
+
+        try:
+            png.write_pngs(analysis, request.png_dir)
+        except OSError as err:
+            raise InputError(f"{request.png_dir}: cannot write plots ({err.strerror})") from None
     if request.csv_path is not None:
         try:
             csv_report.write(analysis, request.csv_path)
         except OSError as err:
             raise InputError(f"{request.csv_path}: cannot write ({err.strerror})") from None
-    if not request.quiet and request.json_path != STDOUT:
-        width = int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None
-        terminal.render(analysis, Console(width=width, soft_wrap=False))
-    return 0
+    to_screen = not request.quiet and STDOUT not in (request.json_path, request.html_path)
+    console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
+    if to_screen:
+        terminal.render(analysis, console)
+    code = 0
+    if request.baseline is not None:
+        comparison = compare(load_document(request.baseline), document)
+        if to_screen:
+            comparison_table.render(comparison, str(request.baseline), "this run", console)
+        if request.fail_on_regression is not None:
+            for line in comparison.regressions(request.fail_on_regression):
+                click.echo(f"nsysfrag: {line}", err=True)
+                code = EXIT_GATE
+    for trip in evaluate(list(request.gates), document):
+        click.echo(f"nsysfrag: {trip.message()}", err=True)
+        code = EXIT_GATE
+    return code

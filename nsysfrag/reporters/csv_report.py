@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from nsysfrag.analysis import EVENT_NAMES, Analysis
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS = (
     "pid",
@@ -26,6 +29,8 @@ COLUMNS = (
 
 
 def frame(analysis: Analysis) -> pd.DataFrame:
+    import pandas as pd  # only CSV needs it, and it takes a fifth of a second to import
+
     parts = []
     for s in analysis.spaces:
         t = s.timeline

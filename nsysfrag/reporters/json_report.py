@@ -113,5 +113,9 @@ def document(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
 def render(analysis: Analysis) -> str:
-    return json.dumps(document(analysis), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    return dumps(document(analysis))

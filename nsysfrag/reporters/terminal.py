@@ -44,16 +44,28 @@ def _state_rows(table: Table, label: str, s: State) -> None:
     )
 
 
+def _health_reason(s: SpaceAnalysis) -> str:
+    """Which rated metric set the health level, at its maximum."""
+    rated = [
+        (global_frag_health(s.max_global_frag), f"global frag peaked at {s.max_global_frag:.1%}"),
+        (local_frag_health(s.max_local_frag), f"local frag peaked at {s.max_local_frag:.1%}"),
+        (free_blocks_health(s.max_free_blocks), f"up to {s.max_free_blocks} free blocks"),
+    ]
+    worst = [text for level, text in rated if level == s.health]
+    return "; ".join(worst) if s.health is not Health.OK else "every rated metric stayed in range"
+
+
 def _space(s: SpaceAnalysis) -> RenderableType:
     c = s.counts
     head = Text()
     process = f" ({s.process_name})" if s.process_name else ""
     head.append(f"process {s.pid}{process} · device {s.device}: {s.device_name}, ")
     head.append(f"{format_bytes(s.capacity_bytes)}\n")
-    head.append(f"health: ")
+    head.append("health: ")
     head.append(s.health.label.upper(), style=STYLE[s.health])
+    head.append(f" ({_health_reason(s)})")
     head.append(
-        f"   allocations {c.allocations} · frees {c.frees} · unmatched frees {c.unmatched_frees}"
+        f"\nallocations {c.allocations} · frees {c.frees} · unmatched frees {c.unmatched_frees}"
         f" · overlaps {c.overlaps} · zero-size {c.zero_size_allocs} · failed {c.failed_allocations}"
         f" ({s.alloc_failure_rate:.2%}) · other kinds {c.other_kind_events}"
     )
@@ -76,7 +88,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     figures = Text(
         f"growth of global fragmentation: {s.growth_per_s * 100:+.3f} points/s · internal"
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
-        f" frees: {s.out_of_order_frees}, of which {s.hole_creating_frees} created holes"
+        f" frees: {s.out_of_order_frees} · frees that left a hole: {s.hole_creating_frees}"
     )
     parts: list[RenderableType] = [head, states, figures]
 

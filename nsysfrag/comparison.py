@@ -1,0 +1,150 @@
+"""Run-to-run comparison of two analyses (their JSON documents)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsysfrag.errors import InputError
+from nsysfrag.gates import HEALTH_ORDER
+from nsysfrag.reporters.json_report import SCHEMA
+
+# (label, path in a space document, is a fragmentation metric for --fail-on-regression)
+METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("max global frag", "max.global_frag", True),
+    ("max local frag", "max.local_frag", True),
+    ("peak global frag", "peak.global_frag", True),
+    ("max free blocks", "max.free_blocks", False),
+    ("largest free at peak", "peak.largest_free_bytes", False),
+    ("max live bytes", "max.live_bytes", False),
+    ("alloc failure rate", "alloc_failure_rate", False),
+    ("internal frag", "internal_frag", True),
+    ("growth per s", "growth_per_s", False),
+    ("out-of-order frees", "out_of_order_frees", False),
+    ("hole-creating frees", "hole_creating_frees", False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDelta:
+    label: str
+    key: str
+    base: float
+    current: float
+    fragmentation: bool
+
+    @property
+    def delta(self) -> float:
+        return self.current - self.base
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceComparison:
+    base_space: str
+    current_space: str
+    base_health: str
+    current_health: str
+    deltas: tuple[MetricDelta, ...]
+
+    @property
+    def health_worse(self) -> bool:
+        return HEALTH_ORDER[self.current_health] > HEALTH_ORDER[self.base_health]
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    spaces: tuple[SpaceComparison, ...]
+    only_in_base: tuple[str, ...]
+    only_in_current: tuple[str, ...]
+
+    def regressions(self, threshold: float) -> list[str]:
+        """One line per fragmentation metric that grew by more than ``threshold`` (absolute)."""
+        return [
+            f"regression: {s.current_space}: {d.label} grew by {d.delta:.4f}"
+            f" (from {d.base:.4f} to {d.current:.4f}), more than {threshold}"
+            for s in self.spaces
+            for d in s.deltas
+            if d.fragmentation and d.delta > threshold
+        ]
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """Read a `--json` document; raise InputError with a fix when it is not one."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; pass JSON written by `nsysfrag analyze --json`")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"{path}: not JSON ({err}); pass the file `nsysfrag analyze --json` wrote") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("spaces"), list):
+        raise InputError(f"{path}: not an nsysfrag analysis (schema {SCHEMA}); re-run `nsysfrag analyze --json`")
+    return doc
+
+
+def _name(space: dict[str, Any]) -> str:
+    return f"pid {space['pid']} device {space['device']}"
+
+
+def _value(space: dict[str, Any], key: str) -> float:
+    node: Any = space
+    for part in key.split("."):
+        node = node[part]
+    return float(node)
+
+
+def _match(base: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pair spaces: the same (pid, device) when both runs have it, else the same device in pid
+    order (pids change from run to run; devices usually do not)."""
+    pairs = []
+    by_key = {(s["pid"], s["device"]): s for s in current}
+    rest_base = []
+    used = set()
+    for s in base:
+        key = (s["pid"], s["device"])
+        if key in by_key:
+            pairs.append((s, by_key[key]))
+            used.add(key)
+        else:
+            rest_base.append(s)
+    rest_current = [s for s in current if (s["pid"], s["device"]) not in used]
+    for device in sorted({s["device"] for s in rest_base}):
+        left = [s for s in rest_base if s["device"] == device]
+        right = [s for s in rest_current if s["device"] == device]
+        pairs.extend(zip(left, right))
+    return pairs
+
+
+def compare(base: dict[str, Any], current: dict[str, Any]) -> Comparison:
+    """Pair the spaces of two documents and compute each key metric's change."""
+    try:
+        return _compare(base, current)
+    except (KeyError, TypeError, ValueError) as err:
+        raise InputError(
+            f"an analysis document lacks or mangles {err}; re-run `nsysfrag analyze --json`"
+        ) from None
+
+
+def _compare(base: dict[str, Any], current: dict[str, Any]) -> Comparison:
+    pairs = _match(base["spaces"], current["spaces"])
+    matched_base = {id(b) for b, _ in pairs}
+    matched_current = {id(c) for _, c in pairs}
+    spaces = tuple(
+        SpaceComparison(
+            base_space=_name(b),
+            current_space=_name(c),
+            base_health=b["health"],
+            current_health=c["health"],
+            deltas=tuple(
+                MetricDelta(label, key, _value(b, key), _value(c, key), frag)
+                for label, key, frag in METRICS
+            ),
+        )
+        for b, c in pairs
+    )
+    return Comparison(
+        spaces=spaces,
+        only_in_base=tuple(_name(s) for s in base["spaces"] if id(s) not in matched_base),
+        only_in_current=tuple(_name(s) for s in current["spaces"] if id(s) not in matched_current),
+    )

@@ -1,0 +1,513 @@
+"""One self-contained HTML page: the whole analysis, its figures inlined as SVG, no network.
+
+The page inlines its CSS and its figures (SVG, or a PNG data URI for a figure whose SVG would be
+huge), so it opens offline and can be mailed or attached to a ticket as one file. Every string
+that comes from the trace (paths, process, device and NVTX names, warnings) is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from html import escape
+from pathlib import Path, PurePath
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from nsysfrag.advice import advise
+from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
+from nsysfrag.metrics import (
+    Health,
+    format_bytes,
+    free_blocks_health,
+    global_frag_health,
+    local_frag_health,
+    size_class_label,
+)
+from nsysfrag.reporters.figures import figure_builders
+
+output_file_extension = "html"
+MODEL_TITLE = "observed address space"
+TOP_HOTSPOTS = 20
+PINNED_BY_SHOWN = 5
+# A figure whose SVG is larger than this is embedded as a PNG instead (smaller, faster to draw).
+# With compacted paths the largest figure, an address map of figures.MAX_RECTANGLES blocks, is
+# about 2.6 MB, so in practice every figure stays vector and can be zoomed in the browser.
+MAX_SVG_BYTES = 3_000_000
+# Matplotlib writes a Dublin Core block with a date and its homepage; neither belongs in a
+# deterministic offline page.
+SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
+
+_CSS = """
+:root { --ok: #2e7d32; --ok-bg: #e8f5e9; --warn: #7a5d00; --warn-bg: #fff3b0;
+  --critical: #b71c1c; --critical-bg: #ffd6d6; --muted: #5f6b7a; --rule: #d8dde3; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1100px; padding: 1.5rem 1.25rem 3rem;
+  font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+  color: #1d232a; background: #fff; }
+h1 { font-size: 1.6rem; margin: 0 0 .25rem; }
+h2 { font-size: 1.3rem; margin: 2.5rem 0 .4rem; padding-top: .75rem; border-top: 3px solid #1d232a; }
+h3 { font-size: 1.05rem; margin: 1.6rem 0 .4rem; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .92em; }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; margin: .5rem 0; }
+dl.meta dt { color: var(--muted); }
+dl.meta dd { margin: 0; overflow-wrap: anywhere; }
+.warnings { border-left: 4px solid var(--warn); background: #fffbe6; padding: .4rem .8rem; margin: .8rem 0; }
+.warnings li { margin: .2rem 0; }
+table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
+th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
+th { font-weight: 600; color: #39424c; }
+thead th { border-bottom: 2px solid #9aa5b1; }
+.pair { display: flex; flex-wrap: wrap; gap: 0 2.5rem; align-items: flex-start; }
+td.n, th.n { text-align: right; white-space: nowrap; }
+td.site { overflow-wrap: anywhere; max-width: 26rem; }
+.ok { color: var(--ok); background: var(--ok-bg); }
+.warn { color: var(--warn); background: var(--warn-bg); }
+.critical { color: var(--critical); background: var(--critical-bg); font-weight: 600; }
+.badge { display: inline-block; padding: .05rem .55rem; border-radius: .8rem; font-weight: 700;
+  letter-spacing: .04em; font-size: .85rem; vertical-align: .1em; }
+.sub { color: var(--muted); margin: .1rem 0 .6rem; }
+ul.advice { list-style: none; padding: 0; }
+ul.advice li { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .4rem .8rem; margin: .35rem 0; }
+.figures figure { margin: 1rem 0; border: 1px solid var(--rule); border-radius: 4px; padding: .25rem; }
+.figures svg, .figures img { display: block; width: 100%; height: auto; }
+.bar { display: inline-block; height: .8em; background: #5f6b7a; vertical-align: middle; }
+.bar.bytes { background: #c9a227; }
+td.bars { width: 12rem; }
+nav ul { margin: .3rem 0; }
+.definitions td:first-child, .definitions td.ok, .definitions td.warn,
+.definitions td.critical { white-space: nowrap; }
+.empty { color: var(--muted); font-style: italic; }
+footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; }
+"""
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _e(text: object) -> str:
+    return escape(str(text), quote=True)
+
+
+def percent(value: float) -> str:
+    """The page's (and the terminal report's) ratio format: ``0.4567`` -> ``45.7%``."""
+    return f"{value:.1%}"
+
+
+def _seconds(ns: int) -> str:
+    return f"{ns / 1e9:.3f} s"
+
+
+def _rated(text: str, level: Health) -> str:
+    return f'<td class="n {level.label}" title="{level.label}">{_e(text)}</td>'
+
+
+def _badge(level: Health) -> str:
+    return f'<span class="badge {level.label}">{level.label.upper()}</span>'
+
+
+def _table(
+    head: list[str], rows: list[str], numeric: set[int] | frozenset[int] = frozenset()
+) -> str:
+    cells = "".join(
+        f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>"
+        for i, h in enumerate(head)
+    )
+    return f"<table><thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def space_anchor(space: SpaceAnalysis) -> str:
+    return f"pid{space.pid}-dev{space.device}"
+
+
+def space_title(space: SpaceAnalysis) -> str:
+    """``pid 3310 (python3) · device 0: NVIDIA H100 80GB HBM3, 79.65 GiB`` (not escaped)."""
+    process = f" ({space.process_name})" if space.process_name else ""
+    return (
+        f"pid {space.pid}{process} · device {space.device}: {space.device_name},"
+        f" {format_bytes(space.capacity_bytes)}"
+    )
+
+
+# ---------------------------------------------------------------- figures
+
+
+_ID = re.compile(r'\bid="([^"]*)"')
+_REF = re.compile(r'(xlink:href="#|url\(#)')
+_PATH_DATA = re.compile(r' d="([^"]*)"')
+_NUMBER = re.compile(r"-?\d+\.\d+")
+_COMMENT = re.compile(r"<!--.*?-->\n?", re.DOTALL)
+_NAMESPACES = re.compile(r' xmlns(?::xlink)?="[^"]*"')
+
+
+def _round(m: re.Match[str]) -> str:
+    text = f"{float(m.group()):.2f}".rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _compact_path(m: re.Match[str]) -> str:
+    # Coordinates are in points of a 720 pt wide figure: 0.01 pt is far below a screen pixel.
+    d = _NUMBER.sub(_round, m.group(1))
+    d = re.sub(r"\s+", " ", d).strip()
+    d = re.sub(r" ?([A-Za-z]) ?", r"\1", d)
+    return f' d="{d}"'
+
+
+def svg_markup(fig: Figure, id_prefix: str) -> str:
+    """``fig`` as an ``<svg>`` element to inline in HTML5.
+
+    Drops the XML prolog, doctype, metadata, namespace declarations (the HTML parser supplies
+    them) and comments (matplotlib repeats every text there); prefixes every id so several
+    figures can share a page; rounds path coordinates to 0.01 pt.
+    """
+    buf = io.StringIO()
+    # Glyphs as paths, so the SVG needs no fonts; a fixed salt, so its ids do not change from
+    # run to run (matplotlib otherwise salts them with a random UUID).
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "nsysfrag"}):
+        fig.savefig(buf, format="svg", metadata=SVG_METADATA)
+    svg = buf.getvalue()
+    svg = svg[svg.index("<svg") :]
+    svg = _COMMENT.sub("", svg)
+    svg = _NAMESPACES.sub("", svg, count=2)
+    svg = _ID.sub(lambda m: f'id="{id_prefix}{m.group(1)}"', svg)
+    svg = _REF.sub(lambda m: m.group(1) + id_prefix, svg)
+    svg = _PATH_DATA.sub(_compact_path, svg)
+    return svg.strip()
+
+
+def png_data_uri(fig: Figure) -> str:
+    buf = io.BytesIO()
+    # dpi="figure" so a user's savefig.dpi cannot change the size; no Software key, so no URL.
+    fig.savefig(buf, format="png", dpi="figure", metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def figure_markup(fig: Figure, id_prefix: str, alt: str) -> str:
+    """The figure inline as SVG, or as a PNG data URI when its SVG exceeds ``MAX_SVG_BYTES``."""
+    svg = svg_markup(fig, id_prefix)
+    if len(svg) <= MAX_SVG_BYTES:
+        return svg
+    return f'<img alt="{_e(alt)}" src="{png_data_uri(fig)}" width="1000" height="450">'
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _header(analysis: Analysis) -> str:
+    version = analysis.nsys_version or "unknown"
+    meta = [
+        ("trace", f'<span class="mono">{_e(analysis.trace_path)}</span>'),
+        ("nsys version", _e(version)),
+        ("model", f"{_e(analysis.model)} address space"),
+        ("granularity", f"{analysis.granularity_bytes} B"),
+        ("spaces", str(len(analysis.spaces))),
+    ]
+    out = ["<header><h1>nsysfrag: GPU memory fragmentation</h1>", '<dl class="meta">']
+    out += [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta]
+    out.append("</dl>")
+    if analysis.warnings:
+        items = "".join(f"<li>{_e(w)}</li>" for w in analysis.warnings)
+        out.append(f'<div class="warnings"><strong>Warnings</strong><ul>{items}</ul></div>')
+    if len(analysis.spaces) > 1:
+        links = "".join(
+            f'<li><a href="#{space_anchor(s)}">{_e(space_title(s))}</a> {_badge(s.health)}</li>'
+            for s in analysis.spaces
+        )
+        out.append(f"<nav><ul>{links}</ul></nav>")
+    out.append("</header>")
+    return "".join(out)
+
+
+def _state_row(label: str, s: State) -> str:
+    return (
+        f'<tr><th>{label}</th><td class="n">{_seconds(s.time_ns)}</td>'
+        + _rated(percent(s.global_frag), global_frag_health(s.global_frag))
+        + _rated(percent(s.local_frag), local_frag_health(s.local_frag))
+        + _rated(str(s.free_blocks), free_blocks_health(s.free_blocks))
+        + f'<td class="n">{format_bytes(s.largest_free_bytes)}</td>'
+        f'<td class="n">{format_bytes(s.free_bytes)}</td>'
+        f'<td class="n">{format_bytes(s.live_bytes)}</td></tr>'
+    )
+
+
+def _summary(s: SpaceAnalysis) -> str:
+    c = s.counts
+    counts = [
+        ("allocations", str(c.allocations)),
+        ("frees", str(c.frees)),
+        ("unmatched frees", str(c.unmatched_frees)),
+        ("overlaps", str(c.overlaps)),
+        ("zero-size allocations", str(c.zero_size_allocs)),
+        ("failed allocations", f"{c.failed_allocations} ({s.alloc_failure_rate:.2%})"),
+        ("other-kind events", str(c.other_kind_events)),
+        ("out-of-order frees", str(s.out_of_order_frees)),
+        ("hole-creating frees", str(s.hole_creating_frees)),
+    ]
+    count_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in counts)
+    max_row = (
+        '<tr><th>max</th><td class="n"></td>'
+        + _rated(percent(s.max_global_frag), global_frag_health(s.max_global_frag))
+        + _rated(percent(s.max_local_frag), local_frag_health(s.max_local_frag))
+        + _rated(str(s.max_free_blocks), free_blocks_health(s.max_free_blocks))
+        + '<td class="n"></td><td class="n"></td>'
+        + f'<td class="n">{format_bytes(s.max_live_bytes)}</td></tr>'
+    )
+    head = ["", "trace time", "global frag", "local frag", "free blocks", "largest free"]
+    states = _table(
+        [*head, "free", "live"],
+        [_state_row("peak", s.peak), _state_row("final", s.final), max_row],
+        numeric={1, 2, 3, 4, 5, 6, 7},
+    )
+    figures = [
+        ("global frag growth", f"{s.growth_per_s * 100:+.3f} points/s"),
+        ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
+        ("arena start", f"0x{s.base_address:x}"),
+        ("arena end", f"0x{s.arena_end:x}"),
+        ("span mode", "yes: addresses exceed device memory" if s.span_mode else "no"),
+    ]
+    figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
+    return (
+        f"<h3>State ({MODEL_TITLE})</h3>{states}"
+        '<div class="pair"><div><h3>Events</h3>'
+        f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
+        "<div><h3>Growth and layout</h3>"
+        f'<table class="trends"><tbody>{figure_rows}</tbody></table></div></div>'
+    )
+
+
+def _advice(s: SpaceAnalysis) -> str:
+    lines = advise(s)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+    return f'<h3>Advice</h3><ul class="advice">{items}</ul>'
+
+
+def _figures(s: SpaceAnalysis, space_index: int) -> str:
+    out = ['<h3>Figures</h3><div class="figures">']
+    for j, (name, build) in enumerate(figure_builders.items()):
+        # Short: a 20,000-block address map repeats its clip-path id 20,000 times.
+        prefix = f"s{space_index}f{j}-"
+        alt = f"{name} figure of {space_title(s)}"
+        markup = figure_markup(build(s), prefix, alt)
+        out.append(
+            f'<figure id="{space_anchor(s)}-fig-{name}" data-figure="{name}">{markup}</figure>'
+        )
+    out.append("</div>")
+    return "".join(out)
+
+
+def _hotspots(s: SpaceAnalysis) -> str:
+    title = "<h3>Out-of-order free hotspots</h3>"
+    if not s.hotspots:
+        return title + '<p class="empty">No out-of-order frees.</p>'
+    rows = []
+    for h in s.hotspots[:TOP_HOTSPOTS]:
+        pins = ", ".join(h.pinned_by[:PINNED_BY_SHOWN])
+        if len(h.pinned_by) > PINNED_BY_SHOWN:
+            pins += f", … {len(h.pinned_by) - PINNED_BY_SHOWN} more"
+        rows.append(
+            f'<tr><td class="site mono">{_e(h.site)}</td><td class="n">{_e(h.size_class)}</td>'
+            f'<td class="n">{h.out_of_order_frees}</td><td class="n">{h.hole_creating_frees}</td>'
+            f'<td class="n">{format_bytes(h.hole_bytes)}</td>'
+            f'<td class="site mono">{_e(pins)}</td></tr>'
+        )
+    shown = f"top {TOP_HOTSPOTS} of {len(s.hotspots)}" if len(s.hotspots) > TOP_HOTSPOTS else ""
+    note = f'<p class="sub">{shown}</p>' if shown else ""
+    head = ["site", "size class", "out-of-order frees", "holes", "hole bytes", "pinned by"]
+    return title + note + _table(head, rows, numeric={1, 2, 3, 4})
+
+
+def _histogram(title: str, buckets: list[Bucket], empty: str) -> str:
+    out = f"<h3>{_e(title)}</h3>"
+    if not buckets:
+        return out + f'<p class="empty">{_e(empty)}</p>'
+    most_count = max(b.count for b in buckets)
+    most_bytes = max(b.bytes for b in buckets) or 1
+    rows = []
+    for b in buckets:
+        wc = max(1, round(100 * b.count / most_count))
+        wb = max(1, round(100 * b.bytes / most_bytes))
+        rows.append(
+            f'<tr><td class="n">{size_class_label(b.lo_bytes.bit_length() - 1)}</td>'
+            f'<td class="n">{b.count}</td><td class="bars"><span class="bar" style="width:{wc}%">'
+            f'</span></td><td class="n">{format_bytes(b.bytes)}</td><td class="bars">'
+            f'<span class="bar bytes" style="width:{wb}%"></span></td></tr>'
+        )
+    return out + _table(["size class", "count", "", "bytes", ""], rows, numeric={0, 1, 3})
+
+
+def _space(s: SpaceAnalysis, index: int) -> str:
+    peak_s = (s.peak.time_ns - int(s.timeline.time_ns[0])) / 1e9
+    return "".join(
+        [
+            f'<section class="space" id="{space_anchor(s)}">',
+            f"<h2>{_e(space_title(s))} {_badge(s.health)}</h2>",
+            (
+                f'<p class="sub">health {s.health.label}: the worst of global frag, local frag'
+                " and free blocks, each at its maximum over the trace</p>"
+            ),
+            _summary(s),
+            _advice(s),
+            _figures(s, index),
+            _hotspots(s),
+            _histogram("Allocation sizes (whole trace)", s.size_histogram, "No allocations."),
+            _histogram(
+                f"Free blocks at peak fragmentation ({peak_s:.2f} s after the first event)",
+                s.free_block_histogram,
+                "No free memory at the peak.",
+            ),
+            "</section>",
+        ]
+    )
+
+
+# (metric, formula / meaning, ok, warn, critical); text as in README's metric section.
+METRICS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("global_frag", "(F − L) / C — free memory outside the largest block, as a share of the device",
+     "< 20 %", "20 – 40 %", "≥ 40 %"),
+    ("local_frag", "1 − L / F (0 when F = 0) — share of free memory a maximal request cannot use",
+     "< 30 %", "30 – 60 %", "> 60 %"),
+    ("free_blocks", "N — the number of free blocks", "< 100", "100 – 500", "> 500"),
+    ("largest_free_bytes", "L — the largest free block", "", "", ""),
+    ("free_bytes, live_bytes", "F, U — free bytes and live (requested) bytes", "", "", ""),
+)  # fmt: skip
+
+TERMS: tuple[tuple[str, str], ...] = (
+    (
+        "Address space",
+        (
+            "One per (process, CUDA device). Only device memory is replayed (memory kinds Device, "
+            "Array and Device Static); pinned, pageable and managed events are counted as other-kind "
+            "events. The model “observed” is the layout the trace recorded."
+        ),
+    ),
+    (
+        "Capacity C",
+        (
+            "The device's totalMemory (mapped through TARGET_INFO_CUDA_DEVICE when the process saw "
+            "the GPU under another CUDA id), or --capacity."
+        ),
+    ),
+    ("Footprint", "A block's size rounded up to the granularity G."),
+    (
+        "Arena [B, E)",
+        (
+            "B is the lowest allocated address, E = max(B + C, highest footprint end). When E > B + C"
+            " the space is in span mode: the addresses span more than the device, and the observed "
+            "layout over-states free space."
+        ),
+    ),
+    (
+        "Free blocks",
+        (
+            "The maximal ranges of the arena covered by no live footprint: F free bytes, L largest "
+            "free block, N number of free blocks, U live (requested) bytes."
+        ),
+    ),
+    (
+        "Health",
+        "The worst level of the three rated metrics, each at its maximum over the trace.",
+    ),
+    ("Peak", "The state after the first event at which global_frag reaches its maximum."),
+    (
+        "Internal fragmentation",
+        "Rounding waste at the moment of peak footprint: Σ (footprint − bytes) / Σ footprint.",
+    ),
+    (
+        "Allocation failure rate",
+        (
+            "failed / (failed + allocations). failed counts runtime and driver allocation calls "
+            "(cudaMalloc*, cuMemAlloc*, …) with a non-zero return value, charged to the device of the"
+            " calling thread's most recent successful allocation, else to the process's lowest "
+            "device."
+        ),
+    ),
+    (
+        "Growth",
+        (
+            "The least-squares slope of global_frag per second, over 1,000 evenly spaced samples of "
+            "the step function between the first and last event (shown in percentage points/s)."
+        ),
+    ),
+    (
+        "Out-of-order free",
+        "A free of a block that is not the most recently allocated live block.",
+    ),
+    (
+        "Hole-creating free",
+        (
+            "A free whose free block is bounded by live blocks on both sides. The space's count "
+            "includes in-order frees; a hotspot's counts only its out-of-order frees."
+        ),
+    ),
+    (
+        "Site",
+        (
+            "The NVTX push/pop ranges enclosing a block's allocation call on the calling thread, "
+            "outermost first, joined with /; else the innermost start/end range; else (no range)."
+        ),
+    ),
+    (
+        "Hotspots",
+        (
+            "Out-of-order frees grouped by (site, size class [2^k, 2^(k+1))), ranked by the bytes of "
+            "the holes they created; each lists the sites of the live blocks that pinned those holes."
+        ),
+    ),
+    (
+        "Histograms",
+        "Allocation sizes (every allocation) and free blocks at the peak, by size class.",
+    ),
+    (
+        "Anomalies",
+        (
+            "Counted, never fatal: a free of an address that starts no live block is an unmatched"
+            " free; an allocation overlapping live blocks counts one overlap and evicts them;"
+            " zero-byte allocations are counted and not placed."
+        ),
+    ),
+)
+
+
+def _definitions() -> str:
+    rows = [
+        f'<tr><td><code>{_e(m)}</code></td><td>{_e(f)}</td><td class="ok">{_e(ok)}</td>'
+        f'<td class="warn">{_e(w)}</td><td class="critical">{_e(c)}</td></tr>'
+        if ok
+        else f"<tr><td><code>{_e(m)}</code></td><td>{_e(f)}</td><td></td><td></td><td></td></tr>"
+        for m, f, ok, w, c in METRICS
+    ]
+    terms = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in TERMS)
+    return (
+        '<section class="definitions" id="definitions"><h2>Metric definitions</h2>'
+        + _table(["metric", "formula", "ok", "warn", "critical"], rows)
+        + f'<dl class="meta">{terms}</dl></section>'
+    )
+
+
+def render(analysis: Analysis) -> str:
+    """The whole report as one HTML5 document (deterministic for a given analysis)."""
+    name = PurePath(analysis.trace_path).name or analysis.trace_path
+    body = [_header(analysis)]
+    if not analysis.spaces:
+        body.append('<p class="empty">No device-memory allocations in this trace.</p>')
+    body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
+    body.append(_definitions())
+    body.append(
+        "<footer>Generated by nsysfrag. This page is self-contained and works offline.</footer>"
+    )
+    return (
+        "<!doctype html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>nsysfrag — {_e(name)}</title>\n"
+        f"<style>{_CSS}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
+
+
+def write(analysis: Analysis, path: Path) -> None:
+    """Write :func:`render`'s page to ``path`` as UTF-8."""
+    Path(path).write_text(render(analysis), encoding="utf-8")

@@ -1,0 +1,163 @@
+"""--fail-on gates, --baseline / compare and their exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nsysfrag.cli import cli
+from nsysfrag.errors import InputError
+from nsysfrag.gates import evaluate, parse_gate
+from tests.conftest import SAMPLES
+
+INFERENCE = SAMPLES / "inference_serving.sqlite"
+TRAINING = SAMPLES / "training_loop.sqlite"
+
+SPACE = {
+    "pid": 7,
+    "device": 0,
+    "health": "warn",
+    "alloc_failure_rate": 0.0,
+    "internal_frag": 0.1,
+    "counts": {"overlaps": 2, "failed_allocations": 0},
+    "max": {"global_frag": 0.3, "local_frag": 0.6, "free_blocks": 500, "live_bytes": 10},
+    "peak": {"global_frag": 0.25, "largest_free_bytes": 1 << 30, "free_blocks": 400},
+    "final": {"global_frag": 0.1},
+}
+DOC = {"schema": "nsysfrag/1", "spaces": [SPACE]}
+
+
+@pytest.mark.parametrize(
+    ("expr", "trips"),
+    [
+        ("global_frag>0.3", False),  # bare names mean the maximum over the trace
+        ("global_frag>=0.3", True),
+        ("global_frag<0.31", True),
+        ("global_frag<=0.29", False),
+        ("global_frag==0.3", True),
+        ("global_frag=0.3", True),
+        ("global_frag!=0.3", False),
+        ("peak.global_frag>0.2", True),
+        ("final.global_frag > 10%", False),
+        ("local_frag>=60%", True),
+        ("free_blocks>500", False),
+        ("free_blocks>=500", True),
+        ("alloc_failure_rate>0", False),
+        ("overlaps>0", True),
+        ("counts.overlaps>1", True),
+        ("peak.largest_free_bytes<2GiB", True),
+        ("peak.largest_free_bytes<1GiB", False),
+        ("health=critical", False),
+        ("health>=warn", True),
+        ("health=warn", True),
+        ("health!=ok", True),
+    ],
+)
+def test_each_operator(expr: str, trips: bool) -> None:
+    assert bool(evaluate([parse_gate(expr)], DOC)) is trips
+
+
+@pytest.mark.parametrize(
+    ("expr", "why"),
+    [
+        ("global_frag", "not a gate"),
+        ("global_frag>>0.3", "not a number"),
+        ("bogus>1", "unknown metric"),
+        ("health=terrible", "ok, warn, critical"),
+        ("free_blocks>5 blocks", "unknown unit"),
+        ("free_blocks>five", "not a number"),
+        ("live_bytes>5parsecs", "unknown unit"),
+    ],
+)
+def test_malformed_gates_say_why(expr: str, why: str) -> None:
+    with pytest.raises(InputError, match=why):
+        parse_gate(expr)
+
+
+def test_several_gates_all_reported(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["analyze", str(INFERENCE), "-q", "--fail-on", "health=critical", "--fail-on", "global_frag>0.99",
+         "--fail-on", "local_frag>0.5"],
+    )
+    assert result.exit_code == 1
+    tripped = [line for line in result.output.splitlines() if "gate tripped" in line]
+    assert len(tripped) == 2
+    assert "pid 3310 device 0: health = critical" in tripped[0]
+    assert "local_frag" in tripped[1] and "> 0.5" in tripped[1]
+
+
+def test_gate_that_holds_exits_zero() -> None:
+    result = CliRunner().invoke(cli, ["analyze", str(TRAINING), "-q", "--fail-on", "health=critical"])
+    assert result.exit_code == 0 and result.output == ""
+
+
+def test_malformed_gate_exits_2_before_analysis(tmp_path: Path) -> None:
+    out = tmp_path / "a.json"
+    result = CliRunner().invoke(cli, ["analyze", str(TRAINING), "--json", str(out), "--fail-on", "oops"])
+    assert result.exit_code == 2
+    assert not out.exists()
+
+
+def _json(tmp_path: Path, trace: Path, name: str) -> Path:
+    out = tmp_path / name
+    assert CliRunner().invoke(cli, ["analyze", str(trace), "-q", "--json", str(out)]).exit_code == 0
+    return out
+
+
+def test_compare_side_by_side_and_regression_gate(tmp_path: Path) -> None:
+    base, current = _json(tmp_path, TRAINING, "base.json"), _json(tmp_path, INFERENCE, "cur.json")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["compare", str(base), str(current)], env={"NSYSFRAG_WIDTH": "120"})
+    assert result.exit_code == 0, result.output
+    assert "max local frag" in result.output and "ok → critical" in result.output
+    # Local fragmentation grew from ~14 % to ~93 %: a regression beyond 5 points.
+    result = runner.invoke(cli, ["compare", str(base), str(current), "--fail-on-regression", "0.05"])
+    assert result.exit_code == 1
+    assert "regression: pid 3310 device 0: max local frag grew by" in result.output
+    # The other way round local fragmentation fell and global grew by 7.5 points: a 10-point
+    # threshold lets it pass.
+    result = runner.invoke(cli, ["compare", str(current), str(base), "--fail-on-regression", "0.1"])
+    assert result.exit_code == 0, result.output
+
+
+def test_compare_pairs_spaces_by_device_when_pids_differ(tmp_path: Path) -> None:
+    base = _json(tmp_path, SAMPLES / "multi_gpu.sqlite", "a.json")
+    doc = json.loads(base.read_text())
+    for space in doc["spaces"]:
+        space["pid"] += 1000
+        space["max"]["global_frag"] += 0.5
+    current = tmp_path / "b.json"
+    current.write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["compare", str(base), str(current), "--fail-on-regression", "0.1"])
+    assert result.exit_code == 1
+    assert result.output.count("regression:") == 3
+    assert "only in" not in result.output
+
+
+def test_analyze_with_baseline(tmp_path: Path) -> None:
+    base = _json(tmp_path, TRAINING, "base.json")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["analyze", str(INFERENCE), "--baseline", str(base), "--fail-on-regression", "0.05"],
+                           env={"NSYSFRAG_WIDTH": "120"})
+    assert result.exit_code == 1
+    assert "this run" in result.output and "regression:" in result.output
+    same = runner.invoke(cli, ["analyze", str(TRAINING), "--baseline", str(base), "--fail-on-regression", "0"])
+    assert same.exit_code == 0
+
+
+@pytest.mark.parametrize("content", ["", "not json", '{"schema": "other"}', "[1, 2]"])
+def test_compare_rejects_non_analysis_files(tmp_path: Path, content: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = _json(tmp_path, TRAINING, "good.json")
+    result = CliRunner().invoke(cli, ["compare", str(good), str(bad)])
+    assert result.exit_code == 2
+
+
+def test_regression_without_baseline_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["analyze", str(TRAINING), "--fail-on-regression", "0.1"])
+    assert result.exit_code == 2
