@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -170,15 +170,18 @@ def _read(engine: sa.Engine, con: Connection, path: Path, require_memory_events:
             " export nsysfrag understands — re-export it with a current `nsys export --type sqlite`"
         )
     query = _MemoryQuery.plan(con, tables)
-    # SQLite releases the GIL while it scans, so a second connection reads the memory table
-    # while this one reads the API calls and the smaller tables.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        reading = pool.submit(_read_on_own_connection, engine, query.read)
-        names = _api_names(con, tables)
-        api = _read_api(con, tables, names, query.alloc_op_id)
+    # SQLite releases the GIL while it scans, so the memory table and the API calls are read on
+    # connections of their own, in parallel, while this one reads the small tables.
+    names = _api_names(con, tables)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        reading = pool.submit(_on_own_connection, engine, query.read)
+        calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names))
         nvtx = _read_nvtx(con, tables)
         counts = _count_calls(con, names, (ALLOCATION_CALLS, VMM_CALLS))
         memory = reading.result()
+        api = _read_correlated_api(
+            con, tables, names, memory, calls.result(), query.alloc_op_id
+        )
     return Trace(
         path=str(path),
         nsys_version=metadata.get("EXPORT_PRODUCT_VERSION"),
@@ -194,7 +197,10 @@ def _read(engine: sa.Engine, con: Connection, path: Path, require_memory_events:
     )
 
 
-def _read_on_own_connection(engine: sa.Engine, read: Callable[[Connection], MemoryEvents]) -> MemoryEvents:
+T = TypeVar("T")
+
+
+def _on_own_connection(engine: sa.Engine, read: Callable[[Connection], T]) -> T:
     with engine.connect() as con:
         return read(con)
 
@@ -259,15 +265,16 @@ def _enum_ids(con: Connection, tables: set[str], table: str) -> dict[str, int]:
 class _MemoryQuery:
     """How to read the memory table of this export into arrays."""
 
-    correlation: str
-    packed: str
+    has_correlation: bool
     total_rows: int
+    modelled_kinds: tuple[int, ...] = ()
     alloc_op_id: int = DEFAULT_ALLOCATION_ID
+    free_op_id: int = DEFAULT_DEALLOCATION_ID
 
     @classmethod
     def plan(cls, con: Connection, tables: set[str]) -> _MemoryQuery:
         if MEMORY_TABLE not in tables:
-            return cls("-1", "0", 0)
+            return cls(False, 0)
         kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
         modelled = (
             [kinds[n] for n in MODELLED_KIND_NAMES if n in kinds]
@@ -275,56 +282,49 @@ class _MemoryQuery:
             else list(MODELLED_KIND_NAMES.values())
         )
         opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
-        alloc_id = opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID)
-        free_id = opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID)
-        has_corr = "correlationId" in _columns(con, MEMORY_TABLE)
-        kinds_sql = ",".join(str(k) for k in modelled) or "NULL"
         return cls(
-            correlation="coalesce(correlationId, -1)" if has_corr else "-1",
-            # pid (24 bits), device and three flag bits packed into one integer: one column to
-            # read instead of four.
-            packed=f"((globalPid >> 24) & 16777215) * 4294967296 + deviceId * 8"
-            f" + (memoryOperationType = {free_id}) + 2 * (memKind IN ({kinds_sql}))"
-            f" + 4 * (memoryOperationType IN ({alloc_id}, {free_id}))",
+            has_correlation="correlationId" in _columns(con, MEMORY_TABLE),
             total_rows=int(_rows(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0]),
-            alloc_op_id=alloc_id,
+            modelled_kinds=tuple(modelled),
+            alloc_op_id=opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID),
+            free_op_id=opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID),
         )
 
     def read(self, con: Connection) -> MemoryEvents:
         if self.total_rows == 0:
             return _no_memory_events()
-        columns = ["start", "address", "bytes", self.correlation, self.packed]
-        try:
-            start, address, nbytes, correlation, packed = _int_columns(con, columns, MEMORY_TABLE)
-        except _NotAllIntegers:
-            # Some row holds a NULL or a non-integer: filter such rows in SQL, which costs a
-            # second, slower scan, rather than on every well-formed trace.
-            valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
-            if self.correlation != "-1":
-                valid += " AND (correlationId IS NULL OR typeof(correlationId) = 'integer')"
-            start, address, nbytes, correlation, packed = _int_columns(
-                con, columns, MEMORY_TABLE, valid
-            )
+        # Plain columns: SQLite computes expressions slower than numpy decodes them.
+        correlation = "coalesce(correlationId, -1)" if self.has_correlation else "-1"
+        required = list(REQUIRED_MEMORY_COLUMNS)
+        if self.has_correlation:
+            required.append("coalesce(correlationId, 0)")
+        start, address, nbytes, corr, gpid, device, kind, op = _read_integers(
+            con,
+            ["start", "address", "bytes", correlation, "globalPid", "deviceId", "memKind",
+             "memoryOperationType"],
+            MEMORY_TABLE,
+            "1",
+            required,
+        )
         # Negative sizes and unknown operations are skipped (and counted) too.
-        keep = (nbytes >= 0) & ((packed & 4) != 0)
-        if not keep.all():
-            start, address, nbytes, correlation, packed = (
-                a[keep] for a in (start, address, nbytes, correlation, packed)
-            )
+        keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
         # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in
-        # rowid order, so a stable sort on start is enough.
-        order = np.argsort(start, kind="stable")
-        packed = packed[order]
+        # rowid order, so a stable sort on start is enough, and none when nsys wrote them in
+        # time order already.
+        order = np.flatnonzero(keep)
+        if np.any(start[order][1:] < start[order][:-1]):
+            order = order[np.argsort(start[order], kind="stable")]
+        pid, _ = split_global_id(gpid[order])
         return MemoryEvents(
             start_ns=start[order],
-            pid=packed >> 32,
-            device=(packed & 0xFFFFFFFF) >> 3,
+            pid=pid,
+            device=device[order],
             # Reinterpret the signed 64-bit value as the unsigned address it stands for.
             address=address[order].view(np.uint64),
             bytes=nbytes[order],
-            is_free=(packed & 1).astype(np.bool_),
-            modelled=(packed & 2).astype(np.bool_),
-            correlation_id=correlation[order],
+            is_free=op[order] == self.free_op_id,
+            modelled=np.isin(kind[order], self.modelled_kinds),
+            correlation_id=corr[order],
         )
 
 
@@ -383,34 +383,72 @@ def _int_columns(
     return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in parts]
 
 
-def _read_api(con: Connection, tables: set[str], names: dict[int, str], alloc_op_id: int) -> ApiCalls:
+_NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.bool_),) * 2)
+_API_REQUIRED = ("start", "globalTid", "correlationId")
+# Correlation ids listed literally in a query; beyond this a subquery over the memory table is
+# cheaper than a huge statement.
+_LITERAL_IDS = 20_000
+
+
+def _read_api(con: Connection, tables: set[str], names: dict[int, str]) -> ApiCalls:
+    """The allocation calls (for failures and sites). Rows correlated with other memory events
+    come from :func:`_read_correlated_api` once the memory events are known."""
     need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
     if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
-        empty = np.zeros(0, dtype=np.int64)
-        return ApiCalls(empty, empty, empty, empty, empty.astype(bool), empty.astype(bool))
-    alloc_ids = [i for i, n in names.items() if n in ALLOCATION_CALLS]
-    id_list = ",".join(str(i) for i in alloc_ids) or "NULL"
-    correlated = (
-        f" OR correlationId IN (SELECT correlationId FROM {MEMORY_TABLE}"
-        f" WHERE memoryOperationType = {alloc_op_id})"
-        if MEMORY_TABLE in tables
-        else ""
+        return _NO_API
+    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
+    return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids)
+
+
+def _read_correlated_api(
+    con: Connection, tables: set[str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
+    alloc_op_id: int,
+) -> ApiCalls:
+    """Add the API rows of allocation events whose call is not an allocation call (static
+    memory at module load, arrays, ...): usually few, so they are fetched by id."""
+    need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
+    if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
+        return api
+    allocs = ~memory.is_free & (memory.correlation_id >= 0)
+    wanted = (memory.pid[allocs] << 32) | memory.correlation_id[allocs]
+    found = np.sort((api.pid << 32) | api.correlation_id)
+    if len(found):
+        pos = np.minimum(np.searchsorted(found, wanted), len(found) - 1)
+        wanted = wanted[found[pos] != wanted]
+    missing = np.unique(wanted & 0xFFFFFFFF)
+    if len(missing) == 0:
+        return api
+    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
+    if len(missing) <= _LITERAL_IDS:
+        ids = ",".join(str(int(c)) for c in missing)
+    else:
+        ids = f"SELECT correlationId FROM {MEMORY_TABLE} WHERE memoryOperationType = {alloc_op_id}"
+    extra = _api_rows(
+        con, f"correlationId IN ({ids}) AND coalesce(nameId NOT IN ({alloc_ids}), 1)", alloc_ids,
+        chunked=len(missing) <= _LITERAL_IDS,
     )
-    # Only the rows we use: allocation calls (for failures and sites) and rows correlated with
-    # an allocation event; a long run has millions of kernel launches we never need.
-    start, gtid, corr, flags = _int_columns(
+    return ApiCalls(
+        *(np.concatenate([a, b]) for a, b in zip(
+            (api.start_ns, api.pid, api.tid, api.correlation_id, api.is_runtime, api.is_failed_allocation),
+            (extra.start_ns, extra.pid, extra.tid, extra.correlation_id, extra.is_runtime, extra.is_failed_allocation),
+            strict=True,
+        ))
+    )
+
+
+def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True) -> ApiCalls:
+    start, gtid, corr, flags = _read_integers(
         con,
         [
             "start",
             "globalTid",
             "correlationId",
-            f"coalesce(eventClass = 0, 0)"
-            f" + 2 * coalesce(nameId IN ({id_list}) AND returnValue != 0, 0)",
+            f"coalesce(eventClass = 0, 0) + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)",
         ],
         RUNTIME_TABLE,
-        f"typeof(start) = 'integer' AND typeof(globalTid) = 'integer'"
-        f" AND typeof(correlationId) = 'integer' AND (nameId IN ({id_list}){correlated})",
-        chunked=False,
+        where,
+        _API_REQUIRED,
+        chunked,
     )
     pid, tid = split_global_id(gtid)
     return ApiCalls(
@@ -421,6 +459,23 @@ def _read_api(con: Connection, tables: set[str], names: dict[int, str], alloc_op
         is_runtime=(flags & 1).astype(np.bool_),
         is_failed_allocation=(flags & 2).astype(np.bool_),
     )
+
+
+def _read_integers(
+    con: Connection,
+    expressions: list[str],
+    table: str,
+    where: str,
+    required: Sequence[str],
+    chunked: bool = True,
+) -> list[I64]:
+    """:func:`_int_columns`, skipping rows whose ``required`` columns hold a NULL or a
+    non-integer. The check costs a slower second scan, so only a trace that needs it pays."""
+    try:
+        return _int_columns(con, expressions, table, where, chunked)
+    except _NotAllIntegers:
+        valid = " AND ".join(f"typeof({c}) = 'integer'" for c in required)
+        return _int_columns(con, expressions, table, f"({where}) AND {valid}", chunked)
 
 
 def _read_nvtx(con: Connection, tables: set[str]) -> NvtxRanges:
