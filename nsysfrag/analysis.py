@@ -219,6 +219,8 @@ def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[tuple[int, int], I
     if len(rows) == 0:
         return {}
     keys = (pid[rows] << 32) | device[rows]
+    if (keys == keys[0]).all():  # the common case: one process on one device
+        return {(int(pid[rows[0]]), int(device[rows[0]])): rows}
     order = np.argsort(keys, kind="stable")
     uniq, first = np.unique(keys[order], return_index=True)
     bounds = np.append(first, len(rows))
@@ -454,35 +456,41 @@ def _analyze_space(
     )
 
 
-def _hotspots(events: SpaceEvents, result: ReplayResult, site_codes: I64, site_names: list[str]) -> list[Hotspot]:
+def _hotspots(
+    events: SpaceEvents, result: ReplayResult, site_codes: I64, site_names: list[str]
+) -> list[Hotspot]:
     frees = np.flatnonzero(result.out_of_order)
     if len(frees) == 0:
         return []
     freed = result.freed_alloc[frees]
     hole = result.hole[frees]
     sizes = events.bytes[freed]
-    site, k = site_codes[freed], size_class(sizes)
-    left, right = result.pin_left[frees], result.pin_right[frees]
-    order = np.lexsort((k, site))
-    group_keys = (site[order] << 7) | k[order]
-    _, first = np.unique(group_keys, return_index=True)
-    bounds = np.append(first, len(order))
-    hotspots = []
-    for j in range(len(first)):
-        members = order[bounds[j] : bounds[j + 1]]
-        holes = members[hole[members]]
-        pins = np.concatenate([site_codes[left[holes]], site_codes[right[holes]]])
-        codes, counts = np.unique(pins, return_counts=True)
-        ranked = sorted(zip((-counts).tolist(), (site_names[c] for c in codes.tolist())))
-        hotspots.append(
-            Hotspot(
-                site=site_names[int(site[members[0]])],
-                size_lo_bytes=1 << int(k[members[0]]),
-                out_of_order_frees=len(members),
-                hole_creating_frees=len(holes),
-                hole_bytes=int(sizes[holes].sum()),
-                pinned_by=tuple(name for _, name in ranked),
-            )
+    # One group per (site, size class); aggregate with bincount rather than a loop per free.
+    groups, group_of = np.unique((site_codes[freed] << 7) | size_class(sizes), return_inverse=True)
+    n_groups = len(groups)
+    frees_per_group = np.bincount(group_of, minlength=n_groups)
+    holes_per_group = np.bincount(group_of[hole], minlength=n_groups)
+    hole_bytes = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(hole_bytes, group_of[hole], sizes[hole])
+    # Pinning sites: count (group, site) pairs over the left and right neighbours of each hole.
+    pin_sites = np.concatenate(
+        [site_codes[result.pin_left[frees][hole]], site_codes[result.pin_right[frees][hole]]]
+    )
+    pin_groups = np.concatenate([group_of[hole], group_of[hole]])
+    pairs, pair_counts = np.unique((pin_groups << 32) | pin_sites, return_counts=True)
+    pinned: dict[int, list[tuple[int, str]]] = {}
+    for pair, count in zip(pairs.tolist(), pair_counts.tolist(), strict=True):
+        pinned.setdefault(pair >> 32, []).append((-count, site_names[pair & 0xFFFFFFFF]))
+    hotspots = [
+        Hotspot(
+            site=site_names[key >> 7],
+            size_lo_bytes=1 << (key & 0x7F),
+            out_of_order_frees=int(frees_per_group[g]),
+            hole_creating_frees=int(holes_per_group[g]),
+            hole_bytes=int(hole_bytes[g]),
+            pinned_by=tuple(name for _, name in sorted(pinned.get(g, []))),
         )
+        for g, key in enumerate(groups.tolist())
+    ]
     hotspots.sort(key=lambda h: (-h.hole_bytes, -h.out_of_order_frees, h.site, h.size_lo_bytes))
     return hotspots
