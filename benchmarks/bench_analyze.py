@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from churn_trace import churn_trace  # noqa: E402
+from churn_trace import churn_trace
 
 RUNS = 3
 # Peak RSS of a child, measured by a wrapper process so other children do not count.

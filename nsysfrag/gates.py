@@ -95,9 +95,9 @@ def _lookup(space: dict[str, Any], metric: str) -> Any:
                 return space[section][metric]
         if metric in space.get("counts", {}):
             return space["counts"][metric]
-    if isinstance(node, bool) or isinstance(node, (dict, list)):
-        return None if isinstance(node, (dict, list)) else int(node)
-    return node
+    if isinstance(node, (dict, list)):
+        return None
+    return int(node) if isinstance(node, bool) else node
 
 
 def parse_gate(text: str) -> Gate:

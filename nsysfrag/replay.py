@@ -153,7 +153,7 @@ def _set_gap(gaps: np.ndarray, size: int, leaf: int, value: int) -> int:
     while i >= 1:
         a = gaps[2 * i]
         b = gaps[2 * i + 1]
-        gaps[i] = a if a > b else b
+        gaps[i] = max(a, b)
         i >>= 1
     return (1 if value > 0 else 0) - (1 if old > 0 else 0)
 

@@ -22,12 +22,12 @@ from sqlalchemy.engine import Connection
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import (
-    I64,
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
     DEALLOCATION_OPERATION_NAME,
     DEFAULT_ALLOCATION_ID,
     DEFAULT_DEALLOCATION_ID,
+    I64,
     MODELLED_KIND_NAMES,
     NVTX_PUSH_POP,
     NVTX_START_END,

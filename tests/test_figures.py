@@ -21,6 +21,7 @@ from matplotlib.patches import Patch
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
 from nsysfrag.metrics import format_bytes, size_class_label
+from nsysfrag.replay import ALLOCATED, FREED
 from nsysfrag.reporters import figures
 from nsysfrag.reporters.figures import (
     FULL_RESOLUTION_EVENTS,
@@ -36,7 +37,6 @@ from nsysfrag.reporters.figures import (
     step_indices,
 )
 from nsysfrag.reporters.png import write_pngs
-from nsysfrag.replay import ALLOCATED, FREED
 from nsysfrag.synthetic import FREE, ApiRow, MemoryRow, NvtxRow
 from nsysfrag.trace import read_trace
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
