@@ -159,9 +159,9 @@ def _set_gap(gaps: np.ndarray, size: int, leaf: int, value: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _unlink(
+def _unlink(  # type: ignore[no-untyped-def]
     s, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
-):  # type: ignore[no-untyped-def]
+):
     """Remove live block ``s``; return the change in the number of non-empty free blocks."""
     p = prev_live[s]
     q = next_live[s]
@@ -179,7 +179,7 @@ def _unlink(
 
 
 @numba.njit(cache=True, nogil=True)
-def _replay_kernel(
+def _replay_kernel(  # type: ignore[no-untyped-def]
     is_free,
     offset,
     nbytes,
@@ -200,7 +200,7 @@ def _replay_kernel(
     pin_left,
     pin_right,
     removed_at,
-):  # type: ignore[no-untyped-def]
+):
     n = len(is_free)
     k = len(slot_offset)
     # Live blocks form a list in address order (prev/next by slot, -1 at the ends); the Fenwick

@@ -10,7 +10,7 @@ next), on an x axis of seconds since the space's first event.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,15 +93,15 @@ class BytesLocator(Locator):
     def __init__(self) -> None:
         self._inner = MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10])
 
-    def __call__(self) -> npt.NDArray[np.float64]:
+    def __call__(self) -> Sequence[float]:
         vmin, vmax = self.axis.get_view_interval()  # type: ignore[union-attr]
         return self.tick_values(vmin, vmax)
 
-    def tick_values(self, vmin: float, vmax: float) -> npt.NDArray[np.float64]:
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
         scale, _ = _binary_unit(max(abs(vmin), abs(vmax)))
         self._inner.set_axis(self.axis)
-        ticks = np.asarray(self._inner.tick_values(vmin / scale, vmax / scale), dtype=np.float64)
-        return np.asarray(self.raise_if_exceeds(ticks * scale))
+        ticks = [float(t) * scale for t in self._inner.tick_values(vmin / scale, vmax / scale)]
+        return self.raise_if_exceeds(ticks)
 
 
 class BytesFormatter(Formatter):
@@ -143,7 +143,8 @@ def _title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None
 
 def _seconds(space: SpaceAnalysis) -> F64:
     t = space.timeline.time_ns
-    return (t - t[0]).astype(np.float64) / 1e9
+    seconds: F64 = (t - t[0]).astype(np.float64) / 1e9
+    return seconds
 
 
 def _trace_time(ns: int) -> str:
@@ -190,7 +191,7 @@ def _step(
     ax: Axes, space: SpaceAnalysis, values: npt.NDArray[np.generic], scale: float = 1.0, **kw: Any
 ) -> None:
     idx = step_indices(space.timeline.time_ns, values)
-    ax.plot(_seconds(space)[idx], values[idx] * scale, drawstyle="steps-post", **kw)
+    ax.plot(_seconds(space)[idx], values[idx].astype(np.float64) * scale, drawstyle="steps-post", **kw)
 
 
 def _zoomed_top(highest: float, full: float) -> float:
@@ -460,7 +461,7 @@ def address_map(space: SpaceAnalysis) -> Figure:
         corners = ((x0, y0), (x0, y1), (x1, y1), (x1, y0))
         verts = np.stack([np.column_stack(c) for c in corners], axis=1)
         ax.add_collection(
-            PolyCollection(verts, facecolors=list(colors[keep]), edgecolors="none", linewidths=0)
+            PolyCollection(list(verts), facecolors=list(colors[keep]), edgecolors="none", linewidths=0)
         )
         handles = [Patch(facecolor=c, label=_short_site(s)) for s, c in legend]
         _legend_right(ax, handles=handles, title="allocation site", title_fontsize=8)
