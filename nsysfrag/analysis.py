@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import I64, Trace
+from nsysfrag.events import I64, ProgressCallback, Trace
 from nsysfrag.metrics import (
     F64,
     Health,
@@ -159,7 +159,10 @@ class Analysis:
 
 
 def analyze(
-    trace: Trace, capacity_bytes: int | None = None, granularity_bytes: int = DEFAULT_GRANULARITY
+    trace: Trace,
+    capacity_bytes: int | None = None,
+    granularity_bytes: int = DEFAULT_GRANULARITY,
+    progress: ProgressCallback | None = None,
 ) -> Analysis:
     """Replay every (process, device) space of ``trace`` in the observed address-space model."""
     if granularity_bytes < 1:
@@ -170,20 +173,30 @@ def analyze(
     groups = _group_by_space(mem.pid, mem.device, np.flatnonzero(mem.modelled))
     resolver = SiteResolver(mem, trace.api, trace.nvtx)
     failures, unattributed = _charge_failures(trace, resolver, set(groups))
-    other = {k: len(v) for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()}
-    spaces = [
-        _analyze_space(
-            trace,
-            resolver,
-            key,
-            groups[key],
-            _capacity(trace, key, capacity_bytes),
-            granularity_bytes,
-            failures.get(key, 0),
-            other.get(key, 0),
+    other = {
+        k: len(v)
+        for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()
+    }
+    total = sum(len(rows) for rows in groups.values())
+    spaces, done = [], 0
+    for key in sorted(groups):
+        if progress is not None:
+            progress("replaying events", done, total)
+        spaces.append(
+            _analyze_space(
+                trace,
+                resolver,
+                key,
+                groups[key],
+                _capacity(trace, key, capacity_bytes),
+                granularity_bytes,
+                failures.get(key, 0),
+                other.get(key, 0),
+            )
         )
-        for key in sorted(groups)
-    ]
+        done += len(groups[key])
+    if progress is not None:
+        progress("replaying events", done, total)
     warnings = []
     if trace.vmm_calls:
         warnings.append(

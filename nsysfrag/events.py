@@ -7,10 +7,14 @@ in compiled code.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+# progress(phase, done, total): how library code reports long work; the CLI draws the bar.
+ProgressCallback = Callable[[str, int, int], None]
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]

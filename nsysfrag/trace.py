@@ -36,6 +36,7 @@ from nsysfrag.events import (
     Gpu,
     MemoryEvents,
     NvtxRanges,
+    ProgressCallback,
     Trace,
     api_base_name,
     split_global_id,
@@ -59,7 +60,11 @@ RECORD_COMMAND = (
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def read_trace(path: str | Path, require_memory_events: bool = True) -> Trace:
+def read_trace(
+    path: str | Path,
+    require_memory_events: bool = True,
+    progress: ProgressCallback | None = None,
+) -> Trace:
     """Read the export at ``path``; raise :class:`InputError` with a fix for anything unusable.
 
     With ``require_memory_events=False`` an export recorded without memory tracking still reads
@@ -74,7 +79,7 @@ def read_trace(path: str | Path, require_memory_events: bool = True) -> Trace:
     )
     try:
         with engine.connect() as con:
-            return _read(engine, con, path, require_memory_events)
+            return _read(engine, con, path, require_memory_events, progress)
     except sa.exc.DatabaseError as err:
         raise InputError(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
@@ -158,7 +163,13 @@ def _rows(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
 
 
-def _read(engine: sa.Engine, con: Connection, path: Path, require_memory_events: bool) -> Trace:
+def _read(
+    engine: sa.Engine,
+    con: Connection,
+    path: Path,
+    require_memory_events: bool,
+    progress: ProgressCallback | None,
+) -> Trace:
     tables = _tables(con)
     metadata = _metadata(con, tables)
     if MEMORY_TABLE not in tables:
@@ -174,7 +185,7 @@ def _read(engine: sa.Engine, con: Connection, path: Path, require_memory_events:
     # connections of their own, in parallel, while this one reads the small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        reading = pool.submit(_on_own_connection, engine, query.read)
+        reading = pool.submit(_on_own_connection, engine, lambda c: query.read(c, progress))
         calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names))
         nvtx = _read_nvtx(con, tables)
         counts = _count_calls(con, names, (ALLOCATION_CALLS, VMM_CALLS))
@@ -290,7 +301,7 @@ class _MemoryQuery:
             free_op_id=opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID),
         )
 
-    def read(self, con: Connection) -> MemoryEvents:
+    def read(self, con: Connection, progress: ProgressCallback | None = None) -> MemoryEvents:
         if self.total_rows == 0:
             return _no_memory_events()
         # Plain columns: SQLite computes expressions slower than numpy decodes them.
@@ -298,6 +309,12 @@ class _MemoryQuery:
         required = list(REQUIRED_MEMORY_COLUMNS)
         if self.has_correlation:
             required.append("coalesce(correlationId, 0)")
+        total = self.total_rows
+
+        def loaded(rows: int) -> None:
+            if progress is not None:
+                progress("loading rows", rows, total)
+
         start, address, nbytes, corr, gpid, device, kind, op = _read_integers(
             con,
             ["start", "address", "bytes", correlation, "globalPid", "deviceId", "memKind",
@@ -305,6 +322,7 @@ class _MemoryQuery:
             MEMORY_TABLE,
             "1",
             required,
+            on_rows=loaded,
         )
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
@@ -342,7 +360,12 @@ CHUNK_ROWS = 250_000
 
 
 def _int_columns(
-    con: Connection, expressions: list[str], table: str, where: str = "1", chunked: bool = True
+    con: Connection,
+    expressions: list[str],
+    table: str,
+    where: str = "1",
+    chunked: bool = True,
+    on_rows: Callable[[int], None] | None = None,
 ) -> list[I64]:
     """Integer columns of ``SELECT expressions FROM table WHERE where`` as arrays, in row order.
 
@@ -380,6 +403,8 @@ def _int_columns(
                 # group_concat skips NULLs and numpy stops at text: columns no longer line up.
                 raise _NotAllIntegers()
             column.append(values)
+        if on_rows is not None:
+            on_rows(sum(len(v) for v in parts[0]))
     return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in parts]
 
 
@@ -468,14 +493,15 @@ def _read_integers(
     where: str,
     required: Sequence[str],
     chunked: bool = True,
+    on_rows: Callable[[int], None] | None = None,
 ) -> list[I64]:
     """:func:`_int_columns`, skipping rows whose ``required`` columns hold a NULL or a
     non-integer. The check costs a slower second scan, so only a trace that needs it pays."""
     try:
-        return _int_columns(con, expressions, table, where, chunked)
+        return _int_columns(con, expressions, table, where, chunked, on_rows)
     except _NotAllIntegers:
         valid = " AND ".join(f"typeof({c}) = 'integer'" for c in required)
-        return _int_columns(con, expressions, table, f"({where}) AND {valid}", chunked)
+        return _int_columns(con, expressions, table, f"({where}) AND {valid}", chunked, on_rows)
 
 
 def _read_nvtx(con: Connection, tables: set[str]) -> NvtxRanges:

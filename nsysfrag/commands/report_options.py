@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
 from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE, InputError
+from nsysfrag.events import ProgressCallback
 from nsysfrag.gates import Gate, evaluate, parse_gate
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 from nsysfrag.trace import read_trace
@@ -150,9 +153,40 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
-    return analyze(
-        read_trace(sqlite_path), capacity_bytes=request.capacity, granularity_bytes=request.granularity
-    )
+    with progress_bar() as progress:
+        trace = read_trace(sqlite_path, progress=progress)
+        return analyze(
+            trace,
+            capacity_bytes=request.capacity,
+            granularity_bytes=request.granularity,
+            progress=progress,
+        )
+
+
+@contextmanager
+def progress_bar() -> Iterator[ProgressCallback | None]:
+    """A transient bar per phase (loading rows, replaying events) on stderr, only when stderr is
+    a terminal; small traces finish before it would show."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        tasks: dict[str, TaskID] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        yield update
 
 
 def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
