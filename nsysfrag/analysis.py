@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,9 @@ from nsysfrag.sites import SiteResolver
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
 TIMELINE_POINTS = 2000
-EVENT_NAMES = ("alloc", "free", "unmatched_free", "zero_size_alloc")  # by replay outcome code
+EVENT_NAMES: tuple[str, ...] = ("alloc", "free", "unmatched_free", "zero_size_alloc")  # by outcome code
+# Codes 4-8: the pytorch-segments model's segment and OOM events (nsysfrag.segments_model).
+EVENT_NAMES += ("segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom")
 CACHING_SEGMENT_BYTES = 2 << 20
 
 
@@ -142,6 +145,8 @@ class SpaceAnalysis:
     free_block_histogram: list[Bucket]
     timeline: Timeline
     caching_allocator_suspected: bool
+    model: str = MODEL_NAME  # which model produced these figures
+    extras: dict[str, Any] = field(default_factory=dict)  # model-specific keys for the JSON
 
 
 @dataclass(frozen=True)
@@ -369,7 +374,7 @@ def _free_blocks_after(events: SpaceEvents, result: ReplayResult, index: int) ->
     starts = events.offset[alive]
     order = np.argsort(starts)
     starts, ends = starts[order], (starts + events.footprint[alive])[order]
-    gaps = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
+    gaps: I64 = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
     return gaps[gaps > 0]
 
 

@@ -10,7 +10,9 @@ import click
 from nsysfrag import __version__
 from nsysfrag.commands.analyze import analyze_command
 from nsysfrag.commands.compare import compare_command
+from nsysfrag.commands.history import history_command
 from nsysfrag.commands.profile import profile_command
+from nsysfrag.commands.whatif import whatif_command
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
 
 
@@ -42,6 +44,8 @@ def cli() -> None:
 cli.add_command(analyze_command)
 cli.add_command(compare_command)
 cli.add_command(profile_command)
+cli.add_command(whatif_command)
+cli.add_command(history_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from nsysfrag import nsys
+from nsysfrag import nsys, snapshot
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_sqlite,
@@ -51,17 +51,26 @@ def analyze_command(
 
     TRACE is the SQLite export of an nsys report (`nsys export --type sqlite`), or the report
     itself (.nsys-rep): then nsys exports it to X.sqlite beside it on first use, and later runs
-    reuse that export while it is newer than the report.
+    reuse that export while it is newer than the report. A PyTorch memory snapshot (.pickle from
+    torch.cuda.memory._dump_snapshot) is analyzed in the pytorch-segments model.
 
     Example:
 
     \b
         nsysfrag analyze run.sqlite --json run.json --csv timeline.csv
         nsysfrag analyze run.nsys-rep --cache-dir ~/.cache/nsysfrag
+        nsysfrag analyze snap.pickle --html snap.html
     """
     request = ReportRequest.from_options(options)
     check_outputs(request, trace)
-    if nsys.is_report(trace):
+    if snapshot.is_snapshot(trace) and not nsys.is_report(trace):
+        if reexport or cache_dir is not None:
+            raise InputError(
+                f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to a PyTorch"
+                " memory snapshot; analyze it without them"
+            )
+        analysis = snapshot.analyze_snapshot_file(trace, request.capacity, request.granularity)
+    elif nsys.is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
         check_outputs(request, trace)
         with phase("analyzing"):

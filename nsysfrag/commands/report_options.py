@@ -19,6 +19,7 @@ from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.events import ProgressCallback
 from nsysfrag.gates import Gate, evaluate, parse_gate
+from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 from nsysfrag.trace import read_trace
 
@@ -61,6 +62,10 @@ class ReportRequest:
     gates: tuple[Gate, ...] = ()
     baseline: Path | None = None
     fail_on_regression: float | None = None
+    record: bool = False
+    label: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+    db: str | None = None
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ReportRequest:
@@ -80,7 +85,17 @@ class ReportRequest:
         baseline, regression = options.pop("baseline"), options.pop("fail_on_regression")
         if regression is not None and baseline is None:
             raise InputError("--fail-on-regression needs --baseline BASE.json to compare against")
+        record, label, db = options.pop("record"), options.pop("label"), options.pop("db")
+        tags = parse_tags(options.pop("tags"))
+        if not record and (label is not None or tags or db is not None):
+            raise InputError("--label, --tag and --db go with --record (store this run in the history)")
+        if record:
+            database_url(db)  # a malformed URL fails now, not after the analysis
         return cls(
+            record=record,
+            label=label,
+            tags=tags,
+            db=db,
             json_path=json_path,
             csv_path=options.pop("csv_path"),
             html_path=html_path,
@@ -122,6 +137,14 @@ def report_options(f: F) -> F:
         click.option("--fail-on-regression", type=float, default=None, metavar="DELTA",
                      help="With --baseline: exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05)."),
         click.option("-q", "--quiet", is_flag=True, help="Print no terminal report."),
+        click.option("--record", is_flag=True,
+                     help="Store this run's summary in the history database (see `nsysfrag history`)."),
+        click.option("--label", metavar="TEXT", help="With --record: a label for the run, e.g. 'nightly #412'."),
+        click.option("--tag", "tags", multiple=True, metavar="K=V",
+                     help="With --record: tag the run, e.g. model=llama-8b (repeatable)."),
+        click.option("--db", metavar="URL",
+                     help="With --record: the history database (SQLite path or URL, or postgresql+psycopg://…;"
+                     " default $NSYSFRAG_DB, else $XDG_DATA_HOME/nsysfrag/history.sqlite)."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -226,4 +249,28 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
     for trip in evaluate(list(request.gates), document):
         click.echo(f"nsysfrag: {trip.message()}", err=True)
         code = EXIT_GATE
+    if request.record:
+        record_run(document, request)
     return code
+
+
+def record_run(document: dict[str, Any], request: ReportRequest) -> None:
+    """Store the analysis in the history database and say under which run number."""
+    run = RunRecord.from_document(
+        document,
+        Path(document["trace"]["path"]),
+        label=request.label,
+        tags=request.tags,
+        capacity_override_bytes=request.capacity,
+    )
+    with open_store(request.db) as store:
+        outcome = store.record(run)
+        where = store.location
+    if outcome.created:
+        click.echo(f"nsysfrag: recorded as run {outcome.run_id} in {where}", err=True)
+    else:
+        click.echo(
+            f"nsysfrag: already recorded as run {outcome.run_id} in {where} (same trace and"
+            " analysis options); not recorded again",
+            err=True,
+        )

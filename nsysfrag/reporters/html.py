@@ -269,7 +269,7 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
     return (
-        f"<h3>State ({MODEL_TITLE})</h3>{states}"
+        f"<h3>State ({_e(s.model)} address space)</h3>{states}"
         '<div class="pair"><div><h3>Events</h3>'
         f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
         "<div><h3>Growth and layout</h3>"

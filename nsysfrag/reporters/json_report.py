@@ -35,12 +35,12 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
     c = s.counts
     t = s.timeline
     idx = t.sample_indices(s.peak_index)
-    return {
+    doc: dict[str, Any] = {
         "pid": s.pid,
         "device": s.device,
         "device_name": s.device_name,
         "process_name": s.process_name,
-        "model": "observed",
+        "model": s.model,
         "capacity_bytes": s.capacity_bytes,
         "base_address": s.base_address,
         "arena_end_address": s.arena_end,
@@ -93,6 +93,9 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
             "live_bytes": t.live_bytes[idx].tolist(),
         },
     }
+    # Model-specific keys (e.g. the snapshot's reserved bytes) never replace the SPEC keys.
+    doc.update({k: v for k, v in s.extras.items() if k not in doc})
+    return doc
 
 
 def document(analysis: Analysis) -> dict[str, Any]:

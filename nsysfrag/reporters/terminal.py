@@ -70,7 +70,8 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         f" ({s.alloc_failure_rate:.2%}) · other kinds {c.other_kind_events}"
     )
 
-    states = Table(title=f"State ({MODEL_TITLE})", title_justify="left", expand=False)
+    title = f"{s.model} address space"
+    states = Table(title=f"State ({title})", title_justify="left", expand=False)
     for col in ("", "at", "global frag", "local frag", "free blocks", "largest free", "free", "live"):
         states.add_column(col, justify="right" if col else "left")
     _state_rows(states, "peak", s.peak)
@@ -121,7 +122,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     advice = advise(s)
     if advice:
         parts.append(Text("\n".join(f"→ {line}" for line in advice), style="cyan"))
-    return Panel(Group(*parts), title=f"[b]{MODEL_TITLE}[/b]", title_align="left")
+    return Panel(Group(*parts), title=f"[b]{title}[/b]", title_align="left")
 
 
 def render(analysis: Analysis, console: Console) -> None:

@@ -1,0 +1,34 @@
+"""Fragmentation history across runs: a database of recorded analyses, trends and a check.
+
+``store`` reads and writes the database (``migrations`` keeps its schema current, ``schema``
+describes it); ``trends`` computes series and regressions from stored runs; ``render`` and
+``chart`` show them.
+"""
+
+from __future__ import annotations
+
+from nsysfrag.history.store import (
+    HistoryStore,
+    Recorded,
+    RunQuery,
+    RunRecord,
+    StoredRun,
+    StoredSpace,
+    database_url,
+    default_path,
+    open_store,
+    parse_tags,
+)
+
+__all__ = [
+    "HistoryStore",
+    "Recorded",
+    "RunQuery",
+    "RunRecord",
+    "StoredRun",
+    "StoredSpace",
+    "database_url",
+    "default_path",
+    "open_store",
+    "parse_tags",
+]

@@ -1,0 +1,607 @@
+"""The history store: record analyses of runs in a database, and read them back.
+
+SQLite (a file in the user's data folder) by default, PostgreSQL for teams; SQLAlchemy Core.
+One run is written in one transaction, so a writer that dies mid-way leaves nothing behind.
+Concurrent writers queue: SQLite in WAL mode with a busy timeout and ``BEGIN IMMEDIATE`` (a
+transaction that would read first and write later could otherwise fail at once with
+SQLITE_BUSY instead of waiting), PostgreSQL by its transactions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import (
+    URL,
+    Connection,
+    Engine,
+    RowMapping,
+    create_engine,
+    event,
+    exc,
+    make_url,
+    select,
+)
+from sqlalchemy.pool import NullPool
+
+from nsysfrag import __version__
+from nsysfrag.analysis import MODEL_NAME
+from nsysfrag.errors import InputError
+from nsysfrag.history.migrations import LATEST, current_version, migrate
+from nsysfrag.history.schema import (
+    NO_CAPACITY_OVERRIDE,
+    OPTIONAL_FIELDS,
+    SPACE_FIELDS,
+    run_spaces,
+    run_tags,
+    runs,
+)
+from nsysfrag.reporters.json_report import SCHEMA
+
+ENV_VAR = "NSYSFRAG_DB"
+BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+_WRITE = "nsysfrag_write"
+_HASH_CHUNK = 1 << 20
+
+
+# ---------------------------------------------------------------- where the database is
+
+
+def default_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_DATA_HOME/nsysfrag/history.sqlite``, else ``~/.local/share/nsysfrag/...``."""
+    data_home = environ.get("XDG_DATA_HOME", "")
+    # The XDG spec says to ignore a relative XDG_DATA_HOME.
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "nsysfrag" / "history.sqlite"
+
+
+def database_url(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> URL:
+    """The database to use: ``--db``, else ``$NSYSFRAG_DB``, else the default SQLite file.
+
+    A value without ``://`` is a path to an SQLite file; ``postgresql://`` means psycopg 3.
+    """
+    given = explicit or environ.get(ENV_VAR) or None
+    if given is None:
+        return URL.create("sqlite", database=str(default_path(environ)))
+    if "://" not in given:
+        return URL.create("sqlite", database=str(Path(given).expanduser()))
+    try:
+        url = make_url(given)
+    except (exc.ArgumentError, ValueError):
+        raise InputError(
+            f"--db {given!r}: not a database URL; use a file path, sqlite:///PATH or"
+            " postgresql+psycopg://USER@HOST:PORT/DB"
+        ) from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def location(url: URL) -> str:
+    """How to name the database to a user: the file of SQLite, else the URL sans password."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return str(url.database)
+    return url.render_as_string(hide_password=True)
+
+
+def parse_tags(texts: Sequence[str], option: str = "--tag") -> tuple[tuple[str, str], ...]:
+    """``["model=llama-8b", "gpu=h100"]`` -> ``(("gpu", "h100"), ("model", "llama-8b"))``."""
+    tags: dict[str, str] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise InputError(f"{option} {text!r}: write KEY=VALUE, e.g. {option} model=llama-8b")
+        if key in tags and tags[key] != value:
+            raise InputError(
+                f"{option} {key}=…: given twice ({tags[key]!r} and {value!r}); keep one"
+            )
+        tags[key] = value
+    return tuple(sorted(tags.items()))
+
+
+# ---------------------------------------------------------------- what is stored
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One analysed run, ready to store: the trace, how it was analysed, and its spaces."""
+
+    trace_path: str
+    trace_sha256: str
+    model: str
+    granularity_bytes: int
+    spaces: tuple[Mapping[str, Any], ...]  # values by SPACE_FIELDS path
+    capacity_override_bytes: int | None = None
+    nsys_version: str | None = None
+    label: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+    host: str | None = None
+    recorded_at: datetime | None = None  # None: now
+
+    @classmethod
+    def from_document(
+        cls,
+        document: Mapping[str, Any],
+        trace_path: Path,
+        *,
+        label: str | None = None,
+        tags: Sequence[tuple[str, str]] = (),
+        capacity_override_bytes: int | None = None,
+    ) -> RunRecord:
+        """A record of a SPEC §6 document (``nsysfrag analyze --json``) of ``trace_path``."""
+        if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
+            raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
+        model = document.get("model", {})
+        return cls(
+            trace_path=str(Path(trace_path).resolve()),
+            trace_sha256=sha256_file(trace_path),
+            model=str(model.get("name", "observed")),
+            granularity_bytes=int(model["granularity_bytes"]),
+            capacity_override_bytes=capacity_override_bytes,
+            nsys_version=document.get("trace", {}).get("nsys_version"),
+            label=label,
+            tags=tuple(tags),
+            host=socket.gethostname(),
+            spaces=tuple(flatten_space(s) for s in document["spaces"]),
+        )
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read the trace to record it ({err.strerror})") from None
+    return digest.hexdigest()
+
+
+def flatten_space(space: Mapping[str, Any]) -> dict[str, Any]:
+    """A SPEC §6 space as ``{"peak.global_frag": 0.31, …}`` over SPACE_FIELDS."""
+    values: dict[str, Any] = {}
+    for f in SPACE_FIELDS:
+        node: Any = space
+        for part in f.path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                if f.path == "model":  # SPEC §6 documents before models had names
+                    node = MODEL_NAME
+                    break
+                if f.path in OPTIONAL_FIELDS:
+                    node = None
+                    break
+                raise InputError(
+                    f"the analysis document has no {f.path!r} in a space; re-run"
+                    " `nsysfrag analyze` with this version to record it"
+                )
+            node = node[part]
+        values[f.path] = node
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSpace:
+    """One space of a stored run: its SPEC §6 scalars by path (``peak.global_frag``)."""
+
+    values: Mapping[str, Any]
+
+    @property
+    def pid(self) -> int:
+        return int(self.values["pid"])
+
+    @property
+    def device(self) -> int:
+        return int(self.values["device"])
+
+    @property
+    def health(self) -> str:
+        return str(self.values["health"])
+
+    def get(self, path: str) -> Any:
+        return self.values.get(path)
+
+    def document(self) -> dict[str, Any]:
+        """The scalars nested as in the SPEC §6 document."""
+        doc: dict[str, Any] = {}
+        for path, value in self.values.items():
+            *parents, leaf = path.split(".")
+            node = doc
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        return doc
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    id: int
+    recorded_at: datetime  # UTC, aware
+    trace_path: str
+    trace_sha256: str
+    model: str
+    granularity_bytes: int
+    capacity_override_bytes: int | None
+    nsys_version: str | None
+    host: str | None
+    label: str | None
+    nsysfrag_version: str | None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    spaces: tuple[StoredSpace, ...] = ()
+
+    @property
+    def trace_name(self) -> str:
+        return Path(self.trace_path).name
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "recorded_at": self.recorded_at.isoformat(),
+            "label": self.label,
+            "tags": dict(self.tags),
+            "host": self.host,
+            "nsysfrag_version": self.nsysfrag_version,
+            "trace": {
+                "path": self.trace_path,
+                "name": self.trace_name,
+                "sha256": self.trace_sha256,
+                "nsys_version": self.nsys_version,
+            },
+            "model": {
+                "name": self.model,
+                "granularity_bytes": self.granularity_bytes,
+                "capacity_override_bytes": self.capacity_override_bytes,
+            },
+            "spaces": [s.document() for s in self.spaces],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    run_id: int
+    created: bool  # False: this trace was already recorded with these options
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs to read: every filter must hold (tags are ANDed)."""
+
+    tags: tuple[tuple[str, str], ...] = ()
+    label: str | None = None  # a case-insensitive substring
+    since: datetime | None = None  # UTC, inclusive
+    until: datetime | None = None  # UTC, exclusive
+    limit: int | None = None  # the newest N
+
+
+# ---------------------------------------------------------------- the store
+
+
+class HistoryStore:
+    """A history database, migrated to the current schema when opened for writing or reading.
+
+    Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, url: URL, *, create: bool = True) -> None:
+        self.url = url
+        self.location = location(url)
+        self._missing = not create and _sqlite_file_missing(url)
+        self._engine: Engine | None = None
+        if self._missing:
+            return
+        with self._errors():
+            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+                _make_parent(Path(str(url.database)))
+            self._engine = _engine(url)
+            self._upgrade()
+
+    def __enter__(self) -> HistoryStore:  # noqa: PYI034 (typing.Self needs Python 3.11)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except exc.DBAPIError as err:
+            raise InputError(
+                _explain(self.location, err, server=self.url.get_backend_name() != "sqlite")
+            ) from None
+        except exc.NoSuchModuleError:
+            raise InputError(
+                f"{self.location}: unsupported database; use an SQLite path or"
+                " postgresql+psycopg://USER@HOST:PORT/DB"
+            ) from None
+        except ModuleNotFoundError as err:
+            raise InputError(
+                f"{self.location}: the database driver {err.name!r} is not installed;"
+                " pip install 'nsysfrag[postgres]' for PostgreSQL"
+            ) from None
+        except exc.SQLAlchemyError as err:
+            raise InputError(f"history database {self.location}: {_first_line(err)}") from None
+
+    def _connect(self, *, write: bool) -> Connection:
+        assert self._engine is not None
+        connection = self._engine.connect()
+        if write:
+            connection.execution_options(**{_WRITE: True})
+        return connection
+
+    def _upgrade(self) -> None:
+        with self._connect(write=False) as connection:
+            with connection.begin():
+                version = current_version(connection)  # refuses a database that is not ours
+            if connection.dialect.name == "sqlite":
+                _use_wal(connection)
+            if version == LATEST:
+                return
+        with self._connect(write=True) as connection, connection.begin():
+            migrate(connection)
+
+    def record(self, run: RunRecord) -> Recorded:
+        """Store ``run`` in one transaction, unless the same trace was recorded with the same
+        options (model, granularity, capacity override): then return that run."""
+        assert self._engine is not None, "record() needs a store opened with create=True"
+        with self._errors(), self._connect(write=True) as connection:
+            try:
+                with connection.begin():
+                    # Looking first spares PostgreSQL a sequence number per duplicate; the
+                    # unique constraint still settles two writers racing on the same trace.
+                    existing = _find_run(connection, run)
+                    if existing is not None:
+                        return Recorded(existing, created=False)
+                    run_id = _insert_run(connection, run)
+                    _insert_spaces(connection, run_id, run.spaces)
+                    _insert_tags(connection, run_id, run.tags)
+            except exc.IntegrityError:
+                with connection.begin():
+                    existing = _find_run(connection, run)
+                if existing is None:
+                    raise
+                return Recorded(existing, created=False)
+            return Recorded(run_id, created=True)
+
+    def runs(self, query: RunQuery = RunQuery()) -> list[StoredRun]:
+        """The runs that match ``query``, newest first."""
+        if self._engine is None:
+            return []
+        with self._errors(), self._connect(write=False) as connection, connection.begin():
+            stmt = select(runs).order_by(runs.c.recorded_at.desc(), runs.c.id.desc())
+            for key, value in query.tags:
+                stmt = stmt.where(
+                    runs.c.id.in_(
+                        select(run_tags.c.run_id).where(
+                            run_tags.c.key == key, run_tags.c.value == value
+                        )
+                    )
+                )
+            if query.label:
+                stmt = stmt.where(runs.c.label.icontains(query.label, autoescape=True))
+            if query.since is not None:
+                stmt = stmt.where(runs.c.recorded_at >= _naive_utc(query.since))
+            if query.until is not None:
+                stmt = stmt.where(runs.c.recorded_at < _naive_utc(query.until))
+            if query.limit is not None:
+                stmt = stmt.limit(query.limit)
+            rows = connection.execute(stmt).mappings().all()
+            ids = [row["id"] for row in rows]
+            tags: dict[int, dict[str, str]] = {i: {} for i in ids}
+            spaces: dict[int, list[StoredSpace]] = {i: [] for i in ids}
+            for chunk in _chunks(ids, 500):
+                for t in connection.execute(
+                    select(run_tags).where(run_tags.c.run_id.in_(chunk)).order_by(run_tags.c.key)
+                ):
+                    tags[t.run_id][t.key] = t.value
+                for s in connection.execute(
+                    select(run_spaces)
+                    .where(run_spaces.c.run_id.in_(chunk))
+                    .order_by(run_spaces.c.pid, run_spaces.c.device, run_spaces.c.model)
+                ).mappings():
+                    spaces[s["run_id"]].append(_space(s))
+        return [
+            StoredRun(
+                id=row["id"],
+                recorded_at=row["recorded_at"].replace(tzinfo=timezone.utc),
+                trace_path=row["trace_path"],
+                trace_sha256=row["trace_sha256"],
+                model=row["model"],
+                granularity_bytes=row["granularity_bytes"],
+                capacity_override_bytes=row["capacity_override_bytes"] or None,
+                nsys_version=row["nsys_version"],
+                host=row["host"],
+                label=row["label"],
+                nsysfrag_version=row["nsysfrag_version"],
+                tags=tags[row["id"]],
+                spaces=tuple(spaces[row["id"]]),
+            )
+            for row in rows
+        ]
+
+
+def open_store(url: str | URL | None = None, *, create: bool = True) -> HistoryStore:
+    """Open (and create or upgrade) the history database named by ``url`` (see database_url).
+
+    With ``create=False`` a missing SQLite file is not created: the store reads as empty.
+    """
+    return HistoryStore(url if isinstance(url, URL) else database_url(url), create=create)
+
+
+# ---------------------------------------------------------------- internals
+
+
+def _insert_run(connection: Connection, run: RunRecord) -> int:
+    recorded_at = run.recorded_at or datetime.now(timezone.utc)
+    result = connection.execute(
+        runs.insert().values(
+            recorded_at=_naive_utc(recorded_at),
+            trace_path=run.trace_path,
+            trace_sha256=run.trace_sha256,
+            nsys_version=run.nsys_version,
+            host=run.host,
+            label=run.label,
+            model=run.model,
+            granularity_bytes=run.granularity_bytes,
+            capacity_override_bytes=run.capacity_override_bytes or NO_CAPACITY_OVERRIDE,
+            nsysfrag_version=__version__,
+        )
+    )
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def _insert_spaces(
+    connection: Connection, run_id: int, spaces: Sequence[Mapping[str, Any]]
+) -> None:
+    if spaces:
+        connection.execute(
+            run_spaces.insert(),
+            [{"run_id": run_id, **{f.column: s.get(f.path) for f in SPACE_FIELDS}} for s in spaces],
+        )
+
+
+def _insert_tags(connection: Connection, run_id: int, tags: Sequence[tuple[str, str]]) -> None:
+    if tags:
+        connection.execute(
+            run_tags.insert(), [{"run_id": run_id, "key": k, "value": v} for k, v in tags]
+        )
+
+
+def _find_run(connection: Connection, run: RunRecord) -> int | None:
+    found = connection.execute(
+        select(runs.c.id).where(
+            runs.c.trace_sha256 == run.trace_sha256,
+            runs.c.model == run.model,
+            runs.c.granularity_bytes == run.granularity_bytes,
+            runs.c.capacity_override_bytes == (run.capacity_override_bytes or NO_CAPACITY_OVERRIDE),
+        )
+    ).scalar()
+    return None if found is None else int(found)
+
+
+def _space(row: RowMapping) -> StoredSpace:
+    values = {}
+    for f in SPACE_FIELDS:
+        value = row[f.column]
+        if f.path == "span_mode" and value is not None:
+            value = bool(value)
+        values[f.path] = value
+    return StoredSpace(values)
+
+
+def _naive_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _sqlite_file_missing(url: URL) -> bool:
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return False
+    return not Path(str(url.database)).exists()
+
+
+def _make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(
+            f"{path}: cannot create its folder ({err.strerror}); choose another --db path"
+        ) from None
+
+
+def _engine(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_S})
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    args: dict[str, Any] = {}
+    if backend == "postgresql" and "connect_timeout" not in url.query:
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
+    return create_engine(url, poolclass=NullPool, connect_args=args)
+
+
+def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
+    # Take transactions out of the sqlite3 module's hands so that _sqlite_begin decides how
+    # each one starts (the SQLAlchemy recipe for SQLite transactions).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _use_wal(connection: Connection) -> None:
+    """WAL: readers never block the writer, and a writer that dies leaves no hot journal.
+
+    Set once it is known the file is ours (the mode is stored in the file), outside any
+    transaction (SQLite refuses to switch inside one).
+    """
+    # On the driver's connection: through SQLAlchemy the statement would open a transaction.
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    if raw.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        raw.execute("PRAGMA journal_mode = WAL")
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A writer takes the write lock up front, waiting up to the busy timeout; a deferred
+    # transaction that upgrades from reading to writing fails at once when another committed.
+    write = connection.get_execution_options().get(_WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def _explain(where: str, err: exc.DBAPIError, *, server: bool) -> str:
+    message = _first_line(err.orig) if err.orig is not None else _first_line(err)
+    lowered = message.lower()
+    if "not a database" in lowered or "malformed" in lowered:
+        return (
+            f"{where}: not a readable history database ({message}); move the file away or"
+            " point --db (or NSYSFRAG_DB) at another one"
+        )
+    if "locked" in lowered or "busy" in lowered:
+        return (
+            f"{where}: {message} (another process held it for more than {BUSY_TIMEOUT_S:g} s);"
+            " try again"
+        )
+    if "unable to open" in lowered or "readonly" in lowered or "read-only" in lowered:
+        return f"{where}: cannot open it for writing ({message}); check the path and permissions"
+    if isinstance(err, exc.OperationalError) and server:
+        return (
+            f"cannot use the history database {where}: {message}; check that the server is up and"
+            " the URL is right (--db or NSYSFRAG_DB)"
+        )
+    return f"history database {where}: {message}"

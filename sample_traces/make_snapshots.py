@@ -1,0 +1,732 @@
+"""Regenerate the sample PyTorch memory snapshots in this folder.
+
+``torch.cuda.memory._dump_snapshot()`` pickles a dict of plain data; these samples are the same
+dict built without torch or a GPU, so anyone can run the demo. A small re-implementation of the
+PyTorch caching allocator (ALLOCATORS.md §1: ``round_size``, small and large pools, 2 MiB /
+20 MiB / rounded segments, best fit by (size, address), split rules, merging with free
+neighbours in the same segment, ``empty_cache``, the OOM path, expandable segments mapped in
+2 MiB / 20 MiB pages) serves a scripted workload and records the trace PyTorch would record:
+
+* ``alloc`` / ``free_requested`` / ``free_completed`` with the requested bytes, and frees of
+  blocks used on a side stream completed only at the next allocation (``record_stream``);
+* ``segment_alloc`` / ``segment_free`` (native) or ``segment_map`` / ``segment_unmap``
+  (expandable segments), and ``oom`` with ``device_free`` where a request does not fit;
+* stacks like ``_record_memory_history(stacks="all")``: C++ frames first, then Python frames
+  innermost first; autograd backward allocations have C++ frames only.
+
+The trace is kept as a ring buffer of ``MAX_ENTRIES`` entries, as PyTorch does, so each window
+starts mid-run with weights and optimizer state allocated before it. The keys follow PyTorch
+2.6 (``allocator_settings``, ``external_annotations``, ``compile_context``). Every workload has
+a fixed seed; the files are reproducible byte for byte (pickle protocol 4). Run from the
+repository root::
+
+    .venv/bin/python sample_traces/make_snapshots.py
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+# CUDACachingAllocator constants (ALLOCATORS.md §1.1).
+MIN_BLOCK = 512
+SMALL_SIZE = 1 * MiB
+SMALL_BUFFER = 2 * MiB
+LARGE_BUFFER = 20 * MiB
+MIN_LARGE_ALLOC = 10 * MiB
+ROUND_LARGE = 2 * MiB
+PAGE = {"small": SMALL_BUFFER, "large": LARGE_BUFFER}  # expandable-segment page sizes
+MAX_ENTRIES = 8000
+T0_US = 1_757_000_000_000_000  # a plausible time_us: microseconds since the epoch
+
+Frames = list[dict[str, Any]]
+
+
+def round_size(n: int) -> int:
+    return MIN_BLOCK if n < MIN_BLOCK else -(-n // MIN_BLOCK) * MIN_BLOCK
+
+
+def allocation_size(size: int) -> int:
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+class OutOfMemory(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class Block:
+    address: int
+    size: int
+    pool: str
+    segment: int  # native: the segment's address; expandable: the pool's VA base
+    allocated: bool = False
+    pending: bool = False  # free_requested, waiting for the side stream
+    requested: int = 0
+    frames: Frames = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+    @property
+    def reusable(self) -> bool:
+        return not self.allocated and not self.pending
+
+
+class CachingAllocator:
+    """Just enough of PyTorch's native caching allocator (one device, one stream)."""
+
+    def __init__(self, capacity: int, context_bytes: int, expandable: bool, va_base: int) -> None:
+        self.capacity = capacity
+        self.usable = capacity - context_bytes  # the CUDA context takes the rest
+        self.expandable = expandable
+        self.now_us = T0_US
+        self.blocks: dict[int, Block] = {}
+        self.ends: dict[int, Block] = {}
+        self.segments: dict[int, int] = {}  # native: address -> size
+        self.reserved = 0
+        self.trace: list[dict[str, Any]] = []
+        self.pending: list[Block] = []
+        self.va_base = va_base
+        # Expandable: one VA reservation per pool, 1.125 x the device, mapped page by page.
+        self.va = {"small": va_base, "large": va_base + 64 * GiB}
+        self.pages = {p: [False] * math.ceil(1.125 * capacity / PAGE[p]) for p in PAGE}
+
+    # -- time and the trace
+
+    def tick(self, us: float) -> None:
+        self.now_us += max(1, int(us))
+
+    def _record(self, action: str, addr: int, size: int, frames: Frames, **extra: Any) -> None:
+        self.tick(2)
+        entry: dict[str, Any] = {"action": action}
+        if action == "oom":
+            entry["device_free"] = extra["device_free"]
+        else:
+            entry["addr"] = addr
+        entry.update(size=size, stream=0, time_us=self.now_us, compile_context="N/A", frames=frames)
+        self.trace.append(entry)
+
+    # -- blocks
+
+    def _add(self, b: Block) -> None:
+        self.blocks[b.address] = b
+        self.ends[b.end] = b
+
+    def _drop(self, b: Block) -> None:
+        del self.blocks[b.address]
+        del self.ends[b.end]
+
+    def _merge(self, b: Block) -> Block:
+        prev = self.ends.get(b.address)
+        if prev is not None and prev.reusable and prev.segment == b.segment and prev.pool == b.pool:
+            self._drop(prev)
+            self._drop(b)
+            b = Block(prev.address, prev.size + b.size, b.pool, b.segment)
+            self._add(b)
+        nxt = self.blocks.get(b.end)
+        if nxt is not None and nxt.reusable and nxt.segment == b.segment and nxt.pool == b.pool:
+            self._drop(nxt)
+            self._drop(b)
+            b = Block(b.address, b.size + nxt.size, b.pool, b.segment)
+            self._add(b)
+        return b
+
+    def _best_fit(self, pool: str, size: int) -> Block | None:
+        fits = [b for b in self.blocks.values() if b.pool == pool and b.reusable and b.size >= size]
+        return min(fits, key=lambda b: (b.size, b.address)) if fits else None
+
+    # -- the public calls
+
+    def malloc(self, nbytes: int, frames: Frames) -> Block:
+        self._process_events()
+        size = round_size(nbytes)
+        pool = "small" if size <= SMALL_SIZE else "large"
+        block = self._best_fit(pool, size)
+        if block is None:
+            block = self._grow(pool, size, frames)
+        remaining = block.size - size
+        split = (
+            remaining >= MIN_BLOCK if pool == "small" or self.expandable else remaining > SMALL_SIZE
+        )
+        if split:
+            self._drop(block)
+            rest = Block(block.address + size, remaining, pool, block.segment)
+            block = Block(block.address, size, pool, block.segment)
+            self._add(block)
+            self._add(rest)
+        block.allocated, block.requested, block.frames = True, nbytes, frames
+        self._record("alloc", block.address, nbytes, frames)
+        return block
+
+    def free(self, block: Block, side_stream: bool = False) -> None:
+        """``del tensor``: completed now, or at the next malloc when another stream used it."""
+        block.allocated = False
+        self._record("free_requested", block.address, block.requested, block.frames)
+        if side_stream:
+            block.pending = True
+            self.pending.append(block)
+        else:
+            self._free_block(block)
+
+    def empty_cache(self) -> None:
+        self._release_cached()
+
+    # -- internals
+
+    def _free_block(self, block: Block) -> None:
+        self._record("free_completed", block.address, block.requested, block.frames)
+        block.pending = False
+        block.requested, block.frames = 0, []
+        self._merge(block)
+
+    def _process_events(self) -> None:
+        pending, self.pending = self.pending, []
+        for b in pending:
+            self._free_block(b)
+
+    def _grow(self, pool: str, size: int, frames: Frames) -> Block:
+        for attempt in range(2):
+            block = self._map(pool, size) if self.expandable else self._cuda_malloc(pool, size)
+            if block is not None:
+                return block
+            if attempt == 0:
+                self._release_cached()
+        device_free = self.usable - self.reserved
+        self._record("oom", 0, size, frames, device_free=device_free)
+        raise OutOfMemory(f"tried to allocate {size} bytes")
+
+    def _cuda_malloc(self, pool: str, size: int) -> Block | None:
+        alloc = allocation_size(size)
+        if self.reserved + alloc > self.usable:
+            return None
+        # The driver hands out the lowest free 2 MiB-aligned range of its VA window.
+        address = self.va_base
+        for start in sorted(self.segments):
+            if address + alloc <= start:
+                break
+            address = max(address, -(-(start + self.segments[start]) // (2 * MiB)) * (2 * MiB))
+        self.segments[address] = alloc
+        self.reserved += alloc
+        self._record("segment_alloc", address, alloc, [])
+        block = Block(address, alloc, pool, address)
+        self._add(block)
+        return block
+
+    def _map(self, pool: str, size: int) -> Block | None:
+        """find_expandable_block + map_block: the lowest unmapped run that, with the free
+        mapped block just below it, holds ``size``; map whole pages."""
+        page, base, mapped = PAGE[pool], self.va[pool], self.pages[pool]
+        i = 0
+        while i < len(mapped):
+            if mapped[i]:
+                i += 1
+                continue
+            j = i
+            while j < len(mapped) and not mapped[j]:
+                j += 1
+            start = base + i * page
+            below = self.ends.get(start)
+            have = (
+                start - below.address
+                if below is not None and below.reusable and below.pool == pool
+                else 0
+            )
+            need = math.ceil((size - have) / page)
+            if need <= j - i:
+                if self.reserved + need * page > self.usable:
+                    return None
+                for k in range(i, i + need):
+                    mapped[k] = True
+                self.reserved += need * page
+                self._record("segment_map", start, need * page, [])
+                fresh = Block(start, need * page, pool, base)
+                self._add(fresh)
+                return self._merge(fresh)
+            i = j
+        return None
+
+    def _release_cached(self) -> None:
+        self._process_events()
+        free = sorted(
+            (b for b in self.blocks.values() if b.reusable),
+            key=lambda b: (b.pool != "large", b.size, b.address),
+        )
+        for b in free:
+            if self.expandable:
+                self._unmap(b)
+            elif self.segments.get(b.address) == b.size:
+                self._drop(b)
+                del self.segments[b.address]
+                self.reserved -= b.size
+                self._record("segment_free", b.address, b.size, [])
+
+    def _unmap(self, b: Block) -> None:
+        page, base, mapped = PAGE[b.pool], self.va[b.pool], self.pages[b.pool]
+        first = -(-(b.address - base) // page)
+        last = (b.end - base) // page
+        if first >= last:
+            return
+        lo, hi = base + first * page, base + last * page
+        self._drop(b)
+        if b.address < lo:
+            self._add(Block(b.address, lo - b.address, b.pool, b.segment))
+        if hi < b.end:
+            self._add(Block(hi, b.end - hi, b.pool, b.segment))
+        for k in range(first, last):
+            mapped[k] = False
+        self.reserved -= hi - lo
+        self._record("segment_unmap", lo, hi - lo, [])
+
+    # -- the snapshot
+
+    def snapshot(self, settings_conf: str) -> dict[str, Any]:
+        return {
+            "segments": self._segments(),
+            "device_traces": [self.trace[-MAX_ENTRIES:]],
+            "allocator_settings": {
+                "PYTORCH_CUDA_ALLOC_CONF": settings_conf,
+                "max_split_size": -1,
+                "garbage_collection_threshold": 0.0,
+                "expandable_segments": self.expandable,
+                "pinned_num_register_threads": 1,
+                "release_lock_on_cudamalloc": False,
+                "pinned_use_cuda_host_register": False,
+                "roundup_power2_divisions": {str(1 << k): 0 for k in range(16)},
+            },
+            "external_annotations": [],
+        }
+
+    def _segments(self) -> list[dict[str, Any]]:
+        ranges: list[tuple[int, int, str]] = []
+        if self.expandable:
+            for pool, mapped in self.pages.items():
+                k = 0
+                while k < len(mapped):
+                    if mapped[k]:
+                        j = k
+                        while j < len(mapped) and mapped[j]:
+                            j += 1
+                        ranges.append((self.va[pool] + k * PAGE[pool], (j - k) * PAGE[pool], pool))
+                        k = j
+                    else:
+                        k += 1
+        else:
+            for address, size in self.segments.items():
+                ranges.append((address, size, self.blocks[address].pool))
+        out = []
+        for address, size, pool in sorted(ranges):
+            blocks = sorted(
+                (b for b in self.blocks.values() if address <= b.address < address + size),
+                key=lambda b: b.address,
+            )
+            out.append({
+                "device": 0,
+                "address": address,
+                "total_size": size,
+                "allocated_size": sum(b.size for b in blocks if b.allocated),
+                "active_size": sum(b.size for b in blocks if b.allocated or b.pending),
+                "requested_size": sum(b.requested for b in blocks if b.allocated or b.pending),
+                "stream": 0,
+                "segment_type": pool,
+                "segment_pool_id": (0, 0),
+                "is_expandable": self.expandable,
+                "frames": [],
+                "blocks": [
+                    {
+                        "address": b.address,
+                        "size": b.size,
+                        "requested_size": b.requested,
+                        "state": "active_allocated" if b.allocated
+                        else "active_pending_free" if b.pending else "inactive",
+                        "frames": b.frames,
+                    }
+                    for b in blocks
+                ],
+            })  # fmt: skip
+        return out
+
+
+# ---------------------------------------------------------------- stacks
+
+
+_CPP_ALLOC: Frames = [
+    {"name": "torch::unwind::unwind()", "filename": "??", "line": 0},
+    {"name": "torch::CapturedTraceback::gather(bool, bool, bool)", "filename": "??", "line": 0},
+    {"name": "torch::cuda::(anonymous namespace)::gather_with_cpp()", "filename": "memory_snapshot.cpp", "line": 0},
+    {"name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, unsigned long, CUstream_st*)",
+     "filename": "CUDACachingAllocator.cpp", "line": 0},
+    {"name": "at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", "filename": "??", "line": 0},
+]  # fmt: skip
+_TORCH_PY = "/opt/conda/lib/python3.11/site-packages/torch"
+_PYTHON_TAIL: Frames = [
+    {"name": "_PyEval_EvalFrameDefault", "filename": "/usr/local/src/conda/python-3.11.9/Python/ceval.c", "line": 5140},
+    {"name": "PyEval_EvalCode", "filename": "/usr/local/src/conda/python-3.11.9/Python/ceval.c", "line": 1148},
+    {"name": "_start", "filename": "??", "line": 0},
+]  # fmt: skip
+
+
+class Stacks:
+    """One frames list per call site, shared by every entry from it (as small as pickle allows)."""
+
+    def __init__(self, project: str) -> None:
+        self.project = project
+        self._cache: dict[tuple[Any, ...], Frames] = {}
+
+    def py(
+        self, *calls: tuple[str, int, str], torch_frames: tuple[tuple[str, int, str], ...] = ()
+    ) -> Frames:
+        """C++ frames, then ``torch_frames`` (inside torch/), then the user's ``calls``,
+        innermost first; ``calls`` name files relative to the project."""
+        key = ("py", calls, torch_frames)
+        if key not in self._cache:
+            frames = list(_CPP_ALLOC)
+            for filename, line, name in torch_frames:
+                frames.append({"name": name, "filename": f"{_TORCH_PY}/{filename}", "line": line})
+            for filename, line, name in calls:
+                frames.append(
+                    {"name": name, "filename": f"{self.project}/{filename}", "line": line}
+                )
+            frames.extend(_PYTHON_TAIL)
+            self._cache[key] = frames
+        return self._cache[key]
+
+    def autograd(self, node: str) -> Frames:
+        """A backward allocation on the autograd engine's thread: no Python frame at all."""
+        key = ("autograd", node)
+        if key not in self._cache:
+            self._cache[key] = [
+                *_CPP_ALLOC,
+                {"name": f"torch::autograd::generated::{node}::apply(std::vector<at::Tensor>&&)",
+                 "filename": "Functions.cpp", "line": 0},
+                {"name": "torch::autograd::Engine::evaluate_function(std::shared_ptr<torch::autograd::GraphTask>&)",
+                 "filename": "??", "line": 0},
+                {"name": "torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)",
+                 "filename": "??", "line": 0},
+                {"name": "__clone", "filename": "??", "line": 0},
+            ]  # fmt: skip
+        return self._cache[key]
+
+
+LINEAR = (("nn/modules/linear.py", 125, "forward"), ("nn/modules/module.py", 1747, "_call_impl"))
+ADAM = (("optim/adam.py", 537, "_multi_tensor_adam"), ("optim/adam.py", 247, "step"),
+        ("optim/optimizer.py", 487, "wrapper"))  # fmt: skip
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def training_loop() -> dict[str, Any]:
+    """Eight transformer layers trained for 14 steps on an 80 GB GPU, sequence length bucketed
+    per step (1024/1536/2048 tokens): zero_grad(set_to_none=True) frees every .grad, so the
+    next backward allocates them again between activations that are still live."""
+    rng = random.Random(20250611)
+    a = CachingAllocator(85_899_345_920, 600 * MiB, expandable=False, va_base=0x7F2A_0000_0000)
+    st = Stacks("/workspace/gpt")
+    layers, h, vocab, batch = 8, 2048, 32000, 4
+    params: list[tuple[str, int]] = [("embedding", vocab * h * 2)]
+    for i in range(layers):
+        params += [(f"h{i}.ln1", h * 2), (f"h{i}.qkv", 3 * h * h * 2), (f"h{i}.qkv_b", 3 * h * 2),
+                   (f"h{i}.proj", h * h * 2), (f"h{i}.ln2", h * 2), (f"h{i}.fc1", 4 * h * h * 2),
+                   (f"h{i}.fc1_b", 4 * h * 2), (f"h{i}.fc2", 4 * h * h * 2)]  # fmt: skip
+    params.append(("ln_f", h * 2))
+    init = st.py(
+        ("model.py", 211, "__init__"),
+        ("train.py", 40, "main"),
+        torch_frames=(("nn/modules/module.py", 1355, "convert"),),
+    )
+    for _, n in params:  # the weights, loaded before the trace window
+        a.malloc(n, init)
+    a.tick(2e6)
+    grads: list[Block] = []
+    exp_avg: list[Block] = []
+    for step in range(14):
+        seq = rng.choice((1024, 1536, 2048))
+        act = batch * seq * h * 2
+        tokens = a.malloc(
+            batch * seq * 8, st.py(("train.py", 58, "train_step"), ("train.py", 97, "main"))
+        )
+        a.tick(50)
+        saved: list[list[Block]] = []
+        x = a.malloc(act, st.py(("model.py", 190, "forward"), ("train.py", 61, "train_step")))
+        a.free(tokens, side_stream=True)  # copied in on the loader's stream
+        for i in range(layers):
+            fwd = lambda line, n, name="forward": a.malloc(
+                n,
+                st.py(
+                    ("model.py", line, name),
+                    ("model.py", 196, "forward"),
+                    ("train.py", 61, "train_step"),
+                    torch_frames=LINEAR,
+                ),
+            )
+            ln1 = fwd(88, act)
+            stats = fwd(88, batch * seq * 8)  # layer-norm mean / rstd
+            qkv = fwd(92, 3 * act)
+            attn = fwd(97, act, "attention")
+            lse = fwd(97, batch * 16 * seq * 4, "attention")
+            proj = fwd(101, act)
+            x2 = fwd(102, act)
+            ln2 = fwd(120, act)
+            fc1 = fwd(121, 4 * act)
+            gelu = fwd(122, 4 * act)
+            fc2 = fwd(123, act)
+            x3 = fwd(124, act)
+            saved.append([x, ln1, stats, qkv, attn, lse, proj, ln2, fc1, gelu, fc2])
+            a.free(x2)
+            x = x3
+            a.tick(rng.uniform(800, 1500))
+        logits = a.malloc(
+            batch * seq * vocab * 2,
+            st.py(
+                ("model.py", 201, "forward"), ("train.py", 61, "train_step"), torch_frames=LINEAR
+            ),
+        )
+        loss = a.malloc(4, st.py(("train.py", 62, "train_step"), ("train.py", 97, "main")))
+        a.tick(3000)
+        # backward, on the autograd thread: gradients of activations, then of weights
+        g_logits = a.malloc(batch * seq * vocab * 2, st.autograd("LogSoftmaxBackward0"))
+        a.free(logits)
+        g_x = a.malloc(act, st.autograd("MmBackward0"))
+        a.free(g_logits)
+        a.free(x)
+        first = not grads
+        new_grads: dict[int, Block] = {}
+        for i in reversed(range(layers)):
+            x_in, ln1, stats, qkv, attn, lse, proj, ln2, fc1, gelu, fc2 = saved[i]
+            base = 1 + 8 * i
+            g_h = a.malloc(4 * act, st.autograd("MmBackward0"))
+            new_grads[base + 7] = a.malloc(params[base + 7][1], st.autograd("MmBackward0"))
+            a.free(fc2)
+            g_gelu = a.malloc(4 * act, st.autograd("GeluBackward0"))
+            a.free(g_h)
+            a.free(gelu)
+            new_grads[base + 5] = a.malloc(params[base + 5][1], st.autograd("MmBackward0"))
+            new_grads[base + 6] = a.malloc(params[base + 6][1], st.autograd("SumBackward1"))
+            g_ln2 = a.malloc(act, st.autograd("MmBackward0"))
+            a.free(g_gelu)
+            a.free(fc1)
+            new_grads[base + 4] = a.malloc(
+                params[base + 4][1], st.autograd("NativeLayerNormBackward0")
+            )
+            g_res = a.malloc(act, st.autograd("NativeLayerNormBackward0"))
+            a.free(g_ln2)
+            a.free(ln2)
+            new_grads[base + 3] = a.malloc(params[base + 3][1], st.autograd("MmBackward0"))
+            g_attn = a.malloc(act, st.autograd("MmBackward0"))
+            a.free(proj)
+            g_qkv = a.malloc(3 * act, st.autograd("ScaledDotProductFlashAttentionBackward0"))
+            a.free(g_attn)
+            a.free(attn)
+            a.free(lse)
+            new_grads[base + 1] = a.malloc(params[base + 1][1], st.autograd("MmBackward0"))
+            new_grads[base + 2] = a.malloc(params[base + 2][1], st.autograd("SumBackward1"))
+            g_in = a.malloc(act, st.autograd("MmBackward0"))
+            a.free(g_qkv)
+            a.free(qkv)
+            new_grads[base] = a.malloc(params[base][1], st.autograd("NativeLayerNormBackward0"))
+            a.free(ln1)
+            a.free(stats)
+            a.free(g_res)
+            a.free(x_in)
+            a.free(g_x)
+            g_x = g_in
+            a.tick(rng.uniform(1500, 2500))
+        new_grads[0] = a.malloc(params[0][1], st.autograd("EmbeddingBackward0"))
+        new_grads[len(params) - 1] = a.malloc(
+            params[-1][1], st.autograd("NativeLayerNormBackward0")
+        )
+        a.free(g_x)
+        a.free(loss)
+        grads = [new_grads[k] for k in sorted(new_grads)]
+        # optimizer.step(): Adam's state appears on the first step, foreach temporaries every step
+        for k, (_, n) in enumerate(params):
+            if first:
+                exp_avg.append(
+                    a.malloc(
+                        2 * n,
+                        st.py(
+                            ("train.py", 71, "train_step"),
+                            torch_frames=(("optim/adam.py", 172, "_init_group"),) + ADAM[1:],
+                        ),
+                    )
+                )
+                exp_avg.append(
+                    a.malloc(
+                        2 * n,
+                        st.py(
+                            ("train.py", 71, "train_step"),
+                            torch_frames=(("optim/adam.py", 175, "_init_group"),) + ADAM[1:],
+                        ),
+                    )
+                )
+            tmp = a.malloc(2 * n, st.py(("train.py", 71, "train_step"), torch_frames=ADAM))
+            upd = a.malloc(n, st.py(("train.py", 71, "train_step"), torch_frames=ADAM))
+            a.free(tmp)
+            a.free(upd)
+        a.tick(5000)
+        for g in grads:  # optimizer.zero_grad(set_to_none=True)
+            a.free(g)
+        a.tick(rng.uniform(2e4, 4e4))
+    # The next batch, prefetched on the loader's stream and dropped: still pending at the dump.
+    prefetch = a.malloc(
+        batch * 2048 * 8, st.py(("data.py", 33, "prefetch"), ("train.py", 99, "main"))
+    )
+    a.free(prefetch, side_stream=True)
+    return a.snapshot("")
+
+
+def inference_loop(expandable: bool) -> dict[str, Any]:
+    """A 16-layer, 3B-class model serving 60 requests of random prompt (32–3000 tokens) and
+    output (8–48 tokens) length on a 16 GiB GPU, up to four in flight, finishing in random
+    order; each request pre-allocates its KV cache. Request 57 asks for a 60,000-token prompt:
+    the allocator releases its cache and still runs out of memory (OOM), the server frees that
+    request, calls empty_cache() and goes on."""
+    rng = random.Random(20250612)
+    conf = "expandable_segments:True" if expandable else ""
+    a = CachingAllocator(16 * GiB, 512 * MiB, expandable=expandable, va_base=0x7F80_0000_0000)
+    st = Stacks("/srv/llm")
+    layers, h, vocab = 16, 3072, 32000
+    kv_token = h * 2  # K or V of one token in one layer, fp16
+    load = st.py(
+        ("loader.py", 64, "load_weights"),
+        ("server.py", 31, "main"),
+        torch_frames=(("nn/modules/module.py", 1355, "convert"),),
+    )
+    weights = [a.malloc(vocab * h * 2, load)]
+    for _ in range(layers):
+        for n in (h * 2, 3 * h * h * 2, h * h * 2, h * 2, 4 * h * h * 2, 4 * h * h * 2):
+            weights.append(a.malloc(n, load))
+    a.tick(3e6)
+
+    @dataclass
+    class Request:
+        prompt: int
+        output: int
+        kv: list[Block] = field(default_factory=list)
+        done: int = 0
+
+    def prefill(r: Request) -> None:
+        cap = r.prompt + r.output
+        at = lambda line, name: st.py(
+            ("engine.py", line, name), ("server.py", 77, "step"), torch_frames=LINEAR
+        )
+        for _ in range(layers):
+            r.kv.append(
+                a.malloc(
+                    cap * kv_token,
+                    st.py(
+                        ("kv_cache.py", 41, "allocate"),
+                        ("engine.py", 120, "prefill"),
+                        ("server.py", 77, "step"),
+                    ),
+                )
+            )
+            r.kv.append(
+                a.malloc(
+                    cap * kv_token,
+                    st.py(
+                        ("kv_cache.py", 42, "allocate"),
+                        ("engine.py", 120, "prefill"),
+                        ("server.py", 77, "step"),
+                    ),
+                )
+            )
+            temps: list[Block] = []
+            try:  # an OOM unwinds the frame: its temporaries are freed
+                temps.append(a.malloc(r.prompt * h * 2, at(131, "prefill")))
+                temps.append(a.malloc(r.prompt * 3 * h * 2, at(133, "prefill")))
+                a.free(temps.pop())
+                temps.append(a.malloc(r.prompt * 4 * h * 2, at(137, "prefill")))
+                a.free(temps.pop())
+            finally:
+                for b in reversed(temps):
+                    a.free(b)
+            a.tick(r.prompt * 0.2)
+
+    def decode(r: Request) -> None:
+        hidden = a.malloc(
+            h * 2 * 4,
+            st.py(("engine.py", 152, "decode"), ("server.py", 80, "step"), torch_frames=LINEAR),
+        )
+        logits = a.malloc(
+            vocab * 4,
+            st.py(("engine.py", 158, "decode"), ("server.py", 80, "step"), torch_frames=LINEAR),
+        )
+        probs = a.malloc(
+            vocab * 4,
+            st.py(
+                ("sampling.py", 22, "sample"),
+                ("engine.py", 160, "decode"),
+                ("server.py", 80, "step"),
+            ),
+        )
+        a.free(logits)
+        a.free(hidden)
+        a.free(probs)
+        r.done += 1
+        a.tick(rng.uniform(300, 600))
+
+    def finish(r: Request) -> None:
+        for b in r.kv:
+            a.free(b)
+        r.kv.clear()
+
+    in_flight: list[Request] = []
+    for n in range(60):
+        prompt = 60_000 if n == 57 else int(rng.triangular(32, 3000, 400))
+        r = Request(prompt, rng.randint(8, 48))
+        try:
+            prefill(r)
+        except OutOfMemory:
+            finish(r)
+            a.empty_cache()
+            a.tick(2e4)
+            continue
+        in_flight.append(r)
+        while len(in_flight) >= (1 if n == 56 else 4):  # request 57 runs alone
+            for q in list(in_flight):
+                decode(q)
+                if q.done >= q.output:
+                    finish(q)
+                    in_flight.remove(q)
+            rng.shuffle(in_flight)
+        a.tick(rng.uniform(1e3, 5e3))
+    return a.snapshot(conf)
+
+
+SAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
+    "training_snapshot.pickle": training_loop,
+    "inference_snapshot.pickle": lambda: inference_loop(expandable=False),
+    "inference_expandable_snapshot.pickle": lambda: inference_loop(expandable=True),
+}
+
+
+def main() -> None:
+    for name, build in SAMPLES.items():
+        snapshot = build()
+        data = pickle.dumps(snapshot, protocol=4)
+        (HERE / name).write_bytes(data)
+        trace = snapshot["device_traces"][0]
+        actions: dict[str, int] = {}
+        for e in trace:
+            actions[e["action"]] = actions.get(e["action"], 0) + 1
+        print(f"{name}: {len(data):,} bytes, {len(snapshot['segments'])} segments,"
+              f" {len(trace)} trace entries {actions}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
