@@ -30,7 +30,16 @@ def advise(s: SpaceAnalysis) -> list[str]:
             f" {format_bytes(s.peak.free_bytes)} free — requests larger than that fail even"
             " though the total would fit."
         )
-    if s.hotspots:
+    if s.hotspots and s.model != "observed":
+        top = s.hotspots[0]
+        if top.hole_creating_frees:
+            lines.append(
+                f"Blocks from '{top.site}' ({top.size_class}) are freed while neighbours in the"
+                " same segment stay live, splitting the caching allocator's segments: try"
+                " PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to keep"
+                " large segments whole (`nsysfrag whatif` on this snapshot puts numbers on both)."
+            )
+    elif s.hotspots:
         top = s.hotspots[0]
         if top.hole_creating_frees and top.size_lo_bytes < SMALL_BLOCK_BYTES:
             lines.append(

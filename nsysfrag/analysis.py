@@ -354,7 +354,7 @@ def _space_events(
     return events, base, base + arena
 
 
-def _histogram(sizes: I64) -> list[Bucket]:
+def histogram(sizes: I64) -> list[Bucket]:
     sizes = np.sort(sizes[sizes > 0])
     if len(sizes) == 0:
         return []
@@ -378,7 +378,7 @@ def _free_blocks_after(events: SpaceEvents, result: ReplayResult, index: int) ->
     return gaps[gaps > 0]
 
 
-def _state(events: SpaceEvents, i: int, g: F64, loc: F64, result: ReplayResult) -> State:
+def state_after(events: SpaceEvents, i: int, g: F64, loc: F64, result: ReplayResult) -> State:
     return State(
         time_ns=int(events.start_ns[i]),
         global_frag=float(g[i]),
@@ -436,9 +436,9 @@ def _analyze_space(
         span_mode=end > base + capacity,
         counts=counts,
         alloc_failure_rate=failed / (failed + allocations) if failed + allocations else 0.0,
-        peak=_state(events, peak, g, loc, result),
+        peak=state_after(events, peak, g, loc, result),
         peak_index=peak,
-        final=_state(events, last, g, loc, result),
+        final=state_after(events, last, g, loc, result),
         max_global_frag=max_global,
         max_local_frag=max_local,
         max_free_blocks=max_blocks,
@@ -448,9 +448,9 @@ def _analyze_space(
         health=overall_health(max_global, max_local, max_blocks),
         out_of_order_frees=int(result.out_of_order.sum()),
         hole_creating_frees=int(result.hole.sum()),
-        hotspots=_hotspots(events, result, site_codes, site_names),
-        size_histogram=_histogram(block_sizes),
-        free_block_histogram=_histogram(_free_blocks_after(events, result, peak)),
+        hotspots=hotspots_of(events, result, site_codes, site_names),
+        size_histogram=histogram(block_sizes),
+        free_block_histogram=histogram(_free_blocks_after(events, result, peak)),
         timeline=Timeline(
             time_ns=events.start_ns,
             event=outcome,
@@ -474,7 +474,7 @@ def _analyze_space(
     )
 
 
-def _hotspots(
+def hotspots_of(
     events: SpaceEvents, result: ReplayResult, site_codes: I64, site_names: list[str]
 ) -> list[Hotspot]:
     frees = np.flatnonzero(result.out_of_order)

@@ -18,9 +18,9 @@ from nsysfrag.analysis import (
     Counts,
     SpaceAnalysis,
     Timeline,
-    _histogram,
-    _hotspots,
-    _state,
+    histogram,
+    hotspots_of,
+    state_after,
 )
 from nsysfrag.errors import InputError
 from nsysfrag.metrics import (
@@ -215,9 +215,9 @@ def _analyze_device(
         span_mode=False,
         counts=counts,
         alloc_failure_rate=ooms / (ooms + allocations) if ooms + allocations else 0.0,
-        peak=_state(events, peak, g, loc, result),
+        peak=state_after(events, peak, g, loc, result),
         peak_index=peak,
-        final=_state(events, n - 1, g, loc, result),
+        final=state_after(events, n - 1, g, loc, result),
         max_global_frag=max_global,
         max_local_frag=max_local,
         max_free_blocks=max_blocks,
@@ -231,9 +231,9 @@ def _analyze_device(
         health=overall_health(max_global, max_local, max_blocks),
         out_of_order_frees=int(r.out_of_order.sum()),
         hole_creating_frees=int(r.hole.sum()),
-        hotspots=_hotspots(events, result, r.site, r.site_names),
-        size_histogram=_histogram(r.bytes[outcome == ALLOCATED]),
-        free_block_histogram=_histogram(np.asarray(at_peak.sizes, dtype=np.int64)),
+        hotspots=hotspots_of(events, result, r.site, r.site_names),
+        size_histogram=histogram(r.bytes[outcome == ALLOCATED]),
+        free_block_histogram=histogram(np.asarray(at_peak.sizes, dtype=np.int64)),
         timeline=Timeline(
             time_ns=r.time_ns,
             event=outcome,

@@ -138,7 +138,8 @@ def space_label(space: SpaceAnalysis) -> str:
 
 def _title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None:
     extra = f" · {note}" if note else ""
-    fig.suptitle(f"{what} · {MODEL_TITLE}{extra}\n{space_label(space)}", fontsize=11)
+    model = MODEL_TITLE if space.model == MODEL_NAME else f"{space.model} model"
+    fig.suptitle(f"{what} · {model}{extra}\n{space_label(space)}", fontsize=11)
 
 
 def _seconds(space: SpaceAnalysis) -> F64:

@@ -196,7 +196,9 @@ def figure_markup(fig: Figure, id_prefix: str, alt: str) -> str:
 
 
 def _header(analysis: Analysis) -> str:
-    version = analysis.nsys_version or "unknown"
+    version = analysis.nsys_version or (
+        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown"
+    )
     meta = [
         ("trace", f'<span class="mono">{_e(analysis.trace_path)}</span>'),
         ("nsys version", _e(version)),

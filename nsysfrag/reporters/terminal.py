@@ -127,7 +127,9 @@ def _space(s: SpaceAnalysis) -> RenderableType:
 
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
-    version = analysis.nsys_version or "unknown nsys version"
+    version = analysis.nsys_version or (
+        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown nsys version"
+    )
     console.print(
         Text(
             f"nsysfrag · {analysis.trace_path} · {version} · model: {analysis.model},"
