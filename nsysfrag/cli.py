@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from nsysfrag import __version__
-from nsysfrag.commands.analyze import analyze_command
-from nsysfrag.commands.compare import compare_command
-from nsysfrag.commands.history import history_command
-from nsysfrag.commands.profile import profile_command
-from nsysfrag.commands.whatif import whatif_command
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
+
+# Commands load on first use: `nsysfrag analyze` should not pay for importing the what-if
+# models, the history store or the nsys runner (startup is part of every CI gate's time).
+COMMANDS = {
+    "analyze": "nsysfrag.commands.analyze:analyze_command",
+    "compare": "nsysfrag.commands.compare:compare_command",
+    "history": "nsysfrag.commands.history:history_command",
+    "profile": "nsysfrag.commands.profile:profile_command",
+    "whatif": "nsysfrag.commands.whatif:whatif_command",
+}
 
 
 class _UserError(click.ClickException):
@@ -28,6 +34,16 @@ class _UserError(click.ClickException):
 
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[cmd_name].split(":")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -40,12 +56,6 @@ class _Group(click.Group):
 def cli() -> None:
     """How fragmented is GPU device memory, how it got that way, and what to change."""
 
-
-cli.add_command(analyze_command)
-cli.add_command(compare_command)
-cli.add_command(profile_command)
-cli.add_command(whatif_command)
-cli.add_command(history_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -206,7 +207,7 @@ def test_read_only_input_works(tmp_path: Path) -> None:
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    for name in cli.commands:
+    for name in cli.list_commands(click.Context(cli)):
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0
         assert "Example:" in result.output, name
