@@ -11,6 +11,12 @@ from the layout at the start of the recorded window (rebuilt by
 :func:`nsysfrag.segments_model.window_start`), replays the recorded requests with the
 snapshot's allocator settings, and compares the ``segment_alloc`` (``segment_map`` for
 expandable segments) sizes and the peak reserved bytes with what the allocator recorded.
+The device's capacity is not in the snapshot, so the replay runs on an unlimited device and
+takes the device's refusals from the record: a run of ``segment_free``/``segment_unmap``
+right before a request's segment allocation marks that request (its first device allocation
+fails, unless a cached block fits it — then the release was an ``empty_cache()`` just before
+it); an ``oom`` entry is a request every attempt fails for; a release anywhere else is an
+``empty_cache()``. Garbage collection inside a malloc would be read as an OOM retry.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numba
 import numpy as np
@@ -33,24 +40,24 @@ from nsysfrag.allocators.base import (
     FAIL_NONE,
     FAIL_RELEASE,
     FREE,
-    GiB,
     I64,
     LOG_SEGMENT_ALLOC,
     LOG_SEGMENT_MAP,
-    MiB,
     UNLIMITED,
+    GiB,
+    MiB,
     RequestStream,
     SimResult,
 )
 from nsysfrag.allocators.torch_caching import (
     K_LARGE_BUFFER,
-    split_options,
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
     InitialLayout,
     TorchConfig,
     round_size,
     simulate_torch,
+    split_options,
 )
 from nsysfrag.analysis import State
 from nsysfrag.errors import InputError
@@ -63,13 +70,16 @@ from nsysfrag.metrics import (
     local_frag,
     overall_health,
 )
+from nsysfrag.replay import ALLOCATED
+from nsysfrag.segments_model import SegmentSet, WindowStart, window_start
+from nsysfrag.snapshot_reader import Snapshot, TraceEntry, read_snapshot
 
 SNAPSHOT = "pytorch-snapshot"
 NSYS = "nsys-trace"
 DEFAULT_SNAPSHOT_CAPACITY = 80 * GiB
 MAX_OOMS_LISTED = 1000  # largest_free_at_oom_bytes keeps the first this many
 TIMELINE_POINTS = 400
-SEGMENT_BYTES = 2 * MiB
+PAGE = 2 * MiB
 VALIDATION_TARGET_MATCH = 0.95
 VALIDATION_TARGET_PEAK = 0.01
 NEAR_EQUAL = 0.01  # peaks within 1 % of each other are a tie for the recommendation
@@ -77,6 +87,13 @@ _ES_VA_VALIDATION = 1 << 46
 
 
 # ----------------------------------------------------------------------------- the results
+
+
+class _LiveBlock(Protocol):
+    """A block live at the window's start, as segments_model.window_start rebuilds it."""
+
+    size: int | None  # known for blocks still live at the snapshot
+    requested: int
 
 
 @dataclass(frozen=True)
@@ -142,6 +159,7 @@ class SpaceComparison:
     outcomes: list[PolicyOutcome]  # ranked, best first
     recommendation: Recommendation
     warnings: list[str] = field(default_factory=list)
+    timestamps: bool = True  # False: every *_time_ns is a trace entry number
 
 
 @dataclass(frozen=True)
@@ -272,6 +290,7 @@ class _Source:
     recorded_peak_reserved_bytes: int | None
     warnings: list[str]
     segments_suspected: bool = False
+    timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
 
 
 def _stream_index(names: dict[int, int], raw: int) -> int:
@@ -289,9 +308,9 @@ def _stream_names(names: dict[int, int]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _snapshot_times(trace: Sequence[object]) -> list[int]:
+def _snapshot_times(trace: Sequence[TraceEntry]) -> list[int]:
     """ns per entry, never decreasing; entry numbers when the snapshot has no timestamps."""
-    stamps = [getattr(e, "time_us", None) for e in trace]
+    stamps = [e.time_us for e in trace]
     if not any(t is not None for t in stamps):
         return list(range(len(trace)))
     out, last = [], next(t for t in stamps if t is not None) * 1000
@@ -302,29 +321,26 @@ def _snapshot_times(trace: Sequence[object]) -> list[int]:
     return out
 
 
-def _recorded_reserved(initial: int, trace: Sequence[object]) -> list[int]:
+def _recorded_reserved(initial: int, trace: Sequence[TraceEntry]) -> list[int]:
     """Reserved bytes after each entry: segment_alloc/map add, segment_free/unmap subtract."""
     out, r = [], initial
     for e in trace:
-        a = e.action  # type: ignore[attr-defined]
+        a = e.action
         if a in ("segment_alloc", "segment_map"):
-            r += e.size  # type: ignore[attr-defined]
+            r += e.size
         elif a in ("segment_free", "segment_unmap"):
-            r -= e.size  # type: ignore[attr-defined]
+            r -= e.size
         out.append(r)
     return out
 
 
-def _segment_stream(segs: object, address: int) -> int:
-    start = segs.find(address)  # type: ignore[attr-defined]
-    return segs.seg[start].stream if start is not None else 0  # type: ignore[attr-defined]
+def _segment_stream(segs: SegmentSet, address: int) -> int:
+    start = segs.find(address)
+    return segs.seg[start].stream if start is not None else 0
 
 
-def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[str], object]:
+def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[str], Snapshot]:
     """One request stream per device of a PyTorch snapshot."""
-    from nsysfrag.segments_model import window_start
-    from nsysfrag.snapshot_reader import read_snapshot
-
     snap = read_snapshot(path)
     config = TorchConfig.from_settings(
         snap.max_split_size, snap.roundup_power2_divisions, snap.expandable_segments,
@@ -380,7 +396,7 @@ def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], l
         )
         series = _recorded_reserved(initial_reserved, trace)
         recorded_peak = max([initial_reserved, *series]) if (trace or final) else None
-        cap, cap_source = _snapshot_capacity(capacity, trace, series)
+        cap, cap_source = _snapshot_capacity(capacity, trace, initial_reserved, series)
         sources.append(
             _Source(
                 label=f"device {device}",
@@ -392,6 +408,7 @@ def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], l
                 baseline=as_run,
                 recorded_peak_reserved_bytes=recorded_peak,
                 warnings=warnings,
+                timestamps=any(e.time_us is not None for e in trace),
             )
         )
     return sources, notes, snap
@@ -411,28 +428,56 @@ def _same_policy(p: Policy, q: Policy) -> bool:
 
 
 def _snapshot_capacity(
-    capacity: int | None, trace: Sequence[object], reserved: list[int]
+    capacity: int | None, trace: Sequence[TraceEntry], initial: int, reserved: list[int]
 ) -> tuple[int, str]:
+    """--capacity; else what a recorded OOM says (reserved + free device memory then); else
+    the largest capacity consistent with the recorded OOM retries; else an assumed 80 GiB."""
     if capacity is not None:
         return capacity, "--capacity"
     for e, r in zip(trace, reserved, strict=True):
-        free = getattr(e, "device_free", None)
-        if getattr(e, "action", "") == "oom" and free is not None:
-            return r + free, "estimated from the recorded OOM (reserved + free device memory then)"
+        if e.action == "oom" and e.device_free is not None:
+            return r + e.device_free, "estimated from the recorded OOM: reserved + free device memory then"
+    peak = max([initial, *reserved])
+    refused = [need for need in _refusals(trace, initial, reserved) if need > peak]
+    if refused:
+        # cudaMalloc refused reserved + the new segment there, and the run held `peak` at most.
+        return max(peak, min(refused) - PAGE), (
+            "estimated from the recorded OOM retries: just below the smallest reserved + new"
+            " segment the device refused"
+        )
     return DEFAULT_SNAPSHOT_CAPACITY, "assumed: the snapshot does not record the device's memory; pass --capacity"
+
+
+def _refusals(trace: Sequence[TraceEntry], initial: int, reserved: list[int]) -> list[int]:
+    """Reserved bytes + the new segment where a malloc released cached segments and then
+    allocated one: what the device (apparently) refused the first time."""
+    out = []
+    j, n = 0, len(trace)
+    while j < n:
+        if trace[j].action not in ("segment_free", "segment_unmap"):
+            j += 1
+            continue
+        before = reserved[j - 1] if j > 0 else initial
+        while j < n and trace[j].action in ("segment_free", "segment_unmap"):
+            j += 1
+        if j < n and trace[j].action in ("segment_alloc", "segment_map"):
+            out.append(before + trace[j].size)
+    return out
 
 
 def nsys_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[str]]:
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
-    from nsysfrag.analysis import ALLOCATED, analyze
+    from nsysfrag.analysis import analyze
     from nsysfrag.trace import read_trace
 
     analysis = analyze(read_trace(path), capacity_bytes=capacity)
     notes = [
-        "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"
-        " cuMemAlloc, …): tensors only when the run used PYTORCH_NO_CUDA_MEMORY_CACHING=1;"
-        " nsys memory events carry no CUDA stream here, so all requests share one stream",
+        (
+            "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"
+            " cuMemAlloc, …): tensors only when the run used PYTORCH_NO_CUDA_MEMORY_CACHING=1;"
+            " nsys memory events carry no CUDA stream here, so all requests share one stream"
+        ),
         *analysis.warnings,
     ]
     baseline = parse_policy("torch")
@@ -563,9 +608,9 @@ def compare(source: _Source, policies: Sequence[Policy]) -> SpaceComparison:
     for p in todo:
         started = time.perf_counter()
         r = p.simulate(source.stream, source.capacity_bytes)
+        seconds = time.perf_counter() - started
         outcomes.append(
-            summarize(p, r, source.stream, source.capacity_bytes, p is baseline,
-                      time.perf_counter() - started)  # fmt: skip
+            summarize(p, r, source.stream, source.capacity_bytes, p is baseline, seconds)
         )
     outcomes.sort(key=rank_key)
     stream = source.stream
@@ -583,6 +628,7 @@ def compare(source: _Source, policies: Sequence[Policy]) -> SpaceComparison:
         outcomes=outcomes,
         recommendation=recommend(outcomes, source.capacity_bytes, source.segments_suspected),
         warnings=source.warnings,
+        timestamps=source.timestamps,
     )
 
 
@@ -605,6 +651,7 @@ def whatif(
     if capacity is not None and capacity < 1:
         raise InputError("--capacity must be a positive number of bytes")
     snapshot = is_snapshot(path) if path.exists() else path.suffix.lower() in (".pickle", ".pkl")
+    snap: Snapshot | None = None
     if validate and not snapshot:
         raise InputError(
             f"{path}: --validate needs a PyTorch memory snapshot (its recorded segment events are"
@@ -616,10 +663,9 @@ def whatif(
         level = "tensor-level requests (the snapshot's alloc / free_completed)"
     else:
         sources, notes = nsys_sources(path, capacity)
-        snap = None
         kind = NSYS
         level = "driver-level allocations (nsys CUDA memory events)"
-    validation = validate_snapshot(snap) if validate else None
+    validation = validate_snapshot(snap) if validate and snap is not None else None
     if not sources:
         if validation is not None:
             return WhatifReport(str(path), kind, level, [], notes, validation)
@@ -635,11 +681,15 @@ def whatif(
 
 
 def _pair(a: int, b: int) -> str:
-    """``61.2 → 47.9 GiB``: both in the unit of the larger."""
+    """``61.2 → 47.9 GiB``: both in the unit of the larger, with enough decimals to differ."""
     big = max(abs(a), abs(b), 1)
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if big >= scale:
-            return f"{a / scale:.1f} → {b / scale:.1f} {unit}"
+            x, y = a / scale, b / scale
+            digits = 1 if big / scale >= 10 else 2
+            while digits < 4 and a != b and f"{x:.{digits}f}" == f"{y:.{digits}f}":
+                digits += 1
+            return f"{x:.{digits}f} → {y:.{digits}f} {unit}"
     return f"{a} → {b} B"
 
 
@@ -737,7 +787,7 @@ def _reference_line(outcomes: Sequence[PolicyOutcome], base: PolicyOutcome) -> s
         return None
     floor = min(refs, key=rank_key)
     return (
-        f"For scale: {floor.name} ({floor.policy.description}) peaks at"
+        f"For scale: the {floor.name} reference model peaks at"
         f" {format_bytes(floor.peak_reserved_bytes)} reserved for"
         f" {format_bytes(floor.peak_requested_bytes)} requested at most; {base.name} peaks at"
         f" {format_bytes(base.peak_reserved_bytes)}."
@@ -759,7 +809,7 @@ def _lcs_length(a: I64, b: I64) -> int:
             if ai == b[j]:
                 cur[j + 1] = prev[j] + 1
             else:
-                cur[j + 1] = cur[j] if cur[j] > prev[j + 1] else prev[j + 1]
+                cur[j + 1] = max(prev[j + 1], cur[j])
         prev, cur = cur, prev
     return int(prev[m])
 
@@ -775,23 +825,23 @@ def matched_in_order(recorded: Sequence[int], simulated: Sequence[int]) -> int:
     return sum(m.size for m in blocks.get_matching_blocks())
 
 
-def validate_snapshot(snap: object) -> Validation:
+def validate_snapshot(snap: Snapshot) -> Validation:
     """Replay each device's recorded requests through ``torch`` with the snapshot's settings,
     from the layout at the start of its window, and compare with the recorded segments."""
     config = TorchConfig.from_settings(
-        snap.max_split_size, snap.roundup_power2_divisions,  # type: ignore[attr-defined]
-        snap.expandable_segments, snap.allocator_conf,  # type: ignore[attr-defined]
+        snap.max_split_size, snap.roundup_power2_divisions,
+        snap.expandable_segments, snap.allocator_conf,
     )  # fmt: skip
-    devices = [_validate_device(snap, d, config) for d in snap.devices()]  # type: ignore[attr-defined]
+    devices = [_validate_device(snap, d, config) for d in snap.devices()]
     return Validation(config.conf_string() or "defaults", [d for d in devices if d is not None])
 
 
-def _layout_of(start: object, config: TorchConfig, names: dict[int, int], b: _StreamBuilder
+def _layout_of(start: WindowStart, config: TorchConfig, names: dict[int, int], b: _StreamBuilder
                ) -> tuple[InitialLayout, dict[int, int], int]:  # fmt: skip
     """The torch model's initial state from the rebuilt window start; the live blocks become
     requests (not events: they are already placed)."""
-    segs = start.segments  # type: ignore[attr-defined]
-    recreated = sorted(start.blocks.items())  # type: ignore[attr-defined]
+    segs = start.segments
+    recreated = sorted(start.blocks.items())
     addrs = [a for a, _ in recreated]
     divs = config.roundup_power2_divisions
     seg_rows: list[list[int]] = []
@@ -841,9 +891,9 @@ def _layout_of(start: object, config: TorchConfig, names: dict[int, int], b: _St
 
 
 def _fill(
-    index: int, lo: int, hi: int, recreated: list[tuple[int, object]], addrs: list[int],
+    index: int, lo: int, hi: int, recreated: Sequence[tuple[int, _LiveBlock]], addrs: list[int],
     divs: tuple[int, ...], config: TorchConfig, expandable: bool, small: bool,
-    names: dict[int, int], segs: object, b: _StreamBuilder, rows: list[list[int]],
+    names: dict[int, int], segs: SegmentSet, b: _StreamBuilder, rows: list[list[int]],
     live: dict[int, int],
 ) -> int:  # fmt: skip
     """Tile ``[lo, hi)`` with its live blocks and the free blocks between them."""
@@ -857,9 +907,9 @@ def _fill(
         if address < cursor:
             conflicts += 1
             continue
-        size = r.size  # type: ignore[attr-defined]
+        size = r.size
         if size is None:
-            size = round_size(max(r.requested, 1), divs)  # type: ignore[attr-defined]
+            size = round_size(max(r.requested, 1), divs)
             gap = nxt - (address + size)
             # A block PyTorch did not split keeps the tail: remaining <= 1 MiB in the large
             # pool (or any remainder at or above max_split_size).
@@ -873,8 +923,8 @@ def _fill(
             continue
         if address > cursor:
             rows.append([index, cursor, address - cursor, 0, -1])
-        requested = r.requested or size  # type: ignore[attr-defined]
-        rid = b.new_request(requested, _stream_index(names, segs.seg[segs.find(address)].stream))  # type: ignore[attr-defined]
+        requested = r.requested or size
+        rid = b.new_request(requested, _stream_index(names, _segment_stream(segs, address)))
         live[address] = rid
         rows.append([index, address, size, 1, rid])
         cursor = address + size
@@ -883,11 +933,9 @@ def _fill(
     return conflicts
 
 
-def _validate_device(snap: object, device: int, config: TorchConfig) -> DeviceValidation | None:
-    from nsysfrag.segments_model import window_start
-
-    final = [s for s in snap.segments if s.device == device]  # type: ignore[attr-defined]
-    trace = snap.traces.get(device, [])  # type: ignore[attr-defined]
+def _validate_device(snap: Snapshot, device: int, config: TorchConfig) -> DeviceValidation | None:
+    final = [s for s in snap.segments if s.device == device]
+    trace = snap.traces.get(device, [])
     if not trace:
         return None
     start = window_start(final, trace)
@@ -897,6 +945,9 @@ def _validate_device(snap: object, device: int, config: TorchConfig) -> DeviceVa
     times = _snapshot_times(trace)
     fail_at, empty_cache_at = _release_paths(trace)
     recorded_action = "segment_map" if config.expandable_segments else "segment_alloc"
+    other = "segment_alloc" if config.expandable_segments else "segment_map"
+    if not any(e.action == recorded_action for e in trace) and any(e.action == other for e in trace):
+        recorded_action = other  # expandable segments were toggled at run time
     recorded = [e.size for e in trace if e.action == recorded_action]
     forced = 0
     for j, (e, t) in enumerate(zip(trace, times, strict=True)):
@@ -922,7 +973,7 @@ def _validate_device(snap: object, device: int, config: TorchConfig) -> DeviceVa
         b.new_request(1, 0)  # EMPTY_CACHE events name request 0
     stream = b.build(_stream_names(names))
     result = simulate_torch(stream, UNLIMITED, config, layout, es_va_bytes=_ES_VA_VALIDATION)
-    kind_wanted = LOG_SEGMENT_MAP if config.expandable_segments else LOG_SEGMENT_ALLOC
+    kind_wanted = LOG_SEGMENT_MAP if recorded_action == "segment_map" else LOG_SEGMENT_ALLOC
     simulated = result.segment_log["size"][result.segment_log["kind"] == kind_wanted].tolist()
     initial_reserved = int(layout.segments[:, 1].sum()) if len(layout.segments) else 0
     series = _recorded_reserved(initial_reserved, trace)
@@ -947,7 +998,7 @@ def _validate_device(snap: object, device: int, config: TorchConfig) -> DeviceVa
     )
 
 
-def _release_paths(trace: Sequence[object]) -> tuple[set[int], set[int]]:
+def _release_paths(trace: Sequence[TraceEntry]) -> tuple[set[int], set[int]]:
     """Where the recorded run released memory: (entries of allocations whose malloc took the
     OOM path first, entries where an empty_cache() began).
 
@@ -961,17 +1012,17 @@ def _release_paths(trace: Sequence[object]) -> tuple[set[int], set[int]]:
     n = len(trace)
     j = 0
     while j < n:
-        a = trace[j].action  # type: ignore[attr-defined]
+        a = trace[j].action
         if a not in ("segment_free", "segment_unmap"):
             j += 1
             continue
         first = j
-        while j < n and trace[j].action in ("segment_free", "segment_unmap"):  # type: ignore[attr-defined]
+        while j < n and trace[j].action in ("segment_free", "segment_unmap"):
             j += 1
         k = j
-        while k < n and trace[k].action in ("segment_alloc", "segment_map"):  # type: ignore[attr-defined]
+        while k < n and trace[k].action in ("segment_alloc", "segment_map"):
             k += 1
-        nxt = trace[k].action if k < n else None  # type: ignore[attr-defined]
+        nxt = trace[k].action if k < n else None
         if nxt == "alloc":
             fail_at.add(k)
         elif nxt != "oom":

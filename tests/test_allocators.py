@@ -190,7 +190,7 @@ def test_small_pool_splits_when_512_bytes_remain() -> None:
 
 
 def test_large_pool_keeps_a_remainder_of_at_most_1_mib_in_the_block() -> None:
-    # GIVEN a 20 MiB segment for a 19.5 MiB... request of 9 MiB leaves 11 MiB: split
+    # GIVEN a 20 MiB segment WHEN 9 MiB is taken THEN 11 MiB remain: split
     split = torch_run(("a", "x", 9 * MiB))
     assert split.allocated == 9 * MiB and split.free == 11 * MiB
     # WHEN the remainder would be 1 MiB or less THEN the block is handed out whole
@@ -255,7 +255,7 @@ def test_max_split_size_must_be_at_least_20_mb() -> None:
 def test_oom_path_with_max_split_size_frees_oversize_blocks_first() -> None:
     # GIVEN 100 MiB of device, a cached 64 MiB oversize segment and a cached 2 MiB small one
     ops = [("a", "big", 64 * MiB), ("a", "s", 4 * KiB), ("f", "big"), ("f", "s")]
-    # WHEN 60 MiB... a 30 MiB request does not fit beside them
+    # WHEN 36 MiB is requested, which does not fit beside them
     r = torch_run(*ops, ("a", "x", 36 * MiB), capacity=100 * MiB, conf="max_split_size_mb=32")
     # THEN release_available_cached_blocks frees only the oversize block before the retry
     assert r.segments(LOG_SEGMENT_FREE) == [64 * MiB]
@@ -281,30 +281,27 @@ def test_oom_retry_frees_cached_segments_then_allocates() -> None:
 
 
 def test_split_segments_survive_the_oom_path_and_the_request_fails() -> None:
-    # GIVEN 64 MiB of device: a 40 MiB segment with 10 MiB live at its start
-    ops = [("a", "x", 10 * MiB), ("a", "y", 30 * MiB), ("f", "y")]
-    # (a 10 MiB segment, then a 30 MiB one: free it so it is cached whole)
-    r = torch_run(("a", "big", 40 * MiB), ("f", "big"), ("a", "x", 10 * MiB), ("a", "y", 40 * MiB),
-                  capacity=64 * MiB)  # fmt: skip
-    # WHEN 40 MiB more is requested THEN the split segment cannot be released: a simulated OOM
-    assert r.ooms == 1
-    assert r.segments(LOG_SEGMENT_FREE) == []
+    # GIVEN 64 MiB of device: a 40 MiB segment with 10 MiB live at its start (30 MiB free)
+    ops = [("a", "big", 40 * MiB), ("f", "big"), ("a", "x", 10 * MiB)]
+    # WHEN 40 MiB more is requested THEN the split segment cannot be released: a simulated OOM,
+    # with the segment's 30 MiB tail as the largest free block
+    r = torch_run(*ops, ("a", "y", 40 * MiB), capacity=64 * MiB)
+    assert r.ooms == 1 and r.segments(LOG_SEGMENT_FREE) == []
     assert int(r.r.oom_largest_free_bytes[0]) == 30 * MiB
-    del ops
 
 
 def test_empty_cache_releases_whole_free_segments_only() -> None:
     # GIVEN a split segment with a live block and a whole free segment
-    r = torch_run(("a", "x", 5 * MiB), ("a", "y", 12 * MiB), ("f", "y"), ("e",))
+    r = torch_run(("a", "x", 5 * MiB), ("a", "y", 16 * MiB), ("f", "y"), ("e",))
     # WHEN empty_cache() runs THEN only the whole segment goes
-    assert r.segments(LOG_SEGMENT_FREE) == [12 * MiB]
+    assert r.segments(LOG_SEGMENT_FREE) == [16 * MiB]
     assert r.reserved == 20 * MiB
 
 
 def test_garbage_collection_frees_old_whole_segments_before_cudamalloc() -> None:
     # GIVEN a 100 MiB device, threshold 0.5, and 60 MiB of cached whole segments
     ops = [("a", "x", 30 * MiB), ("a", "y", 30 * MiB), ("f", "x"), ("f", "y")]
-    # WHEN 40 MiB is requested (nothing cached fits... it does not: 30 < 40)
+    # WHEN 40 MiB is requested (no cached block fits)
     r = torch_run(*ops, ("a", "z", 40 * MiB), capacity=100 * MiB,
                   conf="garbage_collection_threshold=0.5")  # fmt: skip
     # THEN reserved (60 MiB) is over 50 MiB, so the collector frees cached segments first
@@ -359,17 +356,20 @@ def test_expandable_release_unmaps_only_whole_free_pages() -> None:
     assert r.reserved == 20 * MiB and r.free == 15 * MiB
 
 
-def test_expandable_segments_let_a_large_request_reuse_freed_pages() -> None:
-    # GIVEN a 100 MiB device with 60 MiB freed between live blocks
-    ops = [("a", "x", 20 * MiB), ("a", "y", 60 * MiB), ("a", "z", 10 * MiB), ("f", "y")]
-    # WHEN 70 MiB is requested
-    native = torch_run(*ops, ("a", "w", 70 * MiB), capacity=100 * MiB)
-    expandable = torch_run(*ops, ("a", "w", 70 * MiB), capacity=100 * MiB,
-                           conf="expandable_segments=True")  # fmt: skip
-    # THEN both fail: 70 MiB needs more than the 10 MiB the device has left...
-    assert native.ooms == 1
-    # ...but the expandable segment's free pages are unmapped and remapped at its end
-    assert expandable.ooms == 1 or expandable.reserved <= 100 * MiB
+def test_expandable_segments_grow_where_split_segments_would_run_out() -> None:
+    # GIVEN a 100 MiB device: a 60 MiB block freed, then 30 MiB and 10 MiB carved from it and
+    # the 30 MiB freed again, so 50 MiB of the 60 MiB is free around a live 10 MiB block
+    ops = [("a", "x", 60 * MiB), ("f", "x"), ("a", "y", 30 * MiB), ("a", "z", 10 * MiB),
+           ("f", "y"), ("a", "w", 50 * MiB)]  # fmt: skip
+    # WHEN 50 MiB is requested
+    native = torch_run(*ops, capacity=100 * MiB)
+    expandable = torch_run(*ops, capacity=100 * MiB, conf="expandable_segments=True")
+    # THEN the native allocator cannot release its split segment: a simulated OOM
+    assert native.ooms == 1 and native.reserved == 60 * MiB
+    # AND the expandable segment maps two more pages after its free 20 MiB tail
+    assert expandable.ooms == 0
+    assert expandable.segments(LOG_SEGMENT_MAP) == [60 * MiB, 40 * MiB]
+    assert expandable.reserved == 100 * MiB
 
 
 # --------------------------------------------------------------------- the reference heaps
@@ -435,9 +435,10 @@ def test_buddy_rounds_up_to_a_power_of_two_and_splits_down_to_it() -> None:
 
 
 def test_buddies_merge_back_when_both_are_free() -> None:
-    # GIVEN two 512 B buddies WHEN the second is freed THEN they merge up to the whole arena
+    # GIVEN two 512 B buddies WHEN both are freed THEN they merge up to the whole arena
     r = run("buddy", ("a", "x", 512), ("a", "y", 512), ("f", "x"))
-    assert r.blocks == 10 and r.reserved == 2 * MiB  # x's 512 B is free beside live y
+    # x's 512 B is free beside live y, with the split's blocks of 1 KiB .. 1 MiB
+    assert r.blocks == 12 and r.reserved == 2 * MiB
     both = run("buddy", ("a", "x", 512), ("a", "y", 512), ("f", "x"), ("f", "y"))
     assert both.reserved == 0 and both.blocks == 0
 
@@ -471,7 +472,7 @@ def test_a_class_fills_one_slab_before_taking_another() -> None:
 
 def test_different_classes_use_different_slabs_and_large_objects_the_heap() -> None:
     r = run("slab", ("a", "x", 700), ("a", "y", 3000), ("a", "z", 3 * MiB))
-    assert r.reserved == 2 * MiB + 2 * MiB + 4 * MiB - 0  # two slabs, then 3 MiB on the heap
+    assert r.reserved == 2 * MiB + 2 * MiB + 4 * MiB  # two slabs, then 3 MiB on the heap
     assert r.allocated == 1024 + 3072 + 3 * MiB
 
 

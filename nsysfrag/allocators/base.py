@@ -24,6 +24,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag.errors import InputError
+
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
 
@@ -47,6 +49,7 @@ FAIL_ALL = 2  # every attempt fails: the recorded run raised OOM for this reques
 FAIL_RELEASE = 3
 
 UNLIMITED = 1 << 62
+MAX_REQUEST_BYTES = 1 << 46  # 64 TiB: larger is no GPU's request (and would overflow set keys)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,12 @@ class RequestStream:
         stream_names: tuple[str, ...] | None = None,
     ) -> RequestStream:
         size = np.asarray(size, dtype=np.int64)
+        if len(size) and (int(size.max()) > MAX_REQUEST_BYTES or int(size.min()) < 1):
+            bad = int(size.max()) if int(size.max()) > MAX_REQUEST_BYTES else int(size.min())
+            raise InputError(
+                f"a request of {bad} bytes cannot be replayed (requests are 1 byte to 64 TiB);"
+                " the input is corrupt"
+            )
         stream = np.zeros(len(size), np.int64) if stream is None else np.asarray(stream, np.int64)
         n_streams = int(stream.max()) + 1 if len(stream) else 1
         return cls(
@@ -120,9 +129,24 @@ class SimResult:
     oom_largest_free_bytes: I64  # L right after the model gave up on that request
     segment_log: dict[str, I64] = field(default_factory=dict)  # kind, size, event, address
 
+    @classmethod
+    def of(
+        cls,
+        outputs: tuple[I64, I64, I64, I64, I64, I64],
+        oom_event: I64,
+        oom_largest: I64,
+        segment_log: dict[str, I64] | None = None,
+    ) -> SimResult:
+        """From a kernel's per-event outputs (in field order) and its OOM arrays (trimmed)."""
+        f, largest, n, reserved, allocated, live = outputs
+        return cls(f, largest, n, reserved, allocated, live, oom_event.copy(), oom_largest.copy(),
+                   segment_log or {})  # fmt: skip
+
 
 def empty_outputs(n: int) -> tuple[I64, I64, I64, I64, I64, I64]:
-    return tuple(np.zeros(n, dtype=np.int64) for _ in range(6))  # type: ignore[return-value]
+    """Per-event output arrays of a kernel: F, L, N, reserved, allocated, live."""
+    z = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+    return z[0], z[1], z[2], z[3], z[4], z[5]
 
 
 def round_up(n: int, to: int) -> int:
@@ -146,7 +170,7 @@ def new_treap(capacity: int, seed: int = 0x5EED) -> I64:
 
 @numba.njit(cache=True, inline="always")
 def t_root(t: I64) -> int:
-    return t[0, K1]
+    return int(t[0, K1])
 
 
 @numba.njit(cache=True, inline="always")
@@ -154,10 +178,10 @@ def _before(t: I64, a: int, k1: int, k2: int, kid: int) -> bool:
     """Is key(a) < (k1, k2, kid)?"""
     x = t[a, K1]
     if x != k1:
-        return x < k1
+        return bool(x < k1)
     y = t[a, K2]
     if y != k2:
-        return y < k2
+        return bool(y < k2)
     return a < kid
 
 
@@ -311,19 +335,19 @@ def t_last(t: I64) -> int:
         return 0
     while t[a, RT] != 0:
         a = t[a, RT]
-    return a
+    return int(a)
 
 
 @numba.njit(cache=True)
 def t_max_value(t: I64) -> int:
     """The largest value in the tree, 0 when it is empty."""
     m = t[t[0, K1], AGG]
-    return max(0, m)
+    return int(max(0, m))
 
 
 @numba.njit(cache=True)
 def t_count(t: I64) -> int:
-    return t[t[0, K1], CNT]
+    return int(t[t[0, K1], CNT])
 
 
 @numba.njit(cache=True)
@@ -337,7 +361,7 @@ def t_first_value_at_least(t: I64, v: int) -> int:
         if left != 0 and t[left, AGG] >= v:
             a = left
         elif t[a, VAL] >= v:
-            return a
+            return int(a)
         else:
             a = t[a, RT]
 

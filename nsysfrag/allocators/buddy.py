@@ -32,6 +32,7 @@ from nsysfrag.allocators.base import (
     RequestStream,
     SimResult,
     ceil_log2,
+    empty_outputs,
     new_treap,
     t_erase,
     t_insert,
@@ -49,9 +50,9 @@ def _take_id(ids: I64, state: I64) -> int:
     # state[0]: next never-used id, state[1]: free ids on the stack
     if state[1] > 0:
         state[1] -= 1
-        return ids[state[1]]
+        return int(ids[state[1]])
     state[0] += 1
-    return state[0]
+    return int(state[0])
 
 
 @numba.njit(cache=True)
@@ -173,7 +174,7 @@ def simulate_buddy(stream: RequestStream, capacity_bytes: int) -> SimResult:
     top_order = max(MIN_ORDER, int(usable - 1).bit_length())
     max_free = 4 * (stream.n_requests + 1) + 4 * top_order + 64
     while True:
-        outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+        outs = empty_outputs(n)
         oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
         oom_largest = np.zeros_like(oom_event)
         ooms = _buddy_kernel(
@@ -182,5 +183,5 @@ def simulate_buddy(stream: RequestStream, capacity_bytes: int) -> SimResult:
             np.zeros(max_free, dtype=np.int64), *outs, oom_event, oom_largest,
         )  # fmt: skip
         if ooms >= 0:
-            return SimResult(*outs, oom_event[:ooms].copy(), oom_largest[:ooms].copy())
+            return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
         max_free *= 4

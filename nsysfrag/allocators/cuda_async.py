@@ -29,7 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream, SimResult
+from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream, SimResult, empty_outputs
 from nsysfrag.allocators.heap import (
     BEST_FIT,
     GRANULARITY,
@@ -91,11 +91,11 @@ def _pool_kernel(
 def simulate_cuda_async(stream: RequestStream, capacity_bytes: int) -> SimResult:
     n = stream.n_events
     at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, BEST_FIT)
-    outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+    outs = empty_outputs(n)
     oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
     oom_largest = np.zeros_like(oom_event)
     ooms = _pool_kernel(
         stream.kind.astype(np.int64), stream.request, stream.size, at, st, hs, ids,
         *outs, oom_event, oom_largest,
     )  # fmt: skip
-    return SimResult(*outs, oom_event[:ooms].copy(), oom_largest[:ooms].copy())
+    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])

@@ -32,6 +32,7 @@ from nsysfrag.allocators.base import (
     VAL,
     RequestStream,
     SimResult,
+    empty_outputs,
     new_treap,
     t_before,
     t_count,
@@ -63,9 +64,9 @@ def new_heap(capacity_bytes: int, max_holes: int, mode: int) -> tuple[I64, I64, 
 def _new_hole(hs: I64, ids: I64) -> int:
     if hs[H_FREE_IDS] > 0:
         hs[H_FREE_IDS] -= 1
-        return ids[hs[H_FREE_IDS]]
+        return int(ids[hs[H_FREE_IDS]])
     hs[H_NEXT_ID] += 1
-    return hs[H_NEXT_ID]
+    return int(hs[H_NEXT_ID])
 
 
 @numba.njit(cache=True)
@@ -99,12 +100,12 @@ def heap_take(at: I64, st: I64, hs: I64, ids: I64, n: int) -> int:
         _drop_hole(at, st, hs, ids, h)
         if size > n:
             _add_hole(at, st, hs, _new_hole(hs, ids), address + n, size - n)
-        return address
+        return int(address)
     top = hs[H_TOP]
     if top + n > hs[H_CAP]:
         return -1
     hs[H_TOP] = top + n
-    return top
+    return int(top)
 
 
 @numba.njit(cache=True)
@@ -189,11 +190,11 @@ def simulate_heap(stream: RequestStream, capacity_bytes: int, mode: int) -> SimR
     """Replay ``stream`` through a best-fit (``mode=BEST_FIT``) or first-fit heap."""
     n = stream.n_events
     at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, mode)
-    outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+    outs = empty_outputs(n)
     oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
     oom_largest = np.zeros_like(oom_event)
     ooms = _heap_kernel(
         stream.kind.astype(np.int64), stream.request, stream.size, at, st, hs, ids,
         *outs, oom_event, oom_largest,
     )  # fmt: skip
-    return SimResult(*outs, oom_event[:ooms].copy(), oom_largest[:ooms].copy())
+    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])

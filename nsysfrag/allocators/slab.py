@@ -32,6 +32,7 @@ from nsysfrag.allocators.base import (
     MiB,
     RequestStream,
     SimResult,
+    empty_outputs,
     new_treap,
     t_count,
     t_erase,
@@ -204,11 +205,11 @@ def simulate_slab(stream: RequestStream, capacity_bytes: int) -> SimResult:
     klass = class_of(stream.size, classes)
     max_slabs = int(min(stream.n_requests, capacity_bytes // SLAB_BYTES)) + 2
     at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, BEST_FIT)
-    outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+    outs = empty_outputs(n)
     oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
     oom_largest = np.zeros_like(oom_event)
     ooms = _slab_kernel(
         stream.kind.astype(np.int64), stream.request, stream.size, klass, classes,
         at, st, hs, ids, new_treap(max_slabs, 4), *outs, oom_event, oom_largest,
     )  # fmt: skip
-    return SimResult(*outs, oom_event[:ooms].copy(), oom_largest[:ooms].copy())
+    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])

@@ -58,6 +58,7 @@ from nsysfrag.allocators.base import (
     MiB,
     RequestStream,
     SimResult,
+    empty_outputs,
     new_treap,
     t_before,
     t_erase,
@@ -98,7 +99,7 @@ E_BASE, E_VA, E_PAGE, E_PK = range(4)
 # Segment log.
 L_KIND, L_ADDR, L_SIZE, L_EVENT = range(4)
 LOG_ALLOC, LOG_FREE, LOG_MAP, LOG_UNMAP = 1, 2, 3, 4
-ADDRESS_BASE = 1 << 44  # where simulated segments start (above any recorded GPU address)
+ADDRESS_BASE = 1 << 48  # where simulated segments start: above every user-space GPU address
 
 
 # ------------------------------------------------------------------------------ configuration
@@ -130,11 +131,7 @@ class TorchConfig:
             key, value = m.group(1), m.group(2)
             given[key] = value
             values[key] = _parse_option(key, value)
-        kw: dict[str, object] = {}
-        for key, value in values.items():
-            if key in ("max_split_size", "max_non_split_rounding", "roundup_power2_divisions",
-                       "expandable_segments", "garbage_collection_threshold"):  # fmt: skip
-                kw[key] = value
+        kw = {_FIELDS[key]: value for key, value in values.items() if key in _FIELDS}
         return cls(**kw, given=given)  # type: ignore[arg-type]
 
     @classmethod
@@ -208,9 +205,20 @@ class TorchConfig:
         return cfg
 
 
+_FIELDS = {  # option -> TorchConfig field
+    "max_split_size_mb": "max_split_size",
+    "max_non_split_rounding_mb": "max_non_split_rounding",
+    "roundup_power2_divisions": "roundup_power2_divisions",
+    "expandable_segments": "expandable_segments",
+    "garbage_collection_threshold": "garbage_collection_threshold",
+}
+
+
 def split_options(text: str) -> list[str]:
     """Split on commas outside ``[...]`` (roundup_power2_divisions lists contain commas)."""
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -370,7 +378,7 @@ def _new_block(b: I64, s: I64, ids: I64) -> int:
         b[n, f] = 0
     b[n, ES] = -1
     b[n, MAPPED] = 1
-    return n
+    return int(n)
 
 
 @numba.njit(cache=True)
@@ -396,8 +404,8 @@ def _log(log: I64, s: I64, kind: int, address: int, size: int) -> None:
 def _is_candidate(b: I64, es: I64, n: int) -> bool:
     """Could release_cached_blocks return (part of) this free block to CUDA?"""
     if b[n, ES] < 0:
-        return b[n, PREV] == 0 and b[n, NEXT] == 0
-    return b[n, SIZE] >= es[b[n, ES], E_PAGE]
+        return bool(b[n, PREV] == 0 and b[n, NEXT] == 0)
+    return bool(b[n, SIZE] >= es[b[n, ES], E_PAGE])
 
 
 @numba.njit(cache=True)
@@ -482,18 +490,18 @@ def _try_merge(b: I64, s: I64, ids: I64, tf: I64, ts: I64, tu: I64, dst: int, sr
     size = b[src, SIZE]
     b[dst, SIZE] += size
     _del_block(s, ids, src)
-    return size
+    return int(size)
 
 
 @numba.njit(cache=True)
 def _pool_of(tf: I64, n: int) -> int:
-    return tf[n, K1] >> SIZE_SHIFT
+    return int(tf[n, K1] >> SIZE_SHIFT)
 
 
 @numba.njit(cache=True)
 def _xsize(b: I64, n: int) -> int:
     nx = b[n, NEXT]
-    return b[n, SIZE] + (b[nx, SIZE] if nx != 0 and b[nx, MAPPED] == 0 else 0)
+    return int(b[n, SIZE] + (b[nx, SIZE] if nx != 0 and b[nx, MAPPED] == 0 else 0))
 
 
 @numba.njit(cache=True)
@@ -655,7 +663,7 @@ def _release_available_cached_blocks(
             freed = b[cur, SIZE]
             if _release_block(b, s, ids, tf, ts, log, cur):
                 released += freed
-        return released >= key
+        return bool(released >= key)
     if b[n, ES] >= 0:
         return False
     return _release_block(b, s, ids, tf, ts, log, n)
@@ -800,9 +808,10 @@ def _try_allocate_expandable_block(
     c = _find_expandable_block(b, s, cfg, ids, tu, es, pk, size)
     if c == 0:
         return 0
-    if b[c, MAPPED] == 0:
-        if not _map_block(b, s, cfg, ids, tf, ts, tu, es, gcc, log, c, min(b[c, SIZE], size)):
-            return 0
+    if b[c, MAPPED] == 0 and not _map_block(
+        b, s, cfg, ids, tf, ts, tu, es, gcc, log, c, min(b[c, SIZE], size)
+    ):
+        return 0
     while b[c, SIZE] < size:
         remaining = size - b[c, SIZE]
         nc = b[c, NEXT]
@@ -1055,7 +1064,7 @@ def simulate_torch(
         gcc = np.zeros(n_pools, dtype=np.int64)
         log = np.zeros((max_log, 4), dtype=np.int64)
         req_block = np.zeros(stream.n_requests, dtype=np.int64)
-        outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+        outs = empty_outputs(n)
         oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
         oom_largest = np.zeros_like(oom_event)
         _setup(initial.segments, initial.blocks, initial.expandable, stream.size,
@@ -1077,5 +1086,5 @@ def simulate_torch(
         "size": log[:m, L_SIZE].copy(),
         "event": log[:m, L_EVENT].copy(),
     }
-    return SimResult(*outs, oom_event[:ooms].copy(), oom_largest[:ooms].copy(), segment_log)
+    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms], segment_log)
 

@@ -95,6 +95,7 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "requests": s.requests,
         "frees": s.frees,
         "streams": s.streams,
+        "timestamps": s.timestamps,
         "recorded_peak_reserved_bytes": s.recorded_peak_reserved_bytes,
         "warnings": s.warnings,
         "baseline": rec.baseline,
@@ -122,8 +123,10 @@ def validation_document(v: Validation) -> dict[str, Any]:
         "peak_reserved_recorded_bytes": v.peak_reserved_recorded_bytes,
         "peak_reserved_error": v.peak_error,
         "meets_target": v.meets_target,
-        "target": {"segment_alloc_match": VALIDATION_TARGET_MATCH,
-                   "peak_reserved_error": VALIDATION_TARGET_PEAK},  # fmt: skip
+        "target": {
+            "segment_alloc_match": VALIDATION_TARGET_MATCH,
+            "peak_reserved_error": VALIDATION_TARGET_PEAK,
+        },
         "devices": [
             {
                 "device": d.device,
@@ -181,8 +184,11 @@ def _change(o: PolicyOutcome, base: PolicyOutcome | None) -> str:
     return ("−" if d < 0 else "+") + f"{abs(d) * 100:.1f} %"
 
 
-def _seconds(ns: int | None, t0: int) -> str:
-    return "" if ns is None else f"{(ns - t0) / 1e9:.3f} s"
+def _when(ns: int | None, s: SpaceComparison) -> str:
+    """A time relative to the stream's start, or a trace entry number without timestamps."""
+    if ns is None:
+        return ""
+    return f"{(ns - s.first_time_ns) / 1e9:.3f} s" if s.timestamps else f"entry {ns}"
 
 
 def _oom_text(o: PolicyOutcome) -> str:
@@ -201,9 +207,14 @@ def _space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
     peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     meta = [
         ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_source})"),
-        ("requests", f"{s.requests:,} allocations, {s.frees:,} frees, {s.streams} stream(s);"
-                     f" at most {format_bytes(peak_requested)} requested at once"),
-    ]  # fmt: skip
+        (
+            "requests",
+            (
+                f"{s.requests:,} allocations, {s.frees:,} frees, {s.streams} stream(s);"
+                f" at most {format_bytes(peak_requested)} requested at once"
+            ),
+        ),
+    ]
     if s.recorded_peak_reserved_bytes is not None:
         meta.append(("recorded peak reserved", format_bytes(s.recorded_peak_reserved_bytes)))
     return meta
@@ -290,7 +301,7 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
             Text(format_bytes(o.peak_reserved_bytes), style=style),
             _change(o, base),
             Text(_oom_text(o), style="bold red" if o.simulated_ooms else "green"),
-            _seconds(o.first_oom_time_ns, s.first_time_ns),
+            _when(o.first_oom_time_ns, s),
             _ratio(o.reserved_over_requested_at_peak),
             Text(f"{o.max_global_frag:.1%}", style=STYLE[global_frag_health(o.max_global_frag)]),
             Text(f"{o.max_local_frag:.1%}", style=STYLE[local_frag_health(o.max_local_frag)]),
@@ -308,6 +319,16 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
             style="dim",
         )
     )
+    for o in s.outcomes:
+        if o.simulated_ooms:
+            console.print(
+                Text(
+                    f"{o.name}: {o.simulated_ooms} simulated OOM(s), the first at"
+                    f" {_when(o.first_oom_time_ns, s)}; largest free block at each:"
+                    f" {_oom_list(o.largest_free_at_oom_bytes, 4)}",
+                    style="dim",
+                )
+            )
     rec = s.recommendation
     console.print(Text.assemble(("Recommendation: ", "bold"), rec.text))
     if rec.reference:
@@ -330,7 +351,7 @@ def _terminal_validation(v: Validation, console: Console) -> None:
             _match(d.segment_alloc_match), format_bytes(d.peak_reserved_recorded_bytes),
             format_bytes(d.peak_reserved_simulated_bytes), _error(d.peak_error),
             str(d.forced_failures), str(d.empty_cache_calls),
-        ]  # fmt: skip
+        ]
         for d in v.devices
     ]
     title = f"Validation of the torch model against the recorded segments ({v.settings})"
@@ -410,8 +431,7 @@ def _bars(s: SpaceComparison) -> str:
     height = row * len(s.outcomes) + 30
     top = max([o.peak_reserved_bytes for o in s.outcomes] + [1])
     scale = (width - left - 90) / top
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img"'
-           ' aria-label="peak reserved per policy">']  # fmt: skip
+    out = [f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="peak reserved per policy">']
     for i, o in enumerate(s.outcomes):
         y = 10 + i * row
         w = max(o.peak_reserved_bytes * scale, 1)
@@ -440,13 +460,14 @@ def _lines(s: SpaceComparison) -> str:
     span = max(t_end - t0, 1)
     top = max([max(o.timeline_reserved_bytes, default=0) for o in s.outcomes] + [1])
     plot_w, plot_h = width - left - 10, height - bottom - 10
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height + 18 * len(s.outcomes)}"'
-           ' role="img" aria-label="reserved bytes over time">']  # fmt: skip
+    view = f"0 0 {width} {height + 18 * len(s.outcomes)}"
+    out = [f'<svg viewBox="{view}" role="img" aria-label="reserved bytes over time">']
     out.append(f'<rect x="{left}" y="10" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d8dde3"/>')
     out.append(f'<text x="{left - 6}" y="18" font-size="11" text-anchor="end">{_e(format_bytes(top))}</text>')
     out.append(f'<text x="{left - 6}" y="{10 + plot_h}" font-size="11" text-anchor="end">0</text>')
+    end_label = f"{span / 1e9:.3f} s" if s.timestamps else f"{span} trace entries"
     out.append(f'<text x="{left + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">'
-               f"{span / 1e9:.3f} s</text>")  # fmt: skip
+               f"{_e(end_label)}</text>")  # fmt: skip
     for i, o in enumerate(s.outcomes):
         color = _PALETTE[i % len(_PALETTE)]
         pts = []
@@ -464,6 +485,11 @@ def _lines(s: SpaceComparison) -> str:
         out.append(f'<text x="{left + 20}" y="{ly + 6}" font-size="12">{_e(o.name)}</text>')
     out.append("</svg>")
     return "<figure>" + "".join(out) + "<figcaption>Reserved bytes over time.</figcaption></figure>"
+
+
+def _oom_list(sizes: list[int], shown: int = 8) -> str:
+    text = ", ".join(format_bytes(x) for x in sizes[:shown])
+    return text + (" …" if len(sizes) > shown else "")
 
 
 def _html_space(s: SpaceComparison) -> str:
@@ -491,9 +517,12 @@ def _html_space(s: SpaceComparison) -> str:
             + _cell(format_bytes(o.peak_requested_bytes))
             + _cell(_ratio(o.reserved_over_requested_at_peak))
             + _cell(_ratio(o.max_reserved_over_max_requested))
-            + (f'<td class="n critical">{o.simulated_ooms}</td>' if o.simulated_ooms
-               else '<td class="n ok">0</td>')  # fmt: skip
-            + _cell(_seconds(o.first_oom_time_ns, s.first_time_ns))
+            + (
+                f'<td class="n critical">{o.simulated_ooms}</td>'
+                if o.simulated_ooms
+                else '<td class="n ok">0</td>'
+            )
+            + _cell(_when(o.first_oom_time_ns, s))
             + _rated(f"{o.max_global_frag:.1%}", global_frag_health(o.max_global_frag))
             + _rated(f"{o.max_local_frag:.1%}", local_frag_health(o.max_local_frag))
             + _rated(str(o.max_free_blocks), free_blocks_health(o.max_free_blocks))
@@ -508,8 +537,7 @@ def _html_space(s: SpaceComparison) -> str:
     oom_rows = [
         f"<tr><td>{_e(o.name)}</td>"
         + _cell(str(o.simulated_ooms))
-        + _cell(", ".join(format_bytes(x) for x in o.largest_free_at_oom_bytes[:8])
-                + (" …" if len(o.largest_free_at_oom_bytes) > 8 else ""), "")  # fmt: skip
+        + _cell(_oom_list(o.largest_free_at_oom_bytes), "")
         + "</tr>"
         for o in s.outcomes
         if o.simulated_ooms
