@@ -80,6 +80,13 @@ def replay(events: SpaceEvents) -> ReplayResult:
     return ReplayResult(*out)
 
 
+def warm_up() -> None:
+    """Load the compiled kernel (from numba's cache) now, e.g. on a thread while a trace is
+    read, rather than on the first replay."""
+    empty = np.zeros(0, dtype=np.int64)
+    replay(SpaceEvents(empty, empty.astype(np.bool_), empty, empty, empty, empty, empty, 1))
+
+
 def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
     # Event indices fit 32 bits for any trace up to two billion events: half the memory.
     index = np.int32 if n < 2**31 - 1 else np.int64

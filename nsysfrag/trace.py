@@ -181,15 +181,23 @@ def _read(
             " export nsysfrag understands — re-export it with a current `nsys export --type sqlite`"
         )
     query = _MemoryQuery.plan(con, tables)
-    # SQLite releases the GIL while it scans, so the memory table and the API calls are read on
-    # connections of their own, in parallel, while this one reads the small tables.
+    # SQLite releases the GIL while it scans, so two halves of the memory table's columns and
+    # the API calls are read on connections of their own, in parallel, while this one reads the
+    # small tables.
     names = _api_names(con, tables)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        reading = pool.submit(_on_own_connection, engine, lambda c: query.read(c, progress))
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        positions = pool.submit(_on_own_connection, engine, lambda c: query.positions(c, progress))
+        kinds = pool.submit(_on_own_connection, engine, query.kinds)
         calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names))
         nvtx = _read_nvtx(con, tables)
         counts = _count_calls(con, names, (ALLOCATION_CALLS, VMM_CALLS))
-        memory = reading.result()
+        try:
+            halves = positions.result(), kinds.result()
+            if len({len(a) for half in halves for a in half}) > 1:
+                raise _NotAllIntegers()
+        except _NotAllIntegers:
+            halves = query.filtered(con)
+        memory = query.events(*halves)
         api = _read_correlated_api(
             con, tables, names, memory, calls.result(), query.alloc_op_id
         )
@@ -301,29 +309,45 @@ class _MemoryQuery:
             free_op_id=opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID),
         )
 
-    def read(self, con: Connection, progress: ProgressCallback | None = None) -> MemoryEvents:
-        if self.total_rows == 0:
-            return _no_memory_events()
-        # Plain columns: SQLite computes expressions slower than numpy decodes them.
-        correlation = "coalesce(correlationId, -1)" if self.has_correlation else "-1"
-        required = list(REQUIRED_MEMORY_COLUMNS)
-        if self.has_correlation:
-            required.append("coalesce(correlationId, 0)")
+    # The columns, in two halves that separate connections read in parallel.
+    _POSITIONS = ("start", "address", "bytes")
+    _KINDS = ("globalPid", "deviceId", "memKind", "memoryOperationType")
+
+    def _correlation(self) -> str:
+        return "coalesce(correlationId, -1)" if self.has_correlation else "-1"
+
+    def positions(self, con: Connection, progress: ProgressCallback | None = None) -> list[I64]:
         total = self.total_rows
 
         def loaded(rows: int) -> None:
             if progress is not None:
                 progress("loading rows", rows, total)
 
-        start, address, nbytes, corr, gpid, device, kind, op = _read_integers(
-            con,
-            ["start", "address", "bytes", correlation, "globalPid", "deviceId", "memKind",
-             "memoryOperationType"],
-            MEMORY_TABLE,
-            "1",
-            required,
-            on_rows=loaded,
-        )
+        if self.total_rows == 0:
+            return []
+        columns = [*self._POSITIONS, self._correlation()]
+        return _int_columns(con, columns, MEMORY_TABLE, on_rows=loaded)
+
+    def kinds(self, con: Connection) -> list[I64]:
+        if self.total_rows == 0:
+            return []
+        return _int_columns(con, list(self._KINDS), MEMORY_TABLE)
+
+    def filtered(self, con: Connection) -> tuple[list[I64], list[I64]]:
+        """Both halves in one scan that skips rows with a NULL or non-integer where the replay
+        needs a number: slower, so only for a trace that needs it."""
+        valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
+        if self.has_correlation:
+            valid += " AND typeof(coalesce(correlationId, 0)) = 'integer'"
+        columns = [*self._POSITIONS, self._correlation(), *self._KINDS]
+        arrays = _int_columns(con, columns, MEMORY_TABLE, valid)
+        return arrays[:4], arrays[4:]
+
+    def events(self, positions: list[I64], kinds: list[I64]) -> MemoryEvents:
+        if self.total_rows == 0:
+            return _no_memory_events()
+        start, address, nbytes, corr = positions
+        gpid, device, kind, op = kinds
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
         # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in

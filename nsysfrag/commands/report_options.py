@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from nsysfrag import replay
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
 from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE, InputError
@@ -176,8 +178,12 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
+    # Loading the compiled replay takes a moment; SQLite reads without the GIL, so overlap them.
+    warming = threading.Thread(target=replay.warm_up, daemon=True)
+    warming.start()
     with progress_bar() as progress:
         trace = read_trace(sqlite_path, progress=progress)
+        warming.join()
         return analyze(
             trace,
             capacity_bytes=request.capacity,
