@@ -21,12 +21,12 @@ from nsysfrag.metrics import (
     size_class_label,
 )
 from nsysfrag.replay import (
-    ReplayResult,
     ALLOCATED,
     FREED,
     NO_BLOCK,
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
+    ReplayResult,
     SpaceEvents,
     replay,
 )

@@ -23,7 +23,7 @@ STDOUT = Path("-")
 _DATE_ONLY = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
 
 
-class Moment(click.ParamType):
+class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
     """A date (``2025-06-01``) or a time (``2025-06-01T14:30``, ``… 14:30:00+02:00``), UTC unless
     it says otherwise. As an upper bound a bare date includes that whole day."""
 

@@ -13,7 +13,14 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from nsysfrag import replay
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
@@ -33,7 +40,7 @@ _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb"
 STDOUT = Path("-")
 
 
-class ByteSize(click.ParamType):
+class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
     """A byte count: ``85899345920``, ``80GiB``, ``512``, ``2MiB``."""
 
     name = "BYTES"
