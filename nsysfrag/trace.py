@@ -20,6 +20,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from nsysfrag import sqlite_columns
 from nsysfrag.errors import InputError
 from nsysfrag.events import (
     ALLOCATION_CALLS,
@@ -185,21 +186,29 @@ def _read(
     # the API calls are read on connections of their own, in parallel, while this one reads the
     # small tables.
     names = _api_names(con, tables)
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        positions = pool.submit(_on_own_connection, engine, lambda c: query.positions(c, progress))
-        kinds = pool.submit(_on_own_connection, engine, query.kinds)
+    with ThreadPoolExecutor(max_workers=4) as pool:
         calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names))
+        compiled = pool.submit(
+            _on_own_connection, engine, lambda c: query.compiled(c, path, pool, progress)
+        )
         nvtx = _read_nvtx(con, tables)
-        counts = _count_calls(con, names, (ALLOCATION_CALLS, VMM_CALLS))
-        try:
-            halves = positions.result(), kinds.result()
-            if len({len(a) for half in halves for a in half}) > 1:
-                raise _NotAllIntegers()
-        except _NotAllIntegers:
-            halves = query.filtered(con)
+        vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
+        halves = compiled.result()
+        if halves is None:
+            positions = pool.submit(
+                _on_own_connection, engine, lambda c: query.positions(c, progress)
+            )
+            kinds = pool.submit(_on_own_connection, engine, query.kinds)
+            try:
+                halves = positions.result(), kinds.result()
+                if len({len(a) for half in halves for a in half}) > 1:
+                    raise _NotAllIntegers()
+            except _NotAllIntegers:
+                halves = query.filtered(con)
         memory = query.events(*halves)
+        allocation_calls = calls.result()
         api = _read_correlated_api(
-            con, tables, names, memory, calls.result(), query.alloc_op_id
+            con, tables, names, memory, allocation_calls, query.alloc_op_id
         )
     return Trace(
         path=str(path),
@@ -211,8 +220,10 @@ def _read(
         cuda_devices=_read_cuda_devices(con, tables),
         process_names=_read_process_names(con, tables),
         skipped_rows=query.total_rows - len(memory),
-        allocation_calls=counts[0],
-        vmm_calls=counts[1],
+        # Every row of an allocation call was read (those with a NULL start, thread or
+        # correlation id aside).
+        allocation_calls=len(allocation_calls.start_ns),
+        vmm_calls=vmm_calls,
     )
 
 
@@ -251,14 +262,16 @@ def _no_memory_table_message(
 
 
 def _api_names(con: Connection, tables: set[str]) -> dict[int, str]:
-    """nameId -> API name without its version suffix, for the names the runtime table uses."""
+    """nameId -> API name without its version suffix, for the allocation and VMM calls (the
+    only names we look for; the string table is small next to the runtime table)."""
     if RUNTIME_TABLE not in tables or "StringIds" not in tables:
         return {}
-    rows = _rows(
-        con,
-        f"SELECT id, value FROM StringIds WHERE id IN (SELECT DISTINCT nameId FROM {RUNTIME_TABLE})",
-    )
-    return {i: api_base_name(v) for i, v in rows if isinstance(v, str)}
+    wanted = ALLOCATION_CALLS | VMM_CALLS
+    names = {}
+    for i, value in _rows(con, "SELECT id, value FROM StringIds"):
+        if isinstance(value, str) and (name := api_base_name(value)) in wanted:
+            names[i] = name
+    return names
 
 
 def _count_calls(
@@ -269,7 +282,7 @@ def _count_calls(
     for wanted in groups:
         ids = ",".join(str(i) for i, n in names.items() if n in wanted)
         sums.append(f"coalesce(sum(nameId IN ({ids})), 0)" if ids else "0")
-    if not names:
+    if all(s == "0" for s in sums):  # no such name in the trace: no need to scan it
         return [0] * len(groups)
     return [int(v) for v in _rows(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
 
@@ -332,6 +345,40 @@ class _MemoryQuery:
         if self.total_rows == 0:
             return []
         return _int_columns(con, list(self._KINDS), MEMORY_TABLE)
+
+    def compiled(
+        self,
+        con: Connection,
+        path: Path,
+        pool: ThreadPoolExecutor,
+        progress: ProgressCallback | None,
+    ) -> tuple[list[I64], list[I64]] | None:
+        """Both halves through SQLite's C API (``sqlite_columns``), two row ranges on two
+        threads; None when that path is not available or meets anything unusual."""
+        if self.total_rows == 0 or not sqlite_columns.available():
+            return None
+        lo, hi = _rows(con, f"SELECT (SELECT min(rowid) FROM {MEMORY_TABLE}), (SELECT max(rowid) FROM {MEMORY_TABLE})")[0]
+        if lo is None:
+            return None
+        mid = (int(lo) + int(hi)) // 2
+        columns = ", ".join([*self._POSITIONS, self._correlation(), *self._KINDS])
+        loaded = [0, 0]
+
+        def reader(part: int, first: int, last: int) -> list[I64] | None:
+            def on_rows(rows: int) -> None:
+                loaded[part] = rows
+                if progress is not None:
+                    progress("loading rows", sum(loaded), self.total_rows)
+
+            sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE rowid BETWEEN {first} AND {last}"
+            return sqlite_columns.read_int_columns(path, sql, 8, self.total_rows // 2 + 1, on_rows)
+
+        halves = [pool.submit(reader, 0, int(lo), mid), pool.submit(reader, 1, mid + 1, int(hi))]
+        parts = [h.result() for h in halves]
+        if parts[0] is None or parts[1] is None:
+            return None
+        arrays = [np.concatenate([parts[0][c], parts[1][c]]) for c in range(8)]
+        return arrays[:4], arrays[4:]
 
     def filtered(self, con: Connection) -> tuple[list[I64], list[I64]]:
         """Both halves in one scan that skips rows with a NULL or non-integer where the replay
@@ -399,7 +446,7 @@ def _int_columns(
     reads in one statement, for a ``where`` with a subquery SQLite would otherwise rebuild per
     chunk. Every expression must yield an integer on every row.
     """
-    lo, hi = _rows(con, f"SELECT min(rowid), max(rowid) FROM {table}")[0]
+    lo, hi = _rows(con, f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})")[0]
     if lo is None:
         return [np.zeros(0, dtype=np.int64) for _ in expressions]
     step = CHUNK_ROWS if chunked else int(hi) - int(lo) + 1
@@ -486,18 +533,25 @@ def _read_correlated_api(
 
 
 def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True) -> ApiCalls:
-    start, gtid, corr, flags = _read_integers(
-        con,
-        [
-            "start",
-            "globalTid",
-            "correlationId",
-            f"coalesce(eventClass = 0, 0) + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)",
-        ],
-        RUNTIME_TABLE,
-        where,
-        _API_REQUIRED,
-        chunked,
+    columns = [
+        "start",
+        "globalTid",
+        "correlationId",
+        (
+            f"coalesce(eventClass = 0, 0)"
+            f" + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)"
+        ),
+    ]
+    path = _database_path(con)
+    compiled = (
+        sqlite_columns.read_int_columns(
+            path, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
+        )
+        if path is not None
+        else None
+    )
+    start, gtid, corr, flags = compiled or _read_integers(
+        con, columns, RUNTIME_TABLE, where, _API_REQUIRED, chunked
     )
     pid, tid = split_global_id(gtid)
     return ApiCalls(
@@ -508,6 +562,14 @@ def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True)
         is_runtime=(flags & 1).astype(np.bool_),
         is_failed_allocation=(flags & 2).astype(np.bool_),
     )
+
+
+def _database_path(con: Connection) -> Path | None:
+    """The file behind ``con`` (for the compiled reader), from SQLite's own database list."""
+    for _, name, file in _rows(con, "PRAGMA database_list"):
+        if name == "main" and file:
+            return Path(file)
+    return None
 
 
 def _read_integers(

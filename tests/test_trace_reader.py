@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from nsysfrag.errors import InputError
@@ -166,3 +167,23 @@ def test_api_rows_for_sites_and_failures(make_trace: MakeTrace) -> None:
     assert trace.api.is_failed_allocation.tolist() == [False, True]
     assert trace.api.is_runtime.tolist() == [True, False]
     assert trace.nvtx.text == ["a"]
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.name)
+def test_compiled_and_portable_readers_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nsysfrag import sqlite_columns
+
+    if not sqlite_columns.available():
+        pytest.skip("no libsqlite3 for the compiled reader on this machine")
+    compiled = read_trace(path)
+    monkeypatch.setattr(sqlite_columns, "_LIB", None)
+    portable = read_trace(path)
+    for field in ("start_ns", "pid", "device", "address", "bytes", "is_free", "modelled", "correlation_id"):
+        assert getattr(compiled.memory, field).tolist() == getattr(portable.memory, field).tolist()
+    order_c = np.lexsort((compiled.api.correlation_id, compiled.api.pid))
+    order_p = np.lexsort((portable.api.correlation_id, portable.api.pid))
+    for field in ("start_ns", "pid", "tid", "correlation_id", "is_runtime", "is_failed_allocation"):
+        assert getattr(compiled.api, field)[order_c].tolist() == getattr(portable.api, field)[order_p].tolist()
+    assert (compiled.allocation_calls, compiled.vmm_calls, compiled.skipped_rows) == (
+        portable.allocation_calls, portable.vmm_calls, portable.skipped_rows
+    )
