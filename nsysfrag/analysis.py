@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -401,10 +402,14 @@ def _analyze_space(
     other_kind: int,
 ) -> SpaceAnalysis:
     events, base, end = _space_events(trace, rows, granularity, capacity)
-    result = replay(events)
-    site_codes = np.zeros(len(rows), dtype=np.int64)
-    placed = np.flatnonzero(result.outcome == ALLOCATED)
-    site_codes[placed], site_names = resolver.site_codes(rows[placed])
+    # The compiled replay runs without the GIL: resolve the sites of the placed blocks (every
+    # allocation with bytes > 0 is placed) on this thread meanwhile.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        replaying = pool.submit(replay, events)
+        site_codes = np.zeros(len(rows), dtype=np.int64)
+        placed = np.flatnonzero(~events.is_free & (events.bytes > 0))
+        site_codes[placed], site_names = resolver.site_codes(rows[placed])
+        result = replaying.result()
     g = global_frag(result.free_bytes, result.largest_free_bytes, capacity)
     loc = local_frag(result.free_bytes, result.largest_free_bytes)
     peak = int(np.argmax(g))
@@ -483,10 +488,14 @@ def hotspots_of(
     freed = result.freed_alloc[frees]
     hole = result.hole[frees]
     sizes = events.bytes[freed]
-    # One group per (site, size class); aggregate with bincount rather than a loop per free.
-    groups, group_of = np.unique((site_codes[freed] << 7) | size_class(sizes), return_inverse=True)
+    # One group per (site, size class), keyed site * 64 + class; aggregated with bincount (no
+    # sort: there are few sites and 64 classes, far fewer keys than frees).
+    keys = (site_codes[freed] << 6) | size_class(sizes)
+    frees_per_key = np.bincount(keys)
+    groups = np.flatnonzero(frees_per_key)
+    group_of = np.searchsorted(groups, keys)
     n_groups = len(groups)
-    frees_per_group = np.bincount(group_of, minlength=n_groups)
+    frees_per_group = frees_per_key[groups]
     holes_per_group = np.bincount(group_of[hole], minlength=n_groups)
     hole_bytes = np.zeros(n_groups, dtype=np.int64)
     np.add.at(hole_bytes, group_of[hole], sizes[hole])
@@ -495,14 +504,21 @@ def hotspots_of(
         [site_codes[result.pin_left[frees][hole]], site_codes[result.pin_right[frees][hole]]]
     )
     pin_groups = np.concatenate([group_of[hole], group_of[hole]])
-    pairs, pair_counts = np.unique((pin_groups << 32) | pin_sites, return_counts=True)
+    pair_keys = pin_groups * len(site_names) + pin_sites
+    if n_groups * len(site_names) <= 1 << 24:
+        pair_counts = np.bincount(pair_keys)
+        pairs = np.flatnonzero(pair_counts)
+        pair_counts = pair_counts[pairs]
+    else:
+        pairs, pair_counts = np.unique(pair_keys, return_counts=True)
     pinned: dict[int, list[tuple[int, str]]] = {}
     for pair, count in zip(pairs.tolist(), pair_counts.tolist(), strict=True):
-        pinned.setdefault(pair >> 32, []).append((-count, site_names[pair & 0xFFFFFFFF]))
+        group, site = divmod(pair, len(site_names))
+        pinned.setdefault(group, []).append((-count, site_names[site]))
     hotspots = [
         Hotspot(
-            site=site_names[key >> 7],
-            size_lo_bytes=1 << (key & 0x7F),
+            site=site_names[key >> 6],
+            size_lo_bytes=1 << (key & 0x3F),
             out_of_order_frees=int(frees_per_group[g]),
             hole_creating_frees=int(holes_per_group[g]),
             hole_bytes=int(hole_bytes[g]),
