@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from nsysfrag.cli import main
+from nsysfrag.cli import run
 
-main()
+run()
