@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import numba
 import numpy as np
+import numpy.typing as npt
 from numba import types
 
 from nsysfrag.events import I64
@@ -51,6 +52,7 @@ def _load() -> ctypes.CDLL | None:
         ctypes.c_void_p,
     ]
     lib.sqlite3_finalize.argtypes = [ctypes.c_void_p]
+    lib.sqlite3_step.argtypes = [ctypes.c_void_p]
     lib.sqlite3_close_v2.argtypes = [ctypes.c_void_p]
     return lib
 
@@ -94,9 +96,12 @@ def read_int_columns(
     ncols: int,
     expected_rows: int,
     on_rows: Callable[[int], None] | None = None,
+    into: npt.NDArray[np.int64] | None = None,
 ) -> list[I64] | None:
     """The integer result columns of ``sql`` on the database at ``path``, or None (see above).
-    ``expected_rows`` sizes the arrays (they grow if it was short)."""
+    ``expected_rows`` sizes the arrays (they grow if it was short). With ``into`` (shape
+    ``(ncols, expected_rows)``, e.g. a window of a larger array) the rows go there, and a
+    result of any other length is None."""
     lib = _LIB
     if lib is None:
         return None
@@ -109,10 +114,12 @@ def read_int_columns(
         if lib.sqlite3_prepare_v2(db, sql.encode(), -1, ctypes.byref(stmt), None) != SQLITE_OK:
             return None
         try:
-            out = np.empty((ncols, max(expected_rows, 1)), dtype=np.int64)
+            out = np.empty((ncols, max(expected_rows, 1)), dtype=np.int64) if into is None else into
             filled = 0
             while True:
-                if filled == out.shape[1]:  # more rows than expected: grow
+                if filled == out.shape[1]:  # full: done, or more rows than expected?
+                    if into is not None:
+                        return [*into] if lib.sqlite3_step(stmt) == SQLITE_DONE else None
                     out = np.concatenate([out, np.empty_like(out)], axis=1)
                 stop = min(filled + CHUNK_ROWS, out.shape[1])
                 done = int(_fill(stmt.value, out, filled, stop))
@@ -122,7 +129,9 @@ def read_int_columns(
                 if on_rows is not None:
                     on_rows(filled)
                 if filled < stop:
-                    return [np.ascontiguousarray(out[c, :filled]) for c in range(ncols)]
+                    if into is not None and filled != into.shape[1]:
+                        return None
+                    return [out[c, :filled] for c in range(ncols)]
         finally:
             lib.sqlite3_finalize(stmt)
     finally:

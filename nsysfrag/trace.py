@@ -360,9 +360,14 @@ class _MemoryQuery:
         lo, hi = _rows(con, f"SELECT (SELECT min(rowid) FROM {MEMORY_TABLE}), (SELECT max(rowid) FROM {MEMORY_TABLE})")[0]
         if lo is None:
             return None
-        mid = (int(lo) + int(hi)) // 2
+        lo, hi = int(lo), int(hi)
+        mid = (lo + hi) // 2
         columns = ", ".join([*self._POSITIONS, self._correlation(), *self._KINDS])
         loaded = [0, 0]
+        # nsys writes rowids 1..N without gaps; then each half's row count is known and both
+        # threads fill one shared array, with no concatenation afterwards.
+        gapless = hi - lo + 1 == self.total_rows
+        shared = np.empty((8, self.total_rows), dtype=np.int64) if gapless else None
 
         def reader(part: int, first: int, last: int) -> list[I64] | None:
             def on_rows(rows: int) -> None:
@@ -371,13 +376,18 @@ class _MemoryQuery:
                     progress("loading rows", sum(loaded), self.total_rows)
 
             sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE rowid BETWEEN {first} AND {last}"
-            return sqlite_columns.read_int_columns(path, sql, 8, self.total_rows // 2 + 1, on_rows)
+            window = None if shared is None else shared[:, first - lo : last - lo + 1]
+            rows = last - first + 1 if gapless else self.total_rows // 2 + 1
+            return sqlite_columns.read_int_columns(path, sql, 8, rows, on_rows, window)
 
-        halves = [pool.submit(reader, 0, int(lo), mid), pool.submit(reader, 1, mid + 1, int(hi))]
+        halves = [pool.submit(reader, 0, lo, mid), pool.submit(reader, 1, mid + 1, hi)]
         parts = [h.result() for h in halves]
         if parts[0] is None or parts[1] is None:
             return None
-        arrays = [np.concatenate([parts[0][c], parts[1][c]]) for c in range(8)]
+        if shared is not None:
+            arrays = list(shared)
+        else:
+            arrays = [np.concatenate([parts[0][c], parts[1][c]]) for c in range(8)]
         return arrays[:4], arrays[4:]
 
     def filtered(self, con: Connection) -> tuple[list[I64], list[I64]]:
@@ -397,23 +407,29 @@ class _MemoryQuery:
         gpid, device, kind, op = kinds
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
+        if not keep.all():
+            start, address, nbytes, corr, gpid, device, kind, op = (
+                a[keep] for a in (start, address, nbytes, corr, gpid, device, kind, op)
+            )
         # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in
         # rowid order, so a stable sort on start is enough, and none when nsys wrote them in
-        # time order already.
-        order = np.flatnonzero(keep)
-        if np.any(start[order][1:] < start[order][:-1]):
-            order = order[np.argsort(start[order], kind="stable")]
-        pid, _ = split_global_id(gpid[order])
+        # time order already (the usual case: no copy then).
+        if np.any(start[1:] < start[:-1]):
+            order = np.argsort(start, kind="stable")
+            start, address, nbytes, corr, gpid, device, kind, op = (
+                a[order] for a in (start, address, nbytes, corr, gpid, device, kind, op)
+            )
+        pid, _ = split_global_id(gpid)
         return MemoryEvents(
-            start_ns=start[order],
+            start_ns=start,
             pid=pid,
-            device=device[order],
+            device=device,
             # Reinterpret the signed 64-bit value as the unsigned address it stands for.
-            address=address[order].view(np.uint64),
-            bytes=nbytes[order],
-            is_free=op[order] == self.free_op_id,
-            modelled=np.isin(kind[order], self.modelled_kinds),
-            correlation_id=corr[order],
+            address=address.view(np.uint64),
+            bytes=nbytes,
+            is_free=op == self.free_op_id,
+            modelled=np.isin(kind, self.modelled_kinds),
+            correlation_id=corr,
         )
 
 
