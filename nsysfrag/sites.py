@@ -66,7 +66,9 @@ class SiteResolver:
         keys = _call_key(api.pid, api.correlation_id)
         # One call can appear as a runtime row and as the driver row beneath it; prefer the
         # runtime row (the call the user wrote), then the earliest row.
-        order = np.lexsort((np.arange(len(keys)), ~api.is_runtime, keys))
+        # (key, driver row) in one integer; a stable sort keeps row order among equals, and
+        # is close to linear here because nsys writes calls in correlation-id order.
+        order = np.argsort((keys << 1) | ~api.is_runtime, kind="stable")
         self._keys, first = np.unique(keys[order], return_index=True)
         chosen = order[first]
         self._tid = api.tid[chosen]
