@@ -29,6 +29,7 @@ from nsysfrag.replay import (
     ZERO_SIZE_ALLOC,
     ReplayResult,
     SpaceEvents,
+    assign_slots,
     replay,
 )
 from nsysfrag.sites import SiteResolver
@@ -317,9 +318,11 @@ def _space_events(
 ) -> tuple[SpaceEvents, int, int]:
     """Relative offsets, footprints and slots of one space's events; also B and E."""
     mem = trace.memory
-    is_free = mem.is_free[rows]
-    nbytes = mem.bytes[rows]
-    address = mem.address[rows]
+    # One space holding every event (the usual case) needs views, not copies.
+    whole = len(rows) == len(mem) and (len(rows) == 0 or rows[-1] == len(rows) - 1)
+    is_free = mem.is_free if whole else mem.is_free[rows]
+    nbytes = mem.bytes if whole else mem.bytes[rows]
+    address = mem.address if whole else mem.address[rows]
     is_block = ~is_free & (nbytes > 0)
     footprint = np.where(is_block, -(-nbytes // granularity) * granularity, 0)
     if is_block.any():
@@ -332,18 +335,9 @@ def _space_events(
     offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
     arena = max(capacity, highest_end)
-    # Slots: the distinct start offsets of placed blocks, ascending. A free matches a slot only
-    # if its address is exactly a block start.
-    blocks = np.flatnonzero(is_block)
-    slot = np.full(len(rows), NO_BLOCK, dtype=np.int64)
-    slot_offset, slot[blocks] = np.unique(offset[blocks], return_inverse=True)
-    frees = np.flatnonzero(is_free & above)
-    if len(slot_offset) and len(frees):
-        pos = np.minimum(np.searchsorted(slot_offset, offset[frees]), len(slot_offset) - 1)
-        hit = slot_offset[pos] == offset[frees]
-        slot[frees[hit]] = pos[hit]
+    slot_offset, slot = assign_slots(offset, is_block, is_free)
     events = SpaceEvents(
-        start_ns=mem.start_ns[rows],
+        start_ns=mem.start_ns if whole else mem.start_ns[rows],
         is_free=is_free,
         offset=offset,
         bytes=nbytes,

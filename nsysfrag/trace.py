@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -527,7 +527,7 @@ def _read_correlated_api(
     if len(found) and len(wanted):
         # Correlation ids are small and dense: a lookup table beats sorting a million keys.
         span = int(max(wanted.max(), found.max()) - min(wanted.min(), found.min()))
-        kind = "table" if span < 1 << 26 else "sort"
+        kind: Literal["table", "sort"] = "table" if span < 1 << 26 else "sort"
         wanted = wanted[~np.isin(wanted, found, kind=kind)]
     missing = np.unique(wanted & 0xFFFFFFFF)
     if len(missing) == 0:
