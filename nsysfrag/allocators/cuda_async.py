@@ -26,76 +26,9 @@ the final reserved bytes.
 
 from __future__ import annotations
 
-import numba
-import numpy as np
-
-from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream, SimResult, empty_outputs
-from nsysfrag.allocators.heap import (
-    BEST_FIT,
-    GRANULARITY,
-    H_TOP,
-    heap_give,
-    heap_state,
-    heap_take,
-    new_heap,
-    pages,
-)
-
-
-@numba.njit(cache=True)
-def _pool_kernel(
-    kind: I64, request: I64, size: I64, at: I64, st: I64, hs: I64, ids: I64,
-    out_f: I64, out_l: I64, out_n: I64, out_r: I64, out_a: I64, out_u: I64,
-    oom_event: I64, oom_largest: I64,
-) -> int:  # fmt: skip
-    n_req = len(size)
-    address = np.full(n_req, -1, dtype=np.int64)
-    block = np.zeros(n_req, dtype=np.int64)
-    allocated = 0
-    live = 0
-    reserved = 0
-    ooms = 0
-    for i in range(len(kind)):
-        r = request[i]
-        if kind[i] == ALLOC:
-            nbytes = -(-size[r] // GRANULARITY) * GRANULARITY
-            a = heap_take(at, st, hs, ids, nbytes)
-            if a < 0:
-                reserved = pages(hs[H_TOP])  # trim the retained pages, then give up
-                f, lg, nb = heap_state(at, hs, reserved)
-                oom_event[ooms] = i
-                oom_largest[ooms] = lg
-                ooms += 1
-            else:
-                address[r] = a
-                block[r] = nbytes
-                allocated += nbytes
-                live += size[r]
-        elif kind[i] == FREE and address[r] >= 0:
-            heap_give(at, st, hs, ids, address[r], block[r])
-            address[r] = -1
-            allocated -= block[r]
-            live -= size[r]
-        grown = pages(hs[H_TOP])
-        reserved = max(reserved, grown)
-        f, lg, nb = heap_state(at, hs, reserved)
-        out_f[i] = f
-        out_l[i] = lg
-        out_n[i] = nb
-        out_r[i] = reserved
-        out_a[i] = allocated
-        out_u[i] = live
-    return ooms
+from nsysfrag.allocators.base import RequestStream, SimResult
+from nsysfrag.allocators.heap import BEST_FIT, simulate_heap
 
 
 def simulate_cuda_async(stream: RequestStream, capacity_bytes: int) -> SimResult:
-    n = stream.n_events
-    at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, BEST_FIT)
-    outs = empty_outputs(n)
-    oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
-    oom_largest = np.zeros_like(oom_event)
-    ooms = _pool_kernel(
-        stream.kind.astype(np.int64), stream.request, stream.size, at, st, hs, ids,
-        *outs, oom_event, oom_largest,
-    )  # fmt: skip
-    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
+    return simulate_heap(stream, capacity_bytes, BEST_FIT, retain=True)

@@ -147,13 +147,16 @@ def pages(n: int) -> int:
 def _heap_kernel(
     kind: I64, request: I64, size: I64, at: I64, st: I64, hs: I64, ids: I64,
     out_f: I64, out_l: I64, out_n: I64, out_r: I64, out_a: I64, out_u: I64,
-    oom_event: I64, oom_largest: I64,
+    oom_event: I64, oom_largest: I64, retain: bool,
 ) -> int:  # fmt: skip
+    """The heap replay; ``retain`` keeps the high-water reservation (cuda-async's pool) and
+    trims it back to the top only when a request fails."""
     n_req = len(size)
     address = np.full(n_req, -1, dtype=np.int64)
     block = np.zeros(n_req, dtype=np.int64)
     allocated = 0
     live = 0
+    reserved = 0
     ooms = 0
     for i in range(len(kind)):
         r = request[i]
@@ -161,7 +164,8 @@ def _heap_kernel(
             nbytes = -(-size[r] // GRANULARITY) * GRANULARITY
             a = heap_take(at, st, hs, ids, nbytes)
             if a < 0:
-                f, lg, nb = heap_state(at, hs, pages(hs[H_TOP]))
+                reserved = pages(hs[H_TOP])
+                f, lg, nb = heap_state(at, hs, reserved)
                 oom_event[ooms] = i
                 oom_largest[ooms] = lg
                 ooms += 1
@@ -175,7 +179,7 @@ def _heap_kernel(
             address[r] = -1
             allocated -= block[r]
             live -= size[r]
-        reserved = pages(hs[H_TOP])
+        reserved = max(reserved, pages(hs[H_TOP])) if retain else pages(hs[H_TOP])
         f, lg, nb = heap_state(at, hs, reserved)
         out_f[i] = f
         out_l[i] = lg
@@ -186,8 +190,11 @@ def _heap_kernel(
     return ooms
 
 
-def simulate_heap(stream: RequestStream, capacity_bytes: int, mode: int) -> SimResult:
-    """Replay ``stream`` through a best-fit (``mode=BEST_FIT``) or first-fit heap."""
+def simulate_heap(
+    stream: RequestStream, capacity_bytes: int, mode: int, retain: bool = False
+) -> SimResult:
+    """Replay ``stream`` through a best-fit (``mode=BEST_FIT``) or first-fit heap; ``retain``
+    keeps the high-water reservation (see ``cuda_async``)."""
     n = stream.n_events
     at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, mode)
     outs = empty_outputs(n)
@@ -195,6 +202,6 @@ def simulate_heap(stream: RequestStream, capacity_bytes: int, mode: int) -> SimR
     oom_largest = np.zeros_like(oom_event)
     ooms = _heap_kernel(
         stream.kind.astype(np.int64), stream.request, stream.size, at, st, hs, ids,
-        *outs, oom_event, oom_largest,
+        *outs, oom_event, oom_largest, retain,
     )  # fmt: skip
     return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
