@@ -1,0 +1,87 @@
+"""The contract every hostile or unlucky input must keep, checked on the real command line.
+
+A user's CI job must never hang, blow up or lose a file because of a bad input. Each case runs
+``python -m nsysfrag ARGS`` in a fresh process under a wall-clock limit and an address-space
+limit, and then checks:
+
+- it finished within ``timeout_s`` (30 s) under a 4 GiB address-space limit;
+- the exit code is 0 or 2 (or whatever ``allowed_codes`` says, e.g. 1 for a tripped gate);
+- stderr is at most one line, with no "internal error" and no traceback;
+- every input listed in ``inputs`` has the same bytes and mtime afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+ADDRESS_SPACE_BYTES = 4 << 30
+TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _limit_address_space() -> None:  # runs in the child, before exec
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_BYTES, ADDRESS_SPACE_BYTES))
+
+
+def _fingerprint(path: Path) -> tuple[bytes, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return b"", st.st_mtime_ns
+    return path.read_bytes(), st.st_mtime_ns
+
+
+def run_nsysfrag(
+    args: Sequence[str | os.PathLike[str] | bytes],
+    *,
+    inputs: Sequence[Path] = (),
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout_s: float = TIMEOUT_S,
+    allowed_codes: Sequence[int] = (0, 2),
+) -> Outcome:
+    """Run the CLI on ``args`` and assert the hostile-input contract; return what it printed."""
+    before = {p: _fingerprint(p) for p in inputs}
+    full_env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", **(env or {}))
+    full_env.pop("NSYSFRAG_DEBUG", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "nsysfrag", *args],
+            cwd=cwd or REPO,
+            env=full_env,
+            input=stdin,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout_s,
+            preexec_fn=_limit_address_space,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise AssertionError(f"nsysfrag {list(args)!r} ran past {timeout_s:.0f} s") from err
+    stdout = proc.stdout.decode("utf-8", "replace")
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode in allowed_codes, (
+        f"exit {proc.returncode} (allowed {list(allowed_codes)}); stderr: {stderr[-2000:]}"
+    )
+    lines = stderr.splitlines()
+    assert len(lines) <= 1, f"stderr must be at most one line, got {len(lines)}: {stderr[-2000:]}"
+    assert "internal error" not in stderr, stderr
+    assert "Traceback" not in stderr, stderr
+    for path, fingerprint in before.items():
+        assert _fingerprint(path) == fingerprint, f"{path} was modified"
+    return Outcome(proc.returncode, stdout, stderr)
