@@ -45,13 +45,13 @@ from nsysfrag.models.observed.kernel import (
     SpaceEvents,
 )
 from nsysfrag.models.segments.replay import (
-    MIN_BLOCK_BYTES,
     MODEL_NAME,
     OOM,
     DeviceReplay,
     free_blocks_after,
     replay_device,
 )
+from nsysfrag.models.segments.rules import MIN_BLOCK_BYTES
 
 __all__ = ["MODEL_NAME", "analyze_snapshot", "analyze_snapshot_file", "is_snapshot"]
 

@@ -72,7 +72,8 @@ from nsysfrag.analysis.metrics import (
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
 from nsysfrag.models.observed.kernel import ALLOCATED
-from nsysfrag.models.segments.replay import SegmentSet, WindowStart, window_start
+from nsysfrag.models.segments.layout import SegmentSet
+from nsysfrag.models.segments.window import WindowStart, window_start
 
 SNAPSHOT = "pytorch-snapshot"
 NSYS = "nsys-trace"

@@ -28,7 +28,8 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     site_of,
 )
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
-from nsysfrag.models.segments.replay import MODEL_NAME, OOM, SEGMENT_FREE, round_size
+from nsysfrag.models.segments.replay import MODEL_NAME, OOM, SEGMENT_FREE
+from nsysfrag.models.segments.rules import round_size
 from nsysfrag.reporters import csv_report, json_report
 from nsysfrag.snapshot import analyze_snapshot, analyze_snapshot_file
 from tests.conftest import REPO, SAMPLES, MiB

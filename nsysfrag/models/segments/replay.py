@@ -1,28 +1,20 @@
 """The ``pytorch-segments`` model: PyTorch caching-allocator blocks inside their segments.
 
-A snapshot's trace is a ring buffer: it covers a window that ends at the snapshot, and the
-snapshot's ``segments`` are the layout at that end. As PyTorch's own viewer does
-(``MemoryViz.js``, ``process_alloc_data``/``simulate_memory``), the layout at the *start* of
-the window is rebuilt by walking the trace backwards from the final state and undoing every
-action; the replay then runs forwards from that layout, so frees of blocks allocated before the
-window are ordinary frees, not anomalies.
+The replay runs forwards from the layout at the start of the snapshot's window (``window``),
+so frees of blocks allocated before the window are ordinary frees, not anomalies.
 
-Free memory is the inactive ranges inside reserved segments; a free block never crosses a
-segment boundary (an expandable segment's contiguous mapped range is one segment). After every
-event the model reports ``F`` = reserved − allocated, ``L`` the largest free block, ``N`` the
-number of free blocks and ``U`` the requested bytes of live blocks, plus reserved, allocated
-and requested bytes. A block stays allocated until ``free_completed``: a block freed by the
-program but still in use on another stream (``free_requested``) cannot be reused yet.
+Free memory is the inactive ranges inside reserved segments (``layout``). After every event the
+model reports ``F`` = reserved − allocated, ``L`` the largest free block, ``N`` the number of
+free blocks and ``U`` the requested bytes of live blocks, plus reserved, allocated and
+requested bytes. A block stays allocated until ``free_completed``: a block freed by the program
+but still in use on another stream (``free_requested``) cannot be reused yet.
 
-Block sizes: a block live at the snapshot has its recorded size. Otherwise the trace gives only
-the requested bytes, so the block takes ``round_size(requested)`` (ALLOCATORS.md §1.2), or the
-whole free block it was carved from when PyTorch would not split that (§1.5 ``should_split``).
+Block sizes: a block live at the snapshot has its recorded size. Otherwise the history gives
+only the requested bytes, so the block takes ``round_size(requested)`` (``rules``), or the whole
+free block it was carved from when PyTorch would not split that (its ``should_split``).
 """
-
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -37,6 +29,14 @@ from nsysfrag.models.observed.kernel import (
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
 )
+from nsysfrag.models.segments.layout import Layout, _Block, _Seg
+from nsysfrag.models.segments.rules import (
+    MIN_BLOCK_BYTES,
+    SMALL_BUFFER_BYTES,
+    SMALL_SIZE_BYTES,
+    round_size,
+)
+from nsysfrag.models.segments.window import WindowStart, _final_segments, window_start
 
 MODEL_NAME = "pytorch-segments"
 
@@ -52,358 +52,6 @@ _SEGMENT_CODES = {
     "segment_map": SEGMENT_MAP,
     "segment_unmap": SEGMENT_UNMAP,
 }
-
-# CUDACachingAllocator constants (ALLOCATORS.md §1.1).
-MIN_BLOCK_BYTES = 512
-SMALL_BUFFER_BYTES = 2 << 20
-SMALL_SIZE_BYTES = 1 << 20
-
-
-def round_size(size: int, divisions: dict[int, int] | None = None) -> int:
-    """PyTorch's ``round_size``: at least 512 B, a multiple of 512 B, or the next of
-    ``roundup_power2_divisions`` steps between powers of two where that is configured."""
-    if size < MIN_BLOCK_BYTES:
-        return MIN_BLOCK_BYTES
-    d = _divisions_for(size, divisions) if divisions else 0
-    if d > 1 and size > MIN_BLOCK_BYTES * d:
-        if size & (size - 1) == 0:
-            return size
-        p = 1 << (size.bit_length() - 1)
-        step = p // d
-        if step == 0:
-            return 2 * p
-        floor = size & ~(step - 1)
-        return size if floor == size else floor + step
-    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-
-
-def _divisions_for(size: int, divisions: dict[int, int]) -> int:
-    # Interval i covers [2**i MiB, 2**(i+1) MiB), clamped to [0, 15]; keys are interval starts.
-    idx = min(max(size.bit_length() - 1 - 20, 0), 15)
-    return divisions.get(1 << idx, 0)
-
-
-@dataclass(slots=True)
-class _Seg:
-    end: int
-    stream: int
-    small_pool: bool | None
-    expandable: bool
-
-
-class SegmentSet:
-    """A device's segments: disjoint address ranges, by start."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.seg: dict[int, _Seg] = {}
-
-    def find(self, address: int) -> int | None:
-        """The start of the segment containing ``address``."""
-        i = bisect_right(self.starts, address) - 1
-        if i >= 0 and address < self.seg[self.starts[i]].end:
-            return self.starts[i]
-        return None
-
-    def overlaps(self, start: int, end: int) -> bool:
-        if self.find(start) is not None:
-            return True
-        i = bisect_left(self.starts, start)
-        return i < len(self.starts) and self.starts[i] < end
-
-    def add(self, start: int, seg: _Seg) -> None:
-        insort(self.starts, start)
-        self.seg[start] = seg
-
-    def remove(self, start: int) -> _Seg:
-        del self.starts[bisect_left(self.starts, start)]
-        return self.seg.pop(start)
-
-    def map_range(self, start: int, end: int, stream: int) -> None:
-        """Add a mapped range of an expandable segment, joining contiguous ranges of the stream."""
-        left = self.find(start - 1)
-        if left is not None and self.seg[left].end == start and self._joins(left, stream):
-            self.seg[left].end = end
-            base = left
-        else:
-            base = start
-            self.add(start, _Seg(end, stream, None, True))
-        right = self.seg.get(end)
-        if right is not None and self._joins(end, stream):
-            self.seg[base].end = self.remove(end).end
-
-    def _joins(self, start: int, stream: int) -> bool:
-        s = self.seg[start]
-        return s.expandable and s.stream == stream
-
-    def unmap_range(self, start: int, end: int) -> bool:
-        """Remove ``[start, end)`` from the segment that contains it; False if none does."""
-        base = self.find(start)
-        if base is None or self.seg[base].end < end:
-            return False
-        seg = self.remove(base)
-        if base < start:
-            self.add(base, _Seg(start, seg.stream, seg.small_pool, seg.expandable))
-        if end < seg.end:
-            self.add(end, _Seg(seg.end, seg.stream, seg.small_pool, seg.expandable))
-        return True
-
-    def ranges(self) -> list[tuple[int, int]]:
-        """The covered address ranges, contiguous segments joined."""
-        out: list[tuple[int, int]] = []
-        for s in self.starts:
-            e = self.seg[s].end
-            if out and out[-1][1] == s:
-                out[-1] = (out[-1][0], e)
-            else:
-                out.append((s, e))
-        return out
-
-
-# ---------------------------------------------------------------- the window's start
-
-
-@dataclass(slots=True)
-class _Recreated:
-    size: int | None  # known only for blocks still live at the snapshot
-    requested: int
-    pending: bool
-    site: str
-
-
-@dataclass
-class WindowStart:
-    """The layout at the first trace entry, and what the backward walk learnt on the way."""
-
-    segments: SegmentSet
-    blocks: dict[int, _Recreated]  # address -> block live at the start of the window
-    known_sizes: dict[int, int]  # trace index of an alloc -> its block's size, where known
-    conflicts: int  # entries the final state contradicts (e.g. an alloc of no live block)
-
-
-def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, _Recreated]]:
-    segs = SegmentSet()
-    blocks: dict[int, _Recreated] = {}
-    for s in segments:
-        if s.size <= 0 or segs.overlaps(s.address, s.address + s.size):
-            continue
-        segs.add(s.address, _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable))
-        for b in s.blocks:
-            blocks[b.address] = _Recreated(b.size, b.requested_bytes, b.pending_free, b.site)
-    return segs, blocks
-
-
-def window_start(segments: Sequence[Segment], trace: Sequence[TraceEntry]) -> WindowStart:
-    """Undo ``trace`` (newest first) from the final ``segments`` of one device."""
-    segs, blocks = _final_segments(segments)
-    known: dict[int, int] = {}
-    conflicts = 0
-    for j in range(len(trace) - 1, -1, -1):
-        e = trace[j]
-        a = e.action
-        if a == "alloc":
-            if e.size == 0:
-                continue
-            b = blocks.pop(e.address, None)
-            if b is None:
-                conflicts += 1
-            elif b.size is not None:
-                known[j] = b.size
-        elif a in ("free_completed", "free"):
-            if e.address in blocks:
-                conflicts += 1
-            else:
-                blocks[e.address] = _Recreated(None, e.size, a == "free_completed", e.site)
-        elif a == "free_requested":
-            b = blocks.get(e.address)
-            if b is None:
-                conflicts += 1
-            else:
-                b.pending = False
-        elif a == "segment_alloc":
-            seg = segs.seg.get(e.address)
-            if seg is None or seg.end != e.address + e.size:
-                conflicts += 1
-            else:
-                segs.remove(e.address)
-        elif a == "segment_free":
-            if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
-                conflicts += 1
-            else:
-                small = e.size == SMALL_BUFFER_BYTES
-                segs.add(e.address, _Seg(e.address + e.size, e.stream, small, False))
-        elif a == "segment_map":
-            if not segs.unmap_range(e.address, e.address + e.size):
-                conflicts += 1
-        elif a == "segment_unmap":
-            if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
-                conflicts += 1
-            else:
-                segs.map_range(e.address, e.address + e.size, e.stream)
-    return WindowStart(segs, blocks, known, conflicts)
-
-
-# ---------------------------------------------------------------- the forward replay
-
-
-@dataclass(slots=True)
-class _Block:
-    address: int
-    size: int
-    requested: int
-    point: int  # timeline index of its allocation
-    placed: bool  # False when it fell outside every segment (not modelled)
-    live: bool = True
-
-
-class Layout:
-    """Segments, the live blocks in them and the free blocks between, with running totals."""
-
-    def __init__(self, segments: SegmentSet) -> None:
-        self.segs = segments
-        self.free_starts: list[int] = []
-        self.free_end: dict[int, int] = {}
-        self._heap: list[tuple[int, int]] = []  # (-size, start), stale entries dropped lazily
-        self.blocks: dict[int, _Block] = {}
-        self.block_starts: list[int] = []
-        self.block_ending: dict[int, int] = {}  # end -> start of the live block ending there
-        self.reserved = 0
-        self.allocated = 0
-        self.requested = 0
-        self.free_total = 0
-        for start in segments.starts:
-            self.reserved += segments.seg[start].end - start
-            self._add_free(start, segments.seg[start].end)
-
-    # -- free blocks
-
-    def _add_free(self, start: int, end: int) -> None:
-        insort(self.free_starts, start)
-        self.free_end[start] = end
-        self.free_total += end - start
-        heapq.heappush(self._heap, (start - end, start))
-
-    def _remove_free(self, start: int) -> int:
-        del self.free_starts[bisect_left(self.free_starts, start)]
-        end = self.free_end.pop(start)
-        self.free_total -= end - start
-        return end
-
-    def free_containing(self, address: int) -> tuple[int, int] | None:
-        i = bisect_right(self.free_starts, address) - 1
-        if i >= 0:
-            s = self.free_starts[i]
-            if address < self.free_end[s]:
-                return s, self.free_end[s]
-        return None
-
-    def largest_free(self) -> int:
-        heap = self._heap
-        while heap and self.free_end.get(heap[0][1]) != heap[0][1] - heap[0][0]:
-            heapq.heappop(heap)
-        if len(heap) > 2 * len(self.free_end) + 64:
-            self._heap = [(s - e, s) for s, e in self.free_end.items()]
-            heapq.heapify(self._heap)
-            heap = self._heap
-        return -heap[0][0] if heap else 0
-
-    def free_sizes(self) -> list[int]:
-        return [e - s for s, e in self.free_end.items()]
-
-    def releasable(self) -> int:
-        """Bytes of wholly free cudaMalloc segments: empty_cache() (or the OOM path) would
-        give them back to CUDA, so a large request could still be served from them."""
-        return sum(
-            e - s
-            for s, e in self.free_end.items()
-            if (seg := self.segs.seg.get(s)) is not None and seg.end == e and not seg.expandable
-        )
-
-    def release(self, start: int, end: int) -> tuple[int, int]:
-        """Make ``[start, end)`` free, joined with free neighbours in the same segment."""
-        if start not in self.segs.seg:  # not a segment boundary: may join the free block below
-            i = bisect_left(self.free_starts, start) - 1
-            if i >= 0 and self.free_end[self.free_starts[i]] == start:
-                start = self.free_starts[i]
-                self._remove_free(start)
-        if end in self.free_end and end not in self.segs.seg:
-            end = self._remove_free(end)
-        self._add_free(start, end)
-        return start, end
-
-    # -- blocks
-
-    def occupy(self, address: int, size: int) -> None:
-        """Carve ``[address, address + size)`` out of the free block that holds it."""
-        span = self.free_containing(address)
-        if span is None:
-            return
-        start, end = span
-        self._remove_free(start)
-        if start < address:
-            self._add_free(start, address)
-        if address + size < end:
-            self._add_free(address + size, end)
-
-    def add_block(self, block: _Block) -> None:
-        self.blocks[block.address] = block
-        self.requested += block.requested
-        if block.placed:
-            insort(self.block_starts, block.address)
-            self.block_ending[block.address + block.size] = block.address
-            self.allocated += block.size
-            self.occupy(block.address, block.size)
-
-    def drop_block(self, block: _Block) -> tuple[int, int] | None:
-        """Remove a live block; return the free block it joined, if it was placed."""
-        del self.blocks[block.address]
-        block.live = False
-        self.requested -= block.requested
-        if not block.placed:
-            return None
-        del self.block_starts[bisect_left(self.block_starts, block.address)]
-        del self.block_ending[block.address + block.size]
-        self.allocated -= block.size
-        return self.release(block.address, block.address + block.size)
-
-    def blocks_in(self, start: int, end: int) -> list[_Block]:
-        """Placed live blocks overlapping ``[start, end)``."""
-        i = bisect_right(self.block_starts, start) - 1
-        if i >= 0:
-            b = self.blocks[self.block_starts[i]]
-            if b.address + b.size <= start:
-                i += 1
-        else:
-            i = 0
-        out = []
-        while i < len(self.block_starts) and self.block_starts[i] < end:
-            out.append(self.blocks[self.block_starts[i]])
-            i += 1
-        return out
-
-    # -- segments
-
-    def add_segment(self, start: int, size: int, seg: _Seg) -> None:
-        self.segs.add(start, seg)
-        self.reserved += size
-        self.release(start, start + size)
-
-    def map_range(self, start: int, size: int, stream: int) -> None:
-        self.segs.map_range(start, start + size, stream)
-        self.reserved += size
-        self.release(start, start + size)
-
-    def remove_free_range(self, start: int, end: int) -> None:
-        """``[start, end)`` must be free: take it out of the free blocks."""
-        span = self.free_containing(start)
-        if span is None:
-            return
-        s, e = span
-        self._remove_free(s)
-        if s < start:
-            self._add_free(s, start)
-        if end < e:
-            self._add_free(end, e)
 
 
 @dataclass(frozen=True)

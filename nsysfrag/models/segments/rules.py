@@ -1,0 +1,36 @@
+"""The caching allocator's rounding rule and the constants the segments model needs.
+
+PyTorch's ``CUDACachingAllocator``: blocks are at least 512 B and multiples of it, the small
+pool's segments are 2 MiB, and a request of at most 1 MiB is a small one.
+"""
+
+from __future__ import annotations
+
+# CUDACachingAllocator constants (ALLOCATORS.md §1.1).
+MIN_BLOCK_BYTES = 512
+SMALL_BUFFER_BYTES = 2 << 20
+SMALL_SIZE_BYTES = 1 << 20
+
+
+def round_size(size: int, divisions: dict[int, int] | None = None) -> int:
+    """PyTorch's ``round_size``: at least 512 B, a multiple of 512 B, or the next of
+    ``roundup_power2_divisions`` steps between powers of two where that is configured."""
+    if size < MIN_BLOCK_BYTES:
+        return MIN_BLOCK_BYTES
+    d = _divisions_for(size, divisions) if divisions else 0
+    if d > 1 and size > MIN_BLOCK_BYTES * d:
+        if size & (size - 1) == 0:
+            return size
+        p = 1 << (size.bit_length() - 1)
+        step = p // d
+        if step == 0:
+            return 2 * p
+        floor = size & ~(step - 1)
+        return size if floor == size else floor + step
+    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+
+
+def _divisions_for(size: int, divisions: dict[int, int]) -> int:
+    # Interval i covers [2**i MiB, 2**(i+1) MiB), clamped to [0, 15]; keys are interval starts.
+    idx = min(max(size.bit_length() - 1 - 20, 0), 15)
+    return divisions.get(1 << idx, 0)
