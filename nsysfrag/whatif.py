@@ -71,9 +71,9 @@ from nsysfrag.analysis.metrics import (
 )
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
-from nsysfrag.models.observed.kernel import ALLOCATED
 from nsysfrag.models.segments.layout import SegmentSet
 from nsysfrag.models.segments.window import WindowStart, window_start
+from nsysfrag.models.series import ALLOCATED
 
 SNAPSHOT = "pytorch-snapshot"
 NSYS = "nsys-trace"
@@ -470,9 +470,10 @@ def nsys_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.inputs.nsys.reader import read_trace
+    from nsysfrag.inputs import InputOptions
+    from nsysfrag.inputs.nsys import read_export
 
-    analysis = analyze(read_trace(path), capacity_bytes=capacity)
+    analysis = analyze(read_export(path, InputOptions(capacity_bytes=capacity)))
     notes = [
         (
             "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"

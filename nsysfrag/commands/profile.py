@@ -17,7 +17,7 @@ from nsysfrag.commands.analyze import clock, locate_nsys, note, nsys_option, pha
 from nsysfrag.commands.report_options import (
     STDOUT,
     ReportRequest,
-    analyze_sqlite,
+    analyze_input,
     check_outputs,
     emit_reports,
     report_options,
@@ -102,7 +102,7 @@ def profile_command(
         with phase(f"exporting {plan.report.name}"):
             nsys.export_sqlite(tool, plan.report, plan.export)
         with phase("analyzing"):
-            analysis = analyze_sqlite(plan.export, request)
+            analysis = analyze_input(plan.export, request)
         if torch_tensors:
             analysis.warnings.append(TORCH_WARNING)
         code = emit_reports(analysis, request)

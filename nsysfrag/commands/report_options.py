@@ -22,14 +22,14 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
+from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
 from nsysfrag.errors import EXIT_GATE, InputError
+from nsysfrag.events import ProgressCallback
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
-from nsysfrag.inputs.nsys.reader import read_trace
-from nsysfrag.inputs.nsys.records import ProgressCallback
-from nsysfrag.models.observed import kernel as replay
+from nsysfrag.inputs import InputOptions, format_of
+from nsysfrag.models.observed import DEFAULT_GRANULARITY
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,19 +184,19 @@ def _write_text(path: Path, text: str) -> None:
         raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
-def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
-    # Loading the compiled replay takes a moment; SQLite reads without the GIL, so overlap them.
-    warming = threading.Thread(target=replay.warm_up, daemon=True)
-    warming.start()
+def analyze_input(path: Path, request: ReportRequest) -> Analysis:
+    """Read ``path`` with the input format that claims it and analyze every space."""
+    fmt = format_of(path)
+    # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
+    warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
+    if warming is not None:
+        warming.start()
     with progress_bar() as progress:
-        trace = read_trace(sqlite_path, progress=progress)
-        warming.join()
-        return analyze(
-            trace,
-            capacity_bytes=request.capacity,
-            granularity_bytes=request.granularity,
-            progress=progress,
-        )
+        options = InputOptions(request.capacity, request.granularity, progress)
+        recording = fmt.open(path, options)
+        if warming is not None:
+            warming.join()
+        return analyze(recording, progress)
 
 
 @contextmanager

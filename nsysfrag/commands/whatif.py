@@ -11,7 +11,7 @@ from rich.console import Console
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.report_options import STDOUT, ByteSize
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys import runner as nsys
+from nsysfrag.inputs.nsys import is_report
 
 
 def _write(path: Path, text: str) -> None:
@@ -84,7 +84,7 @@ def whatif_command(
         parse_policy(p)  # a bad --policy fails before any work
     outputs = [p for p in (json_path, html_path) if p is not None]
     _check_outputs(outputs, source)
-    if nsys.is_report(source):
+    if is_report(source):
         from nsysfrag.commands.analyze import export_report
 
         source = export_report(source, None, None, False)

@@ -21,14 +21,15 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import Formatter, Locator, MaxNLocator, PercentFormatter
 
-from nsysfrag.analysis import MODEL_NAME, Bucket, SpaceAnalysis, Timeline
+from nsysfrag.analysis import Bucket, SpaceAnalysis, Timeline
 from nsysfrag.analysis.metrics import F64, format_bytes, size_class_label
-from nsysfrag.inputs.nsys.records import I64
-from nsysfrag.models.observed.kernel import ALLOCATED
+from nsysfrag.events import I64
+from nsysfrag.models.observed import MODEL_NAME
+from nsysfrag.models.series import ALLOCATED
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100
-MODEL_TITLE = f"{MODEL_NAME} address space"
+MODEL_TITLE = f"{MODEL_NAME} address space"  # the history chart's runs are observed ones
 
 # One colour per quantity, the same in every figure.
 GLOBAL_COLOR = "#1f77b4"
@@ -138,7 +139,7 @@ def space_label(space: SpaceAnalysis) -> str:
 
 def _title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None:
     extra = f" · {note}" if note else ""
-    model = MODEL_TITLE if space.model == MODEL_NAME else f"{space.model} model"
+    model = space.source.words.figure_title
     fig.suptitle(f"{what} · {model}{extra}\n{space_label(space)}", fontsize=11)
 
 

@@ -29,7 +29,6 @@ from nsysfrag.analysis.metrics import (
 from nsysfrag.reporters.figures import figure_builders
 
 output_file_extension = "html"
-MODEL_TITLE = "observed address space"
 TOP_HOTSPOTS = 20
 PINNED_BY_SHOWN = 5
 # A figure whose SVG is larger than this is embedded as a PNG instead (smaller, faster to draw).
@@ -196,13 +195,12 @@ def figure_markup(fig: Figure, id_prefix: str, alt: str) -> str:
 
 
 def _header(analysis: Analysis) -> str:
-    version = analysis.nsys_version or (
-        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown"
-    )
+    words = analysis.source.words
+    version = analysis.source.version or words.no_version_short
     meta = [
         ("trace", f'<span class="mono">{_e(analysis.trace_path)}</span>'),
-        ("nsys version", _e(version)),
-        ("model", f"{_e(analysis.model)} address space"),
+        (_e(words.version_label), _e(version)),
+        ("model", _e(words.space_title)),
         ("granularity", f"{analysis.granularity_bytes} B"),
         ("spaces", str(len(analysis.spaces))),
     ]
@@ -271,7 +269,7 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
     return (
-        f"<h3>State ({_e(s.model)} address space)</h3>{states}"
+        f"<h3>State ({_e(s.source.words.space_title)})</h3>{states}"
         '<div class="pair"><div><h3>Events</h3>'
         f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
         "<div><h3>Growth and layout</h3>"

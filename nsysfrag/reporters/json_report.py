@@ -8,6 +8,7 @@ from typing import Any
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import size_class_label
+from nsysfrag.models.segments import SnapshotSection
 
 SCHEMA = "nsysfrag/1"
 
@@ -93,9 +94,52 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
             "live_bytes": t.live_bytes[idx].tolist(),
         },
     }
-    # Model-specific keys (e.g. the snapshot's reserved bytes) never replace the SPEC keys.
-    doc.update({k: v for k, v in s.extras.items() if k not in doc})
+    if s.snapshot is not None:
+        # The snapshot's own figures follow the SPEC keys and never replace one.
+        doc.update({k: v for k, v in snapshot_document(s.snapshot).items() if k not in doc})
     return doc
+
+
+def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
+    """The figures only a PyTorch snapshot has."""
+    w = x.window
+    return {
+        "snapshot_layout": x.facts.layout,
+        "allocator_conf": x.facts.allocator_conf,
+        "expandable_segments": x.facts.expandable_segments,
+        "capacity_source": x.capacity_source,
+        "time_origin_unix_us": x.facts.time_origin_unix_us,
+        "reserved_bytes_peak": x.reserved_bytes_peak,
+        "allocated_bytes_peak": x.allocated_bytes_peak,
+        "requested_bytes_peak": x.requested_bytes_peak,
+        "reserved_bytes_at_frag_peak": x.reserved_bytes_at_frag_peak,
+        "releasable_bytes_at_frag_peak": x.releasable_bytes_at_frag_peak,
+        "reserved_bytes_final": x.reserved_bytes_final,
+        "allocated_bytes_final": x.allocated_bytes_final,
+        "requested_bytes_final": x.requested_bytes_final,
+        "window": {
+            "trace_entries": w.trace_entries,
+            "initial_blocks": w.initial_blocks,
+            "initial_reserved_bytes": w.initial_reserved_bytes,
+            "timestamps": w.timestamps,
+            "conflicts": w.conflicts,
+            "final_mismatches": w.final_mismatches,
+        },
+        "oom_events": [
+            {
+                "time_ns": o.time_ns,
+                "device_free_bytes": o.device_free_bytes,
+                "requested_bytes": o.requested_bytes,
+                "largest_free_bytes": o.largest_free_bytes,
+                "free_bytes": o.free_bytes,
+                "reserved_bytes": o.reserved_bytes,
+                "allocated_bytes": o.allocated_bytes,
+                "stream": o.stream,
+                "site": o.site,
+            }
+            for o in x.oom_events
+        ],
+    }
 
 
 def document(analysis: Analysis) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from nsysfrag.analysis.metrics import (
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
-MODEL_TITLE = "observed address space"
 
 
 def _rated(text: str, level: Health) -> Text:
@@ -70,7 +69,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         f" ({s.alloc_failure_rate:.2%}) · other kinds {c.other_kind_events}"
     )
 
-    title = f"{s.model} address space"
+    title = s.source.words.space_title
     states = Table(title=f"State ({title})", title_justify="left", expand=False)
     for col in ("", "at", "global frag", "local frag", "free blocks", "largest free", "free", "live"):
         states.add_column(col, justify="right" if col else "left")
@@ -127,9 +126,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
 
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
-    version = analysis.nsys_version or (
-        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown nsys version"
-    )
+    version = analysis.source.version or analysis.source.words.no_version
     console.print(
         Text(
             f"nsysfrag · {analysis.trace_path} · {version} · model: {analysis.model},"

@@ -14,7 +14,6 @@ runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 from collections import Counter
@@ -23,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from nsysfrag import events
 from nsysfrag.errors import InputError
+from nsysfrag.inputs.files import check_input_file
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later
@@ -34,6 +35,19 @@ MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals mus
 BLOCK_ACTIONS = frozenset({"alloc", "free_requested", "free_completed", "free"})
 SEGMENT_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
 KNOWN_ACTIONS = BLOCK_ACTIONS | SEGMENT_ACTIONS | {"oom", "snapshot"}
+# Each action as a kind of the one event model; "free" is a free with nothing pending.
+ACTION_KINDS = {
+    "alloc": events.ALLOC,
+    "free": events.FREE,
+    "free_requested": events.FREE_REQUESTED,
+    "free_completed": events.FREE_COMPLETED,
+    "segment_alloc": events.SEGMENT_ALLOC,
+    "segment_free": events.SEGMENT_FREE,
+    "segment_map": events.SEGMENT_MAP,
+    "segment_unmap": events.SEGMENT_UNMAP,
+    "oom": events.FAILED_ALLOC,
+    "snapshot": events.MARK,
+}
 
 ALLOCATED = "allocated"
 PENDING_FREE = "pending_free"
@@ -139,12 +153,11 @@ def is_snapshot(path: Path) -> bool:
 
 def load_plain_pickle(path: Path) -> Any:
     """Unpickle ``path`` without importing anything; raise :class:`InputError` otherwise."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .pickle written by _dump_snapshot()")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a snapshot file (.pickle)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
+    check_input_file(
+        path,
+        expected="pass the .pickle written by _dump_snapshot()",
+        directory="pass a snapshot file (.pickle)",
+    )
     data = path.read_bytes()
     if not data:
         raise InputError(f"{path}: the file is empty; dump the snapshot again")

@@ -20,32 +20,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsysfrag.inputs.nsys.records import I64, BoolArray
-from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment, Snapshot, TraceEntry
-from nsysfrag.models.observed.kernel import (
-    ALLOCATED,
-    FREED,
-    NO_BLOCK,
-    UNMATCHED_FREE,
-    ZERO_SIZE_ALLOC,
-)
+from nsysfrag.events import I64, AllocationEvents, BoolArray
+from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, Segment, TraceEntry
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
     MIN_BLOCK_BYTES,
     SMALL_BUFFER_BYTES,
     SMALL_SIZE_BYTES,
+    AllocatorSettings,
     round_size,
 )
 from nsysfrag.models.segments.window import WindowStart, _final_segments, window_start
+from nsysfrag.models.series import (
+    ALLOCATED,
+    FREED,
+    NO_BLOCK,
+    OOM,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+    UNMATCHED_FREE,
+    ZERO_SIZE_ALLOC,
+    FreeBlocks,
+)
 
-MODEL_NAME = "pytorch-segments"
-
-# Timeline event codes beyond the replay outcomes (analysis.EVENT_NAMES names them).
-SEGMENT_ALLOC = 4
-SEGMENT_FREE = 5
-SEGMENT_MAP = 6
-SEGMENT_UNMAP = 7
-OOM = 8
 _SEGMENT_CODES = {
     "segment_alloc": SEGMENT_ALLOC,
     "segment_free": SEGMENT_FREE,
@@ -118,39 +117,68 @@ class _Sites:
         return c
 
 
-def replay_device(snapshot: Snapshot, device: int) -> DeviceReplay:
-    """Replay one device's trace from the window's start."""
-    return _replayer(snapshot, device).run()
+def replay_device(
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    timestamps: bool = True,
+) -> DeviceReplay:
+    """Replay one device's events from the window's start; ``final`` are its segments at the
+    window's end."""
+    return _replayer(events, final, settings, timestamps).run()
 
 
-@dataclass(frozen=True)
-class FreeBlocks:
-    sizes: list[int]
-    releasable_bytes: int  # wholly free (non-expandable) segments among them
+def free_blocks_after(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, point: int
+) -> FreeBlocks:
+    """The free blocks right after timeline point ``point`` (replaying only that far); with
+    the bytes of wholly free (non-expandable) segments among them."""
+    return _replayer(events, final, settings, True).free_blocks_after(point)
 
 
-def free_blocks_after(snapshot: Snapshot, device: int, point: int) -> FreeBlocks:
-    """The free blocks right after timeline point ``point`` (replaying only that far)."""
-    return _replayer(snapshot, device).free_blocks_after(point)
+_ACTIONS = {kind: action for action, kind in ACTION_KINDS.items()}
 
 
-def _replayer(snapshot: Snapshot, device: int) -> _Replayer:
-    final = [s for s in snapshot.segments if s.device == device]
-    trace = snapshot.traces.get(device, [])
-    return _Replayer(snapshot, final, trace, window_start(final, trace))
+def _entries(events: AllocationEvents) -> list[TraceEntry]:
+    """The events as the history entries this replay walks (the entries' own times are not
+    needed: the events carry them)."""
+    n = len(events)
+    codes, names = events.sites.codes(np.arange(n, dtype=np.int64))
+    none = np.full(n, -1, dtype=np.int64)
+    stream = events.stream if events.stream is not None else np.zeros(n, dtype=np.int64)
+    free = events.device_free_bytes if events.device_free_bytes is not None else none
+    return [
+        TraceEntry(_ACTIONS[k], a, b, st, None, names[c], f if f >= 0 else None)
+        for k, a, b, st, c, f in zip(
+            events.kind.tolist(), events.address.tolist(), events.bytes.tolist(),
+            stream.tolist(), codes.tolist(), free.tolist(), strict=True,
+        )
+    ]  # fmt: skip
+
+
+def _replayer(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, timestamps: bool
+) -> _Replayer:
+    trace = _entries(events)
+    start = window_start(final, trace)
+    return _Replayer(settings, final, trace, events.time_ns.tolist(), timestamps, start)
 
 
 class _Replayer:
     def __init__(
         self,
-        snapshot: Snapshot,
-        final: list[Segment],
+        settings: AllocatorSettings,
+        final: Sequence[Segment],
         trace: Sequence[TraceEntry],
+        times: list[int],
+        timestamps: bool,
         start: WindowStart,
     ) -> None:
-        self.snapshot = snapshot
+        self.settings = settings
         self.final = final
         self.trace = trace
+        self.times = times
+        self.timestamps = timestamps
         self.start = start
         self.sites = _Sites()
         self.cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
@@ -178,13 +206,15 @@ class _Replayer:
             if len(self.cols["time"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
-        return FreeBlocks(self.layout.free_sizes(), self.layout.releasable())
+        return FreeBlocks(
+            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
+        )
 
     def _begin(self) -> tuple[list[int], bool, list[bool], int, int]:
         """The layout at the window's start, and its points; the entries' times and folds."""
         segs = self.start.segments
         layout = self.layout = Layout(segs)
-        times, timestamps = _times(self.trace, self.snapshot.time_origin_us or 0)
+        times, timestamps = self.times, self.timestamps
         t0 = times[0] if times else 0
         initial_reserved = layout.reserved
         initial = self._place_initial_blocks()
@@ -214,7 +244,7 @@ class _Replayer:
         for k, (address, r) in enumerate(items):
             size = r.size
             if size is None:
-                size = round_size(max(r.requested, 1), self.snapshot.roundup_power2_divisions)
+                size = round_size(max(r.requested, 1), self.settings.roundup_power2_divisions)
             seg_start = layout.segs.find(address)
             if seg_start is not None:
                 limit = layout.segs.seg[seg_start].end
@@ -321,7 +351,7 @@ class _Replayer:
                 span = layout.free_containing(e.address)
             placed = span is not None and span[1] >= e.address + size
         if size is None:
-            size = round_size(e.size, self.snapshot.roundup_power2_divisions)
+            size = round_size(e.size, self.settings.roundup_power2_divisions)
         if not placed:  # outside every segment: counted, live, but not in the layout
             overlap = True
             self.conflicts += 1
@@ -332,7 +362,7 @@ class _Replayer:
 
     def _block_size(self, e: TraceEntry, seg: _Seg, seg_start: int) -> int:
         """The block PyTorch carved: rounded, or the whole free block when it would not split."""
-        size = round_size(e.size, self.snapshot.roundup_power2_divisions)
+        size = round_size(e.size, self.settings.roundup_power2_divisions)
         span = self.layout.free_containing(e.address)
         if span is None:
             return size
@@ -343,10 +373,10 @@ class _Replayer:
         small = seg.small_pool
         if small is None:
             small = not seg.expandable and seg.end - seg_start == SMALL_BUFFER_BYTES
-        if small or seg.expandable or self.snapshot.expandable_segments:
+        if small or seg.expandable or self.settings.expandable_segments:
             split = remaining >= MIN_BLOCK_BYTES
         else:
-            max_split = self.snapshot.max_split_size
+            max_split = self.settings.max_split_size
             split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
         return size if split else available
 
@@ -500,20 +530,6 @@ _COLUMNS = (
     "time", "event", "address", "bytes", "free", "largest", "blocks", "live", "reserved",
     "allocated", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
 )  # fmt: skip
-
-
-def _times(trace: Sequence[TraceEntry], origin_us: int) -> tuple[list[int], bool]:
-    """ns since ``origin_us`` per entry, never decreasing (an entry without a time takes the
-    one before it); entry numbers when the trace has no timestamps at all."""
-    if not any(e.time_us is not None for e in trace):
-        return list(range(len(trace))), False
-    out = []
-    last = next(e.time_us for e in trace if e.time_us is not None) - origin_us
-    for e in trace:
-        if e.time_us is not None:
-            last = max(last, e.time_us - origin_us)
-        out.append(last * 1000)
-    return out, True
 
 
 def _folded(trace: Sequence[TraceEntry]) -> list[bool]:

@@ -6,6 +6,8 @@ pool's segments are 2 MiB, and a request of at most 1 MiB is a small one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 # CUDACachingAllocator constants (ALLOCATORS.md §1.1).
 MIN_BLOCK_BYTES = 512
 SMALL_BUFFER_BYTES = 2 << 20
@@ -34,3 +36,12 @@ def _divisions_for(size: int, divisions: dict[int, int]) -> int:
     # Interval i covers [2**i MiB, 2**(i+1) MiB), clamped to [0, 15]; keys are interval starts.
     idx = min(max(size.bit_length() - 1 - 20, 0), 15)
     return divisions.get(1 << idx, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSettings:
+    """The settings of a caching allocator that change where its blocks go."""
+
+    roundup_power2_divisions: dict[int, int] = field(default_factory=dict)  # MiB start -> divisions
+    max_split_size: int | None = None  # bytes; None when unlimited
+    expandable_segments: bool = False
