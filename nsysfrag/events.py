@@ -24,11 +24,12 @@ U64 = npt.NDArray[np.uint64]
 I8 = npt.NDArray[np.int8]
 BoolArray = npt.NDArray[np.bool_]
 
-# What an event did: the ``kind`` column. Plain integers, so compiled code can read them.
+# What an event did: the ``kind`` column. Plain integers, so compiled code can read them; in
+# the order of a block's life (PyTorch's snapshot actions map onto them one to one).
 ALLOC = 0  # a block of ``bytes`` at ``address`` became live
-FREE = 1  # the block at ``address`` was freed and can be reused at once
-FREE_REQUESTED = 2  # freed by the program, but another stream still uses it: not reusable yet
-FREE_COMPLETED = 3  # the end of a requested free: now reusable
+FREE_REQUESTED = 1  # freed by the program, but another stream still uses it: not reusable yet
+FREE_COMPLETED = 2  # the end of a requested free: now reusable
+FREE = 3  # the block at ``address`` was freed and can be reused at once
 SEGMENT_ALLOC = 4  # an allocator reserved ``bytes`` at ``address`` from the driver
 SEGMENT_FREE = 5  # ... and gave that segment back
 SEGMENT_MAP = 6  # pages mapped into an expandable segment
@@ -36,7 +37,7 @@ SEGMENT_UNMAP = 7  # ... and unmapped
 FAILED_ALLOC = 8  # an allocation that failed (a cudaMalloc error, PyTorch's OOM); ``bytes`` asked
 MARK = 9  # a moment with no change (the moment a snapshot was taken)
 KIND_NAMES = (
-    "alloc", "free", "free_requested", "free_completed", "segment_alloc", "segment_free",
+    "alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",
     "segment_map", "segment_unmap", "failed_alloc", "mark",
 )  # fmt: skip
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import FAILED_ALLOC, I64, AllocationEvents, SourceInfo, Words
+from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, I64, AllocationEvents, SourceInfo, Words
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
@@ -110,7 +110,7 @@ def _space_events(
     # One space holding every event (the usual case) needs views, not copies.
     whole = len(rows) == len(mem) and (len(rows) == 0 or rows[-1] == len(rows) - 1)
     time_ns = mem.start_ns if whole else mem.start_ns[rows]
-    kind = (mem.is_free if whole else mem.is_free[rows]).view(np.int8)  # FREE is 1, ALLOC 0
+    kind = np.where(mem.is_free if whole else mem.is_free[rows], np.int8(FREE), np.int8(ALLOC))
     address = mem.address if whole else mem.address[rows]
     nbytes = mem.bytes if whole else mem.bytes[rows]
     memory_row = rows

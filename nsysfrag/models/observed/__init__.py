@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.events import ALLOC, FREE, FREE_COMPLETED, I64, AllocationEvents
+from nsysfrag.events import ALLOC, FREE, FREE_COMPLETED, I64, KIND_NAMES, AllocationEvents
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
 from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
+# The kinds the model places: allocations, and frees that make memory reusable.
+_PLACEABLE = np.zeros(len(KIND_NAMES), dtype=np.bool_)
+_PLACEABLE[[ALLOC, FREE, FREE_COMPLETED]] = True
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,11 @@ class ObservedRun:
 def _placeable(events: AllocationEvents) -> tuple[AllocationEvents, I64]:
     """The allocations and frees among ``events`` (requested frees are not free yet), and
     their indices in ``events``; views, no copies, when that is all there is."""
+    placeable = _PLACEABLE[events.kind]
+    if placeable.all():
+        return events, np.arange(len(placeable), dtype=np.int64)
+    rows = np.flatnonzero(placeable)
     kind = events.kind
-    if len(kind) == 0 or kind.max() <= FREE:
-        return events, np.arange(len(kind), dtype=np.int64)
-    rows = np.flatnonzero((kind == ALLOC) | (kind == FREE) | (kind == FREE_COMPLETED))
     return (
         AllocationEvents(
             time_ns=events.time_ns[rows],
