@@ -79,15 +79,25 @@ class AllocationEvents:
 
 
 @dataclass(frozen=True, slots=True)
+class InputCounts:
+    """What the input held that no space's model places: counted and reported, never fatal."""
+
+    skipped_rows: int = 0  # records the input could not use
+    vmm_calls: int = 0  # virtual-memory calls, whose memory nsys may not record
+    unattributed_failures: int = 0  # failed allocations no space takes
+    unassigned_other_kind_events: int = 0  # other-kind memory events of processes with no space
+
+
+@dataclass(frozen=True, slots=True)
 class Words:
     """How reports name this input's things. Reports read these and never branch on the
     input or the model, so teaching them another input's language is a data change."""
 
-    version_label: str  # the heading of the recording tool's version
-    no_version: str  # said instead of the version when the input names none
-    no_version_short: str  # the same where space is short
     space_title: str  # what one space's figures describe, e.g. "observed address space"
     figure_title: str  # the same on a figure
+    version_label: str = "nsys version"  # the heading of the recording tool's version
+    no_version: str = "unknown nsys version"  # said when the input names no version
+    no_version_short: str = "unknown"  # the same where space is short
 
 
 @dataclass(frozen=True, slots=True)

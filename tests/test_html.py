@@ -29,7 +29,8 @@ from nsysfrag.inputs.nsys import read_export
 from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
-from nsysfrag.reporters.html import percent, render, space_anchor, write
+from nsysfrag.reporters.html import render, space_anchor, write
+from nsysfrag.reporters.state_cells import percent
 from nsysfrag.testing.nsys_export import (
     FREE,
     ApiRow,

@@ -371,7 +371,7 @@ def test_unknown_actions_are_counted_and_warned_about() -> None:
     assert any(
         "2 trace entries with an unknown action" in w and "'teleport' ×2" in w for w in a.warnings
     )
-    assert a.skipped_rows == 1
+    assert a.input_counts.skipped_rows == 1
 
 
 def test_a_trace_without_timestamps_uses_entry_numbers() -> None:

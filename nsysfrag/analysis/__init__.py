@@ -57,9 +57,6 @@ def analyze(recording: Recording, progress: ProgressCallback | None = None) -> A
         granularity_bytes=recording.granularity_bytes,
         spaces=spaces,
         model=recording.model,
-        skipped_rows=recording.skipped_rows,
-        vmm_calls=recording.vmm_calls,
-        unattributed_failures=recording.unattributed_failures,
-        unassigned_other_kind_events=recording.unassigned_other_kind_events,
+        input_counts=recording.counts,
         warnings=warnings,
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsysfrag.analysis.metrics import F64, Health, size_class_label
-from nsysfrag.events import I64, SourceInfo
+from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.models.segments import SnapshotSection
@@ -131,10 +131,7 @@ class Analysis:
     granularity_bytes: int
     spaces: list[SpaceAnalysis]
     model: str
-    skipped_rows: int = 0
-    vmm_calls: int = 0
-    unattributed_failures: int = 0
-    unassigned_other_kind_events: int = 0
+    input_counts: InputCounts = field(default_factory=InputCounts)
     warnings: list[str] = field(default_factory=list)
 
     @property

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nsysfrag.events import AllocationEvents, ProgressCallback, SourceInfo
+from nsysfrag.events import AllocationEvents, InputCounts, ProgressCallback, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.models import Model
@@ -53,10 +53,7 @@ class Recording:
     granularity_bytes: int
     spaces: list[RecordedSpace]
     warnings: list[str] = field(default_factory=list)
-    skipped_rows: int = 0  # records the input could not use
-    vmm_calls: int = 0
-    unattributed_failures: int = 0
-    unassigned_other_kind_events: int = 0
+    counts: InputCounts = field(default_factory=InputCounts)
     # Said (after the path) when no space has a point to analyze.
     nothing_to_analyze: str = "there is nothing to analyze"
 

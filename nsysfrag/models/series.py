@@ -8,6 +8,7 @@ segment events, OOMs and the blocks already live when its window opens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +65,21 @@ class StateSeries:
 
     def __len__(self) -> int:
         return len(self.time_ns)
+
+
+# The per-point columns of a series, by the names the models' replays use for them too.
+REPLAY_COLUMNS = (
+    "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
+    "live_bytes", "overlap", "out_of_order", "hole", "freed_alloc", "pin_left", "pin_right",
+    "removed_at", "site", "site_names",
+)  # fmt: skip
+
+
+def series_of(replayed: object, **rest: Any) -> StateSeries:
+    """A state series from the ``rest`` of the fields and, for the :data:`REPLAY_COLUMNS` not
+    among them, the attributes of that name of a replay's outputs."""
+    columns = {name: getattr(replayed, name) for name in REPLAY_COLUMNS if name not in rest}
+    return StateSeries(**columns, **rest)
 
 
 @dataclass(frozen=True, slots=True)

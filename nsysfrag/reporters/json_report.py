@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -13,7 +14,7 @@ from nsysfrag.models.segments import SnapshotSection
 SCHEMA = "nsysfrag/1"
 
 
-def _state(s: State) -> dict[str, Any]:
+def state_document(s: State) -> dict[str, Any]:
     return {
         "time_ns": s.time_ns,
         "global_frag": s.global_frag,
@@ -56,14 +57,14 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
             "other_kind_events": c.other_kind_events,
         },
         "alloc_failure_rate": s.alloc_failure_rate,
-        "peak": _state(s.peak),
+        "peak": state_document(s.peak),
         "max": {
             "global_frag": s.max_global_frag,
             "local_frag": s.max_local_frag,
             "free_blocks": s.max_free_blocks,
             "live_bytes": s.max_live_bytes,
         },
-        "final": _state(s.final),
+        "final": state_document(s.final),
         "internal_frag": s.internal_frag,
         "growth_per_s": s.growth_per_s,
         "health": s.health.label,
@@ -102,7 +103,6 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
 
 def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
     """The figures only a PyTorch snapshot has."""
-    w = x.window
     return {
         "snapshot_layout": x.facts.layout,
         "allocator_conf": x.facts.allocator_conf,
@@ -117,42 +117,24 @@ def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
         "reserved_bytes_final": x.reserved_bytes_final,
         "allocated_bytes_final": x.allocated_bytes_final,
         "requested_bytes_final": x.requested_bytes_final,
-        "window": {
-            "trace_entries": w.trace_entries,
-            "initial_blocks": w.initial_blocks,
-            "initial_reserved_bytes": w.initial_reserved_bytes,
-            "timestamps": w.timestamps,
-            "conflicts": w.conflicts,
-            "final_mismatches": w.final_mismatches,
-        },
-        "oom_events": [
-            {
-                "time_ns": o.time_ns,
-                "device_free_bytes": o.device_free_bytes,
-                "requested_bytes": o.requested_bytes,
-                "largest_free_bytes": o.largest_free_bytes,
-                "free_bytes": o.free_bytes,
-                "reserved_bytes": o.reserved_bytes,
-                "allocated_bytes": o.allocated_bytes,
-                "stream": o.stream,
-                "site": o.site,
-            }
-            for o in x.oom_events
-        ],
+        # Both dataclasses hold their keys in the document's order.
+        "window": dataclasses.asdict(x.window),
+        "oom_events": [dataclasses.asdict(o) for o in x.oom_events],
     }
 
 
 def document(analysis: Analysis) -> dict[str, Any]:
     """The whole analysis as JSON-ready data (keys stable; new keys may be added)."""
+    counts = analysis.input_counts
     return {
         "schema": SCHEMA,
         "trace": {
             "path": analysis.trace_path,
             "nsys_version": analysis.nsys_version,
-            "skipped_rows": analysis.skipped_rows,
-            "vmm_calls": analysis.vmm_calls,
-            "unattributed_failed_allocations": analysis.unattributed_failures,
-            "unassigned_other_kind_events": analysis.unassigned_other_kind_events,
+            "skipped_rows": counts.skipped_rows,
+            "vmm_calls": counts.vmm_calls,
+            "unattributed_failed_allocations": counts.unattributed_failures,
+            "unassigned_other_kind_events": counts.unassigned_other_kind_events,
             "warnings": analysis.warnings,
         },
         "model": {"name": analysis.model, "granularity_bytes": analysis.granularity_bytes},

@@ -11,19 +11,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, I64, AllocationEvents, SourceInfo, Words
+from nsysfrag.events import (
+    ALLOC,
+    FAILED_ALLOC,
+    FREE,
+    I64,
+    AllocationEvents,
+    InputCounts,
+    SourceInfo,
+    Words,
+)
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
 from nsysfrag.models.observed import MODEL_NAME, ObservedModel
 
-WORDS = Words(
-    version_label="nsys version",
-    no_version="unknown nsys version",
-    no_version_short="unknown",
-    space_title=f"{MODEL_NAME} address space",
-    figure_title=f"{MODEL_NAME} address space",
-)
+WORDS = Words(space_title=f"{MODEL_NAME} address space", figure_title=f"{MODEL_NAME} address space")
 
 SpaceKey = tuple[int, int]  # (pid, CUDA device id as the process saw it)
 
@@ -84,10 +87,12 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         granularity_bytes=options.granularity_bytes,
         spaces=spaces,
         warnings=warnings,
-        skipped_rows=trace.skipped_rows,
-        vmm_calls=trace.vmm_calls,
-        unattributed_failures=unattributed,
-        unassigned_other_kind_events=sum(v for k, v in other.items() if k not in groups),
+        counts=InputCounts(
+            skipped_rows=trace.skipped_rows,
+            vmm_calls=trace.vmm_calls,
+            unattributed_failures=unattributed,
+            unassigned_other_kind_events=sum(v for k, v in other.items() if k not in groups),
+        ),
     )
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import AllocationEvents, KnownSites, SourceInfo, Words
+from nsysfrag.events import AllocationEvents, InputCounts, KnownSites, SourceInfo, Words
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
@@ -27,12 +27,12 @@ from nsysfrag.models.segments.rules import MIN_BLOCK_BYTES, AllocatorSettings
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
+# The version heading still speaks nsys; a snapshot names no version, so it says what it is.
 WORDS = Words(
-    version_label="nsys version",
-    no_version="PyTorch memory snapshot",
-    no_version_short="PyTorch memory snapshot",
     space_title=f"{MODEL_NAME} address space",
     figure_title=f"{MODEL_NAME} model",
+    no_version="PyTorch memory snapshot",
+    no_version_short="PyTorch memory snapshot",
 )
 
 
@@ -116,7 +116,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
         granularity_bytes=MIN_BLOCK_BYTES,
         spaces=spaces,
         warnings=warnings,
-        skipped_rows=snapshot.skipped_entries,
+        counts=InputCounts(skipped_rows=snapshot.skipped_entries),
         nothing_to_analyze=(
             "no device has a segment, an allocation or an OOM in this snapshot; there is"
             " nothing to analyze"

@@ -16,7 +16,7 @@ import numpy as np
 from nsysfrag.events import ALLOC, FREE, FREE_COMPLETED, I64, KIND_NAMES, AllocationEvents
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
-from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries
+from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries, series_of
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -52,22 +52,11 @@ class ObservedModel:
             site_codes[placed], site_names = space.events.sites.codes(rows[placed])
             out = replaying.result()
         fp, live_at_fp = (int(v) for v in out.peak_footprint)
-        series = StateSeries(
+        series = series_of(
+            out,
             time_ns=events.time_ns,
-            event=out.outcome,
             address=events.address,
             bytes=events.bytes,
-            free_bytes=out.free_bytes,
-            largest_free_bytes=out.largest_free_bytes,
-            free_blocks=out.free_blocks,
-            live_bytes=out.live_bytes,
-            overlap=out.overlap,
-            out_of_order=out.out_of_order,
-            hole=out.hole,
-            freed_alloc=out.freed_alloc,
-            pin_left=out.pin_left,
-            pin_right=out.pin_right,
-            removed_at=out.removed_at,
             site=site_codes,
             site_names=site_names,
             held_peak=(fp, live_at_fp),
@@ -89,7 +78,7 @@ class ObservedRun:
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """Sizes of the free blocks right after ``point``, from the blocks live then."""
         events, out = self.kernel_events, self.output
-        placed = np.flatnonzero(out.outcome[: point + 1] == ALLOCATED)
+        placed = np.flatnonzero(out.event[: point + 1] == ALLOCATED)
         alive = placed[(out.removed_at[placed] > point) | (out.removed_at[placed] == NO_BLOCK)]
         starts = events.offset[alive]
         order = np.argsort(starts)

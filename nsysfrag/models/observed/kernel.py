@@ -46,7 +46,7 @@ class KernelEvents(NamedTuple):
 class KernelOutput(NamedTuple):
     """The state after every event (arrays of the event count) and what each event did."""
 
-    outcome: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
+    event: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
     overlap: BoolArray
     free_bytes: I64
     largest_free_bytes: I64
@@ -72,6 +72,7 @@ class _Blocks(NamedTuple):
     bytes: I64
     alloc: I64  # event index of its allocation
     fenwick: I64
+    head: I64  # [the lowest live slot, or -1]
 
 
 class _Gaps(NamedTuple):
@@ -178,7 +179,7 @@ def _allocate_outputs(n: int) -> KernelOutput:
     # Event indices fit 32 bits for any trace up to two billion events: half the memory.
     index = np.int32 if n < 2**31 - 1 else np.int64
     return KernelOutput(
-        outcome=np.zeros(n, dtype=np.int8),
+        event=np.zeros(n, dtype=np.int8),
         overlap=np.zeros(n, dtype=np.bool_),
         free_bytes=np.zeros(n, dtype=np.int64),
         largest_free_bytes=np.zeros(n, dtype=np.int64),
@@ -273,6 +274,17 @@ def _unlink(blocks, gaps, s, slot_offset, arena):  # type: ignore[no-untyped-def
 
 
 @numba.njit(cache=True, nogil=True)
+def _remove(blocks, gaps, s, slot_offset, arena, removed_at, at):  # type: ignore[no-untyped-def]
+    """Remove live block ``s`` at event ``at`` (a free, or an allocation over it); return the
+    change in the number of non-empty free blocks, and the footprint and bytes it held."""
+    if blocks.head[0] == s:
+        blocks.head[0] = blocks.next[s]
+    change = _unlink(blocks, gaps, s, slot_offset, arena)
+    removed_at[blocks.alloc[s]] = at
+    return change, blocks.end[s] - slot_offset[s], blocks.bytes[s]
+
+
+@numba.njit(cache=True, nogil=True)
 def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     is_free = events.is_free
     nbytes = events.bytes
@@ -296,13 +308,13 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
         np.zeros(k, dtype=np.int64),
         np.zeros(k, dtype=np.int64),
         np.zeros(k + 1, dtype=np.int64),
+        np.full(1, -1, dtype=np.int64),
     )
     live = blocks.live
     prev_live = blocks.prev
     next_live = blocks.next
     block_end = blocks.end
     block_alloc = blocks.alloc
-    first_live = -1  # lowest live slot
     # Allocation event indices, oldest first; an entry is stale once its block is gone.
     stack = np.zeros(n + 1, dtype=out.removed_at.dtype)
     stack_top = 0
@@ -314,9 +326,9 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
         s = slot_of[i]
         if is_free[i]:
             if s < 0 or not live[s]:
-                out.outcome[i] = UNMATCHED_FREE
+                out.event[i] = UNMATCHED_FREE
             else:
-                out.outcome[i] = FREED
+                out.event[i] = FREED
                 while stack_top > 0 and (
                     not live[slot_of[stack[stack_top - 1]]]
                     or block_alloc[slot_of[stack[stack_top - 1]]] != stack[stack_top - 1]
@@ -325,25 +337,23 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
                 out.out_of_order[i] = stack_top == 0 or stack[stack_top - 1] != block_alloc[s]
                 p = prev_live[s]
                 q = next_live[s]
-                if first_live == s:
-                    first_live = q
-                n_free += _unlink(blocks, gaps, s, slot_offset, arena)
-                used -= block_end[s] - slot_offset[s]
-                ubytes -= blocks.bytes[s]
+                changed, footprint, freed = _remove(blocks, gaps, s, slot_offset, arena, out.removed_at, i)
+                n_free += changed
+                used -= footprint
+                ubytes -= freed
                 out.freed_alloc[i] = block_alloc[s]
-                out.removed_at[block_alloc[s]] = i
                 if p >= 0 and q >= 0:
                     out.hole[i] = True
                     out.pin_left[i] = block_alloc[p]
                     out.pin_right[i] = block_alloc[q]
         elif nbytes[i] == 0:
-            out.outcome[i] = ZERO_SIZE_ALLOC
+            out.event[i] = ZERO_SIZE_ALLOC
         else:
-            out.outcome[i] = ALLOCATED
+            out.event[i] = ALLOCATED
             a = slot_offset[s]
             e = a + events.footprint[i]
             p = _previous_live(blocks.fenwick, s, top_bit)
-            q = first_live if p < 0 else next_live[p]
+            q = blocks.head[0] if p < 0 else next_live[p]
             # Live blocks the new footprint overlaps (the trace missed their frees): the one
             # below if it reaches past a, and those starting in [a, e), slot s itself included.
             if (p >= 0 and block_end[p] > a) or (q >= 0 and slot_offset[q] < e):
@@ -351,15 +361,13 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
                 r = p if p >= 0 and block_end[p] > a else q
                 while r >= 0 and slot_offset[r] < e:
                     nxt = next_live[r]
-                    if first_live == r:
-                        first_live = nxt
-                    n_free += _unlink(blocks, gaps, r, slot_offset, arena)
-                    used -= block_end[r] - slot_offset[r]
-                    ubytes -= blocks.bytes[r]
-                    out.removed_at[block_alloc[r]] = i
+                    changed, footprint, freed = _remove(blocks, gaps, r, slot_offset, arena, out.removed_at, i)
+                    n_free += changed
+                    used -= footprint
+                    ubytes -= freed
                     r = nxt
                 p = _previous_live(blocks.fenwick, s, top_bit)
-                q = first_live if p < 0 else next_live[p]
+                q = blocks.head[0] if p < 0 else next_live[p]
             left_end = 0 if p < 0 else block_end[p]
             right_start = arena if q < 0 else slot_offset[q]
             n_free += _set_gap(gaps, p + 1, a - left_end)
@@ -371,7 +379,7 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
             if p >= 0:
                 next_live[p] = s
             else:
-                first_live = s
+                blocks.head[0] = s
             if q >= 0:
                 prev_live[q] = s
             block_end[s] = e

@@ -19,7 +19,7 @@ from nsysfrag.models.segments.replay import (
     replay_device,
 )
 from nsysfrag.models.segments.rules import AllocatorSettings
-from nsysfrag.models.series import FreeBlocks, StateSeries
+from nsysfrag.models.series import FreeBlocks, StateSeries, series_of
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -79,9 +79,16 @@ class SegmentsModel:
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
         r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
+        series = series_of(
+            r,
+            held_peak=r.peak_allocated,
+            base_address=r.base_address,
+            end_address=r.end_address,
+            initial_blocks=r.initial_blocks,
+        )
         warnings: list[str] = []
         if len(r.time_ns) == 0:
-            return SegmentsRun(self, space, r, 0, "", warnings)
+            return SegmentsRun(self, space, r, series, 0, "", warnings)
         capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
         device = space.device
         if r.conflicts:
@@ -100,7 +107,7 @@ class SegmentsModel:
                 f"device {device}: the trace has no timestamps (PyTorch before 2.1), so times"
                 " are entry numbers, 1 ns apart, and growth_per_s is 0"
             )
-        return SegmentsRun(self, space, r, capacity, capacity_source, warnings)
+        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings)
 
 
 @dataclass(frozen=True)
@@ -108,36 +115,10 @@ class SegmentsRun:
     model: SegmentsModel
     space: RecordedSpace
     replay: DeviceReplay
+    series: StateSeries
     capacity_bytes: int
-    capacity_source: str
+    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
     warnings: list[str]
-
-    @property
-    def series(self) -> StateSeries:
-        r = self.replay
-        return StateSeries(
-            time_ns=r.time_ns,
-            event=r.event,
-            address=r.address,
-            bytes=r.bytes,
-            free_bytes=r.free_bytes,
-            largest_free_bytes=r.largest_free_bytes,
-            free_blocks=r.free_blocks,
-            live_bytes=r.live_bytes,
-            overlap=r.overlap,
-            out_of_order=r.out_of_order,
-            hole=r.hole,
-            freed_alloc=r.freed_alloc,
-            pin_left=r.pin_left,
-            pin_right=r.pin_right,
-            removed_at=r.removed_at,
-            site=r.site,
-            site_names=r.site_names,
-            held_peak=r.peak_allocated,
-            base_address=r.base_address,
-            end_address=r.end_address,
-            initial_blocks=r.initial_blocks,
-        )
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         m = self.model

@@ -175,15 +175,7 @@ class Layout:
 
     def occupy(self, address: int, size: int) -> None:
         """Carve ``[address, address + size)`` out of the free block that holds it."""
-        span = self.free_containing(address)
-        if span is None:
-            return
-        start, end = span
-        self._remove_free(start)
-        if start < address:
-            self._add_free(start, address)
-        if address + size < end:
-            self._add_free(address + size, end)
+        self.remove_free_range(address, address + size)
 
     def add_block(self, block: _Block) -> None:
         self.blocks[block.address] = block
