@@ -166,8 +166,8 @@ def test_page_is_html5_with_charset_viewport_and_title() -> None:
 def test_header_names_trace_version_model_and_granularity() -> None:
     a = sample("inference_serving")
     header = page("inference_serving").one("header").all_text()
-    assert a.trace_path in header
-    assert str(a.nsys_version) in header
+    assert a.source.path in header
+    assert str(a.source.version) in header
     assert "observed address space" in header
     assert f"{a.granularity_bytes} B" in header
 

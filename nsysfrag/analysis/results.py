@@ -133,11 +133,3 @@ class Analysis:
     model: str
     input_counts: InputCounts = field(default_factory=InputCounts)
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def trace_path(self) -> str:
-        return self.source.path
-
-    @property
-    def nsys_version(self) -> str | None:
-        return self.source.version

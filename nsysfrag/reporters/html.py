@@ -163,7 +163,7 @@ def _header(analysis: Analysis) -> str:
     words = analysis.source.words
     version = analysis.source.version or words.no_version_short
     meta = [
-        ("trace", f'<span class="mono">{esc(analysis.trace_path)}</span>'),
+        ("trace", f'<span class="mono">{esc(analysis.source.path)}</span>'),
         (esc(words.version_label), esc(version)),
         ("model", esc(words.space_title)),
         ("granularity", f"{analysis.granularity_bytes} B"),
@@ -432,7 +432,7 @@ def _definitions() -> str:
 
 def render(analysis: Analysis) -> str:
     """The whole report as one HTML5 document (deterministic for a given analysis)."""
-    name = PurePath(analysis.trace_path).name or analysis.trace_path
+    name = PurePath(analysis.source.path).name or analysis.source.path
     body = [_header(analysis)]
     if not analysis.spaces:
         body.append('<p class="empty">No device-memory allocations in this trace.</p>')

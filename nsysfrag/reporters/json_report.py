@@ -129,8 +129,8 @@ def document(analysis: Analysis) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "trace": {
-            "path": analysis.trace_path,
-            "nsys_version": analysis.nsys_version,
+            "path": analysis.source.path,
+            "nsys_version": analysis.source.version,
             "skipped_rows": counts.skipped_rows,
             "vmm_calls": counts.vmm_calls,
             "unattributed_failed_allocations": counts.unattributed_failures,

@@ -103,7 +103,7 @@ def render(analysis: Analysis, console: Console) -> None:
     version = analysis.source.version or analysis.source.words.no_version
     console.print(
         Text(
-            f"nsysfrag · {analysis.trace_path} · {version} · model: {analysis.model},"
+            f"nsysfrag · {analysis.source.path} · {version} · model: {analysis.model},"
             f" granularity {analysis.granularity_bytes} B",
             style="bold",
         )

@@ -94,8 +94,8 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceEntry:
-    """One entry of a device's trace ring buffer."""
+class HistoryEntry:
+    """One entry of a device's history, the ring buffer PyTorch records (its ``TraceEntry``)."""
 
     action: str
     address: int  # 0 for oom and snapshot
@@ -111,18 +111,18 @@ class Snapshot:
     path: str
     layout: str  # which of the accepted layouts the file has, in words
     segments: list[Segment]
-    traces: dict[int, list[TraceEntry]]  # device -> its trace, oldest first
+    histories: dict[int, list[HistoryEntry]]  # device -> its history entries, oldest first
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
     max_split_size: int | None = None  # bytes; None when unlimited or not recorded
     roundup_power2_divisions: dict[int, int] = field(default_factory=dict)  # MiB start -> divisions
     expandable_segments: bool = False
     unknown_actions: Counter[str] = field(default_factory=Counter)
-    skipped_entries: int = 0  # trace entries without a valid address or size for their action
+    skipped_entries: int = 0  # history entries without a valid address or size for their action
     time_origin_us: int | None = None  # the earliest time_us of any entry: time 0 of the report
 
     def devices(self) -> list[int]:
-        """Devices with a segment or a trace entry, ascending."""
-        found = {s.device for s in self.segments} | {d for d, t in self.traces.items() if t}
+        """Devices with a segment or a history entry, ascending."""
+        found = {s.device for s in self.segments} | {d for d, h in self.histories.items() if h}
         return sorted(found)
 
 
@@ -219,22 +219,22 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
         )
     raw_segments = shape.list_of(data["segments"], "segments")
     segments = [shape.segment(s, f"segments[{i}]") for i, s in enumerate(raw_segments)]
-    traces: dict[int, list[TraceEntry]] = {}
+    histories: dict[int, list[HistoryEntry]] = {}
     unknown: Counter[str] = Counter()
     skipped = 0
     raw_traces = shape.list_of(data.get("device_traces", []), "device_traces")
     for device, raw in enumerate(raw_traces):
         entries = shape.list_of(raw, f"device_traces[{device}]")
-        trace = []
+        history = []
         for entry in entries:
-            parsed = _trace_entry(entry)
-            if isinstance(parsed, TraceEntry):
-                trace.append(parsed)
+            parsed = _history_entry(entry)
+            if isinstance(parsed, HistoryEntry):
+                history.append(parsed)
             elif parsed:
                 unknown[parsed] += 1
             else:
                 skipped += 1
-        traces[device] = trace
+        histories[device] = history
     settings = data.get("allocator_settings")
     settings = settings if isinstance(settings, dict) else {}
     legacy = any(
@@ -243,7 +243,7 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
         for b in s.get("blocks", [])
         if isinstance(b, dict)
     )
-    timed = any(e.time_us is not None for t in traces.values() for e in t)
+    timed = any(e.time_us is not None for h in histories.values() for e in h)
     if legacy:
         layout = "PyTorch 2.0 snapshot (blocks carry history)"
     elif settings:
@@ -253,12 +253,12 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
     else:
         layout = "PyTorch snapshot without timestamps (2.0/2.1)"
     expandable = bool(settings.get("expandable_segments")) or any(s.expandable for s in segments)
-    times = [e.time_us for t in traces.values() for e in t if e.time_us is not None]
+    times = [e.time_us for h in histories.values() for e in h if e.time_us is not None]
     return Snapshot(
         path=path,
         layout=layout,
         segments=_sorted(segments),
-        traces=traces,
+        histories=histories,
         allocator_conf=_str_or_none(settings.get("PYTORCH_CUDA_ALLOC_CONF")),
         max_split_size=_max_split_size(settings.get("max_split_size")),
         roundup_power2_divisions=_divisions(settings.get("roundup_power2_divisions")),
@@ -310,7 +310,7 @@ def _frame_text(frame: dict[str, Any]) -> str:
     return f"{name}:{frame.get('line', '?')} {frame.get('name', '?')}"
 
 
-def _trace_entry(entry: object) -> TraceEntry | str | None:
+def _history_entry(entry: object) -> HistoryEntry | str | None:
     """The entry, or its action name when the action is unknown, or None when malformed."""
     if not isinstance(entry, dict):
         return None
@@ -329,7 +329,7 @@ def _trace_entry(entry: object) -> TraceEntry | str | None:
         0 <= address < MAX_INT and 0 <= size < MAX_INT
     ):
         return None
-    return TraceEntry(
+    return HistoryEntry(
         action=action,
         address=int(address),
         size=int(size),

@@ -18,8 +18,8 @@ from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
     NO_STACK,
+    HistoryEntry,
     Snapshot,
-    TraceEntry,
     describe_actions,
 )
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
@@ -70,7 +70,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
             " nothing to analyze; call torch.cuda.memory._record_memory_history() before the"
             " workload and dump the snapshot while memory is in use"
         )
-    if not any(snapshot.traces.get(d) for d in devices):
+    if not any(snapshot.histories.get(d) for d in devices):
         warnings.append(
             "the snapshot has no trace entries (segments only): every figure is the state at the"
             " moment of the snapshot; record history with"
@@ -95,7 +95,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
     )
     spaces = []
     for device in devices:
-        entries = snapshot.traces.get(device, [])
+        entries = snapshot.histories.get(device, [])
         events, timestamps = device_events(entries, snapshot.time_origin_us or 0)
         final = tuple(s for s in snapshot.segments if s.device == device)
         spaces.append(
@@ -124,7 +124,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
     )
 
 
-def device_events(entries: Sequence[TraceEntry], origin_us: int) -> tuple[AllocationEvents, bool]:
+def device_events(entries: Sequence[HistoryEntry], origin_us: int) -> tuple[AllocationEvents, bool]:
     """A device's history entries as events; False when the history has no timestamps."""
     times, timestamps = _times(entries, origin_us)
     names = [NO_STACK]
@@ -150,7 +150,7 @@ def device_events(entries: Sequence[TraceEntry], origin_us: int) -> tuple[Alloca
     return events, timestamps
 
 
-def _times(entries: Sequence[TraceEntry], origin_us: int) -> tuple[list[int], bool]:
+def _times(entries: Sequence[HistoryEntry], origin_us: int) -> tuple[list[int], bool]:
     """ns since ``origin_us`` per entry, never decreasing (an entry without a time takes the
     one before it); entry numbers when the history has no timestamps at all."""
     if not any(e.time_us is not None for e in entries):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nsysfrag.events import I64, AllocationEvents, BoolArray
-from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, Segment, TraceEntry
+from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
     MIN_BLOCK_BYTES,
@@ -139,7 +139,7 @@ def free_blocks_after(
 _ACTIONS = {kind: action for action, kind in ACTION_KINDS.items()}
 
 
-def _entries(events: AllocationEvents) -> list[TraceEntry]:
+def _entries(events: AllocationEvents) -> list[HistoryEntry]:
     """The events as the history entries this replay walks (the entries' own times are not
     needed: the events carry them)."""
     n = len(events)
@@ -148,7 +148,7 @@ def _entries(events: AllocationEvents) -> list[TraceEntry]:
     stream = events.stream if events.stream is not None else np.zeros(n, dtype=np.int64)
     free = events.device_free_bytes if events.device_free_bytes is not None else none
     return [
-        TraceEntry(_ACTIONS[k], a, b, st, None, names[c], f if f >= 0 else None)
+        HistoryEntry(_ACTIONS[k], a, b, st, None, names[c], f if f >= 0 else None)
         for k, a, b, st, c, f in zip(
             events.kind.tolist(), events.address.tolist(), events.bytes.tolist(),
             stream.tolist(), codes.tolist(), free.tolist(), strict=True,
@@ -159,9 +159,9 @@ def _entries(events: AllocationEvents) -> list[TraceEntry]:
 def _replayer(
     events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, timestamps: bool
 ) -> _Replayer:
-    trace = _entries(events)
-    start = window_start(final, trace)
-    return _Replayer(settings, final, trace, events.time_ns.tolist(), timestamps, start)
+    entries = _entries(events)
+    start = window_start(final, entries)
+    return _Replayer(settings, final, entries, events.time_ns.tolist(), timestamps, start)
 
 
 class _Replayer:
@@ -169,14 +169,14 @@ class _Replayer:
         self,
         settings: AllocatorSettings,
         final: Sequence[Segment],
-        trace: Sequence[TraceEntry],
+        entries: Sequence[HistoryEntry],
         times: list[int],
         timestamps: bool,
         start: WindowStart,
     ) -> None:
         self.settings = settings
         self.final = final
-        self.trace = trace
+        self.entries = entries
         self.times = times
         self.timestamps = timestamps
         self.start = start
@@ -195,14 +195,14 @@ class _Replayer:
 
     def run(self) -> DeviceReplay:
         times, timestamps, fold, initial, initial_reserved = self._begin()
-        for j, e in enumerate(self.trace):
+        for j, e in enumerate(self.entries):
             self._apply(j, e, times[j], fold[j])
             self._track()
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         times, _, fold, _, _ = self._begin()
-        for j, e in enumerate(self.trace):
+        for j, e in enumerate(self.entries):
             if len(self.cols["time"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
@@ -223,11 +223,11 @@ class _Replayer:
             b.point = len(self.cols["time"])
             self._point(t0, ALLOCATED, b.address, b.requested or b.size, site=site)
             self.stack.append(b)
-        fold = _folded(self.trace)
+        fold = _folded(self.entries)
         has_points = bool(initial) or any(
             e.action in ("alloc", "free_completed", "free", "oom")
             or (e.action in _SEGMENT_CODES and not fold[j])
-            for j, e in enumerate(self.trace)
+            for j, e in enumerate(self.entries)
         )
         if not has_points:  # a state-only snapshot with no live block: its segments, once
             for s in segs.starts:
@@ -265,9 +265,9 @@ class _Replayer:
             out.append((b, self.sites.code(r.site)))
         return out
 
-    # -- one trace entry
+    # -- one history entry
 
-    def _apply(self, j: int, e: TraceEntry, t: int, folded: bool) -> None:
+    def _apply(self, j: int, e: HistoryEntry, t: int, folded: bool) -> None:
         layout = self.layout
         a = e.action
         if a == "alloc":
@@ -328,7 +328,7 @@ class _Replayer:
             pass  # the block stays allocated until free_completed
         # "snapshot" entries change nothing
 
-    def _alloc(self, j: int, e: TraceEntry, t: int) -> None:
+    def _alloc(self, j: int, e: HistoryEntry, t: int) -> None:
         layout = self.layout
         point = len(self.cols["time"])
         overlap = False
@@ -360,7 +360,7 @@ class _Replayer:
         self.stack.append(b)
         self._point(t, ALLOCATED, e.address, e.size, site=self.sites.code(e.site), overlap=overlap)
 
-    def _block_size(self, e: TraceEntry, seg: _Seg, seg_start: int) -> int:
+    def _block_size(self, e: HistoryEntry, seg: _Seg, seg_start: int) -> int:
         """The block PyTorch carved: rounded, or the whole free block when it would not split."""
         size = round_size(e.size, self.settings.roundup_power2_divisions)
         span = self.layout.free_containing(e.address)
@@ -380,7 +380,7 @@ class _Replayer:
             split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
         return size if split else available
 
-    def _free(self, e: TraceEntry, t: int) -> None:
+    def _free(self, e: HistoryEntry, t: int) -> None:
         layout = self.layout
         b = layout.blocks.get(e.address)
         if b is None:
@@ -503,7 +503,7 @@ class _Replayer:
             site_names=self.sites.names,
             initial_blocks=initial,
             initial_reserved_bytes=initial_reserved,
-            trace_entries=len(self.trace),
+            trace_entries=len(self.entries),
             timestamps=timestamps,
             conflicts=self.conflicts,
             final_mismatches=self._final_mismatches(),
@@ -532,13 +532,13 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-def _folded(trace: Sequence[TraceEntry]) -> list[bool]:
+def _folded(entries: Sequence[HistoryEntry]) -> list[bool]:
     """A segment_alloc/segment_map that an alloc follows is part of that malloc: its state
     (a new, still empty segment) lasts no time, so it is not a timeline point of its own."""
-    out = [False] * len(trace)
+    out = [False] * len(entries)
     next_is_alloc = False
-    for j in range(len(trace) - 1, -1, -1):
-        a = trace[j].action
+    for j in range(len(entries) - 1, -1, -1):
+        a = entries[j].action
         if a in ("segment_alloc", "segment_map"):
             out[j] = next_is_alloc
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nsysfrag.inputs.torch_snapshot.reader import Segment, TraceEntry
+from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Segment
 from nsysfrag.models.segments.layout import SegmentSet, _Seg
 from nsysfrag.models.segments.rules import SMALL_BUFFER_BYTES
 
@@ -27,11 +27,11 @@ class _Recreated:
 
 @dataclass
 class WindowStart:
-    """The layout at the first trace entry, and what the backward walk learnt on the way."""
+    """The layout at the first history entry, and what the backward walk learnt on the way."""
 
     segments: SegmentSet
     blocks: dict[int, _Recreated]  # address -> block live at the start of the window
-    known_sizes: dict[int, int]  # trace index of an alloc -> its block's size, where known
+    known_sizes: dict[int, int]  # history index of an alloc -> its block's size, where known
     conflicts: int  # entries the final state contradicts (e.g. an alloc of no live block)
 
 
@@ -47,13 +47,13 @@ def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, 
     return segs, blocks
 
 
-def window_start(segments: Sequence[Segment], trace: Sequence[TraceEntry]) -> WindowStart:
-    """Undo ``trace`` (newest first) from the final ``segments`` of one device."""
+def window_start(segments: Sequence[Segment], entries: Sequence[HistoryEntry]) -> WindowStart:
+    """Undo the history ``entries`` (newest first) from the final ``segments`` of one device."""
     segs, blocks = _final_segments(segments)
     known: dict[int, int] = {}
     conflicts = 0
-    for j in range(len(trace) - 1, -1, -1):
-        e = trace[j]
+    for j in range(len(entries) - 1, -1, -1):
+        e = entries[j]
         a = e.action
         if a == "alloc":
             if e.size == 0:
