@@ -13,11 +13,16 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from nsysfrag import inputs
+from nsysfrag import inputs, reporters
+from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.cli import cli
+from nsysfrag.commands import report_options
+from nsysfrag.inputs import open_input
+from nsysfrag.reporters import Reporter
 from tests.conftest import REPO
 
 DOC = REPO / "docs" / "ARCHITECTURE.md"
@@ -132,3 +137,36 @@ def test_analyze_loads_only_what_it_uses(sample: str, tmp_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     assert json.loads((tmp_path / "a.json").read_text())["spaces"]
+
+
+def one_line(analysis: Analysis) -> str:
+    """A toy report format: one line per space."""
+    return "".join(f"{s.device}: {s.health.label}\n" for s in analysis.spaces)
+
+
+def test_a_report_format_is_one_registry_entry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN one more Reporter in the registry WHEN a command takes the report options THEN it
+    # has --txt, -o picks the format by its suffix, and the report is written
+    toy = Reporter("txt", "Write one line per space.", suffixes=(".txt",),
+                   render="tests.test_architecture:one_line")  # fmt: skip
+    monkeypatch.setattr(reporters, "REPORTERS", (*reporters.REPORTERS, toy))
+    monkeypatch.setattr(report_options, "REPORTERS", reporters.REPORTERS)
+
+    @click.command()
+    @click.argument("source", type=click.Path(path_type=Path))
+    @report_options.report_options
+    def command(source: Path, **options: object) -> None:
+        request = report_options.ReportRequest.from_options(options)
+        report_options.emit_reports(report_options.analyze_input(source, request), request)
+
+    sample = REPO / "sample_traces" / "multi_gpu.sqlite"
+    result = CliRunner().invoke(command, ["--help"])
+    assert "--txt" in result.output and ".txt" in result.output
+    for option in (["--txt", str(tmp_path / "a.txt")], ["-o", str(tmp_path / "b.txt")]):
+        result = CliRunner().invoke(command, [str(sample), "-q", *option])
+        assert result.exit_code == 0, result.output
+    expected = one_line(analyze(open_input(sample)))
+    assert expected.count("\n") == 3  # three spaces
+    assert (tmp_path / "a.txt").read_text() == (tmp_path / "b.txt").read_text() == expected

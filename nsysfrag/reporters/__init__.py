@@ -77,10 +77,6 @@ REPORTERS: tuple[Reporter, ...] = (
 )
 
 
-def reporter(name: str) -> Reporter:
-    return next(r for r in REPORTERS if r.name == name)
-
-
 def reporter_for_suffix(path: Path) -> Reporter | None:
     """The format ``-o path`` asks for, from its suffix."""
     suffix = path.suffix.lower()
