@@ -508,7 +508,7 @@ def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str,
 
 def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str, Any]:
     if capacity is not None:
-        cap, source = capacity, "option"
+        cap, source = capacity, "--capacity"
     elif result.ooms:  # the first oom entry (QUESTIONS.md Q6)
         _t, entry, raw = result.ooms[0]
         cap, source = raw["reserved"] + entry["device_free"], "oom"
@@ -530,6 +530,32 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
             }
         )
     allocs, failed = result.counts["allocations"], result.counts["failed_allocations"]
+    # The project's own snapshot keys (README "Extra JSON keys"), which SPEC 1.1 leaves alone.
+    last = result.raw[-1][1]
+    extras = {
+        "reserved_bytes_peak": result.peak_reserved,
+        "allocated_bytes_peak": max(raw["allocated"] for _t, raw in result.raw),
+        "requested_bytes_peak": max(raw["requested"] for _t, raw in result.raw),
+        "reserved_bytes_final": last["reserved"],
+        "allocated_bytes_final": last["allocated"],
+        "requested_bytes_final": last["requested"],
+        "oom_events": [
+            {
+                "time_ns": t,
+                "device_free_bytes": entry["device_free"],
+                "requested_bytes": entry["size"],
+                "largest_free_bytes": raw["largest"],
+                "free_bytes": raw["reserved"] - raw["allocated"],
+                "reserved_bytes": raw["reserved"],
+                "allocated_bytes": raw["allocated"],
+            }
+            for t, entry, raw in result.ooms
+        ],
+        "window": {
+            "initial_blocks": result.initial_blocks,
+            "final_mismatches": result.final_mismatches,
+        },
+    }
     return {
         "pid": 0,
         "device": device,
@@ -539,6 +565,7 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
         "alloc_failure_rate": failed / (failed + allocs) if failed + allocs else 0.0,
         **summarize(moments, STATE_KEYS),
         "ooms": ooms,
+        "snapshot_keys": extras,
         "window": {
             "conflicts": result.conflicts,
             "final_mismatches": result.final_mismatches,
