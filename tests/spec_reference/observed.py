@@ -57,7 +57,7 @@ def _device_kinds(con: sqlite3.Connection, tables: set[str]) -> set[int]:
 def _operations(con: sqlite3.Connection, tables: set[str]) -> tuple[int, int]:
     if "ENUM_CUDA_DEV_MEM_EVENT_OPER" not in tables:
         return 0, 1
-    ids = dict((name, i) for i, name in con.execute("SELECT id, name FROM ENUM_CUDA_DEV_MEM_EVENT_OPER"))
+    ids = {name: i for i, name in con.execute("SELECT id, name FROM ENUM_CUDA_DEV_MEM_EVENT_OPER")}
     return ids["CUDA_DEV_MEM_EVENT_OPR_ALLOCATION"], ids["CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION"]
 
 

@@ -476,8 +476,12 @@ def _apply_alloc(
 
 
 def _compare_final(replayed: Layout, recorded: Layout) -> int:
-    segs = lambda lay: {(s.address, s.size) for s in lay.segments.values()}  # noqa: E731
-    blocks = lambda lay: {(a, b.size) for a, b in lay.live.items()}  # noqa: E731
+    def segs(lay: Layout) -> set[tuple[int, int]]:
+        return {(s.address, s.size) for s in lay.segments.values()}
+
+    def blocks(lay: Layout) -> set[tuple[int, int | None]]:
+        return {(a, b.size) for a, b in lay.live.items()}
+
     return len(segs(replayed) ^ segs(recorded)) + len(blocks(replayed) ^ blocks(recorded))
 
 
