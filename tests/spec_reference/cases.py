@@ -1,8 +1,9 @@
 """Hand-made GIVEN/WHEN/THEN cases for the SPEC 1.1 rules, small enough to check by hand.
 
-Each builder writes its input (an nsys-shaped export through ``nsysfrag.synthetic``, or a
-snapshot dict pickled here) and returns a ``Case``: the input, the ``analyze`` options, and the
-values SPEC 1.1 implies, worked out by hand in the builder's docstring. Keys are dotted paths
+Each builder writes its input (an nsys-shaped export through
+``nsysfrag.testing.nsys_export``, or a snapshot dict pickled here) and returns a ``Case``: the
+input, the ``analyze`` options, and the values SPEC 1.1 implies, worked out by hand in the
+builder's docstring. Keys are dotted paths
 into one space of the JSON (``peak.global_frag``, ``ooms.0.verdict``, ``health_basis``).
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsysfrag.synthetic import ALLOC, FREE, ApiRow, Gpu, MemoryRow, write_export
+from nsysfrag.testing.nsys_export import ALLOC, FREE, ApiRow, Gpu, MemoryRow, write_export
 
 KiB, MiB = 1 << 10, 1 << 20
 BASE = 0x7F00_0000_0000

@@ -213,7 +213,7 @@ def _pool_of(seg: Segment, layout: Layout, settings: Settings) -> str:
         return seg.pool
     for a in layout.blocks_in(seg.address, seg.end):
         return "small" if settings.round_size(layout.live[a].requested) <= SMALL_SIZE else "large"
-    return "large" if seg.size % PAGE["large"] == 0 else "small"  # QUESTIONS.md Q12
+    return "large" if seg.size % PAGE["large"] == 0 else "small"  # QUESTIONS.md Q13
 
 
 def _segment_figures(seg: Segment, layout: Layout, settings: Settings) -> tuple[int, ...]:
@@ -503,7 +503,7 @@ def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str,
         trace = traces[device] if device < len(traces) else []
         if origin is not None:
             times = [(e["time_us"] - origin) * 1000 for e in trace]
-        else:  # no times (before PyTorch 2.1): entries 1 ns apart (QUESTIONS.md Q7)
+        else:  # no times (before PyTorch 2.1): entries 1 ns apart (QUESTIONS.md Q14)
             times = list(range(len(trace)))
         result = _replay([s for s in segments if s["device"] == device], trace, times, settings)
         spaces.append(_space(device, result, capacity))
@@ -513,7 +513,7 @@ def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str,
 def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str, Any]:
     if capacity is not None:
         cap, source = capacity, "--capacity"
-    elif result.ooms:  # the first oom entry (QUESTIONS.md Q6)
+    elif result.ooms:  # the first oom entry (QUESTIONS.md Q11)
         _t, entry, raw = result.ooms[0]
         cap, source = raw["reserved"] + entry["device_free"], "oom"
     else:
