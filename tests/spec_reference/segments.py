@@ -56,7 +56,8 @@ class Settings:
         return cls(bool(raw.get("expandable_segments", False)), mss, divisions)
 
     def round_size(self, size: int) -> int:
-        """ALLOCATORS.md §1.2."""
+        """ALLOCATORS.md §1.2, transcribed here on purpose: the reference must not call the
+        nsysfrag code it checks (so ``duplicates`` finds nsysfrag's own transcription)."""
         if size < MIN_BLOCK:
             return MIN_BLOCK
         idx = min(max(size.bit_length() - 1 - 20, 0), 15)
