@@ -7,7 +7,7 @@ segment events, OOMs and the blocks already live when its window opens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,17 @@ EVENT_NAMES: tuple[str, ...] = (
 NO_BLOCK = -1
 
 IndexArray = npt.NDArray[np.signedinteger]  # int32 where every index fits, else int64
+
+
+@dataclass(frozen=True)
+class PoolColumns:
+    """A caching allocator's figures after every point (the pytorch-segments model)."""
+
+    reserved_bytes: I64
+    allocated_bytes: I64
+    releasable_bytes: I64  # R
+    device_free_bytes: I64  # D = max(C - reserved, 0)
+    largest_block_bytes: I64  # L: the largest free block inside a segment
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,10 @@ class StateSeries:
     end_address: int
     initial_blocks: int = 0  # the first points stand for blocks live before the recording
     span_mode: bool = False  # the arena is wider than the device: free space is over-stated
+    # Per failed allocation of the space's events, in order: the point whose state held when it
+    # failed (the last point at or before it), or NO_BLOCK when it failed before the first.
+    failure_points: IndexArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pool: PoolColumns | None = None  # a caching allocator's own figures, per point
 
     def __len__(self) -> int:
         return len(self.time_ns)

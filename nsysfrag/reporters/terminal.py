@@ -9,15 +9,8 @@ from rich.text import Text
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
-from nsysfrag.analysis.metrics import (
-    Health,
-    format_bytes,
-    free_blocks_health,
-    global_frag_health,
-    local_frag_health,
-    size_class_label,
-)
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
+from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, seconds, state_rows
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
@@ -29,13 +22,11 @@ def _shown(cell: Cell) -> str | Text:
 
 def _health_reason(s: SpaceAnalysis) -> str:
     """Which rated metric set the health level, at its maximum."""
-    rated = [
-        (global_frag_health(s.max_global_frag), f"global frag peaked at {s.max_global_frag:.1%}"),
-        (local_frag_health(s.max_local_frag), f"local frag peaked at {s.max_local_frag:.1%}"),
-        (free_blocks_health(s.max_free_blocks), f"up to {s.max_free_blocks} free blocks"),
-    ]
-    worst = [text for level, text in rated if level == s.health]
-    return "; ".join(worst) if s.health is not Health.OK else "every rated metric stayed in range"
+    b = s.health_basis
+    if b is None:
+        return "every rated metric stayed in range"
+    value = str(b.value) if b.metric == "free_blocks" else f"{b.value:.1%}"
+    return f"{b.metric.replace('_', ' ')} {value} at {seconds(b.time_ns)}"
 
 
 def _space(s: SpaceAnalysis) -> RenderableType:

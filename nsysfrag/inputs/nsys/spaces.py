@@ -16,6 +16,7 @@ from nsysfrag.events import (
     FAILED_ALLOC,
     FREE,
     I64,
+    UNKNOWN_BYTES,
     AllocationEvents,
     InputCounts,
     SourceInfo,
@@ -128,7 +129,7 @@ def _space_events(
         time_ns = np.insert(time_ns, at, times)
         kind = np.insert(kind, at, np.int8(FAILED_ALLOC))
         address = np.insert(address, at, np.uint64(0))
-        nbytes = np.insert(nbytes, at, 0)
+        nbytes = np.insert(nbytes, at, UNKNOWN_BYTES)  # nsys records no size for a failed call
         memory_row = np.insert(rows, at, -1)
     return AllocationEvents(
         time_ns=time_ns,

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.events import ALLOC, FREE, FREE_COMPLETED, I64, KIND_NAMES, AllocationEvents
+from nsysfrag.events import (
+    ALLOC,
+    FAILED_ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    I64,
+    KIND_NAMES,
+    AllocationEvents,
+)
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
 from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries, series_of
@@ -63,6 +71,9 @@ class ObservedModel:
             base_address=base,
             end_address=end,
             span_mode=end > base + space.capacity_bytes,
+            # A failed call is no point: it failed in the state of the last point before it.
+            failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
+            - 1,
         )
         return ObservedRun(series, space.capacity_bytes, kernel_events, out)
 

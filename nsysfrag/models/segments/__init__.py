@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.replay import (
@@ -19,7 +21,7 @@ from nsysfrag.models.segments.replay import (
     replay_device,
 )
 from nsysfrag.models.segments.rules import AllocatorSettings
-from nsysfrag.models.series import FreeBlocks, StateSeries, series_of
+from nsysfrag.models.series import OOM, FreeBlocks, StateSeries, series_of
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -85,6 +87,7 @@ class SegmentsModel:
             base_address=r.base_address,
             end_address=r.end_address,
             initial_blocks=r.initial_blocks,
+            failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
         )
         warnings: list[str] = []
         if len(r.time_ns) == 0:
