@@ -514,9 +514,9 @@ def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str,
 def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str, Any]:
     if capacity is not None:
         cap, source = capacity, "--capacity"
-    elif result.ooms:  # the first oom entry (QUESTIONS.md Q11)
-        _t, entry, raw = result.ooms[0]
-        cap, source = raw["reserved"] + entry["device_free"], "oom"
+    elif result.ooms:  # the device's oom entries (QUESTIONS.md Q11)
+        reachable = [raw["reserved"] + entry["device_free"] for _t, entry, raw in result.ooms]
+        cap, source = max(*reachable, result.peak_reserved), "oom"
     else:
         cap, source = result.peak_reserved, "reserved_peak"
     moments: list[Moment] = [{"time_ns": t, **_derive(raw, cap)} for t, raw in result.raw]
