@@ -25,6 +25,13 @@ def advise(s: SpaceAnalysis) -> list[str]:
             " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace, or take a memory"
             " snapshot (torch.cuda.memory._record_memory_history / _dump_snapshot)."
         )
+    if s.snapshot is not None and s.snapshot.capacity_source == "reserved_peak" and s.health:
+        lines.append(
+            f"This {s.health.label} rating assumes the device was full at the peak: the snapshot"
+            " does not say how large the device is, so its capacity is taken to be the peak"
+            f" reserved memory ({format_bytes(s.capacity_bytes)}). Pass --capacity (e.g."
+            " --capacity 80GiB) to rate it against the real device."
+        )
     lines += failure_advice(s)
     if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]

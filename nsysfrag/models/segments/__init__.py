@@ -171,9 +171,11 @@ def _capacity(
         return max(max(estimates), r.max_reserved_bytes, 1), "oom"
     cap = max(r.max_reserved_bytes, 1)
     warnings.append(
-        f"device {device}: the snapshot does not say how much memory the device has (no OOM"
-        f" entry), so capacity C is the peak reserved memory, {format_bytes(cap)}, and global_frag"
-        " is a share of that; pass --capacity (e.g. 80GiB) for the device's memory"
+        f"device {device}: the snapshot does not say how much memory the device has (no"
+        f" out-of-memory entry), so its capacity is taken to be the peak reserved memory,"
+        f" {format_bytes(cap)}: the rating assumes the device was full at the peak, so its"
+        " fragmentation figures are upper bounds; pass --capacity (e.g. --capacity 80GiB) to"
+        " rate the snapshot against the real device"
     )
     return cap, "reserved_peak"
 
