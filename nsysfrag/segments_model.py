@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from nsysfrag.allocators.torch.rules import K_SMALL_BUFFER, round_size, should_split
 from nsysfrag.events import I64, BoolArray
 from nsysfrag.replay import ALLOCATED, FREED, NO_BLOCK, UNMATCHED_FREE, ZERO_SIZE_ALLOC
 from nsysfrag.snapshot_reader import NO_STACK, Segment, Snapshot, TraceEntry
@@ -46,36 +47,6 @@ _SEGMENT_CODES = {
     "segment_map": SEGMENT_MAP,
     "segment_unmap": SEGMENT_UNMAP,
 }
-
-# CUDACachingAllocator constants (ALLOCATORS.md §1.1).
-MIN_BLOCK_BYTES = 512
-SMALL_BUFFER_BYTES = 2 << 20
-SMALL_SIZE_BYTES = 1 << 20
-
-
-def round_size(size: int, divisions: dict[int, int] | None = None) -> int:
-    """PyTorch's ``round_size``: at least 512 B, a multiple of 512 B, or the next of
-    ``roundup_power2_divisions`` steps between powers of two where that is configured."""
-    if size < MIN_BLOCK_BYTES:
-        return MIN_BLOCK_BYTES
-    d = _divisions_for(size, divisions) if divisions else 0
-    if d > 1 and size > MIN_BLOCK_BYTES * d:
-        if size & (size - 1) == 0:
-            return size
-        p = 1 << (size.bit_length() - 1)
-        step = p // d
-        if step == 0:
-            return 2 * p
-        floor = size & ~(step - 1)
-        return size if floor == size else floor + step
-    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-
-
-def _divisions_for(size: int, divisions: dict[int, int]) -> int:
-    # Interval i covers [2**i MiB, 2**(i+1) MiB), clamped to [0, 15]; keys are interval starts.
-    idx = min(max(size.bit_length() - 1 - 20, 0), 15)
-    return divisions.get(1 << idx, 0)
-
 
 @dataclass(slots=True)
 class _Seg:
@@ -224,7 +195,7 @@ def window_start(segments: Sequence[Segment], trace: Sequence[TraceEntry]) -> Wi
             if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
                 conflicts += 1
             else:
-                small = e.size == SMALL_BUFFER_BYTES
+                small = e.size == K_SMALL_BUFFER
                 segs.add(e.address, _Seg(e.address + e.size, e.stream, small, False))
         elif a == "segment_map":
             if not segs.unmap_range(e.address, e.address + e.size):
@@ -596,7 +567,7 @@ class _Replayer:
         elif a == "segment_alloc" or a == "segment_map":
             if not layout.segs.overlaps(e.address, e.address + e.size) and e.size > 0:
                 if a == "segment_alloc":
-                    small = e.size == SMALL_BUFFER_BYTES
+                    small = e.size == K_SMALL_BUFFER
                     layout.add_segment(
                         e.address, e.size, _Seg(e.address + e.size, e.stream, small, False)
                     )
@@ -688,12 +659,9 @@ class _Replayer:
         remaining = available - size
         small = seg.small_pool
         if small is None:
-            small = not seg.expandable and seg.end - seg_start == SMALL_BUFFER_BYTES
-        if small or seg.expandable or self.snapshot.expandable_segments:
-            split = remaining >= MIN_BLOCK_BYTES
-        else:
-            max_split = self.snapshot.max_split_size
-            split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
+            small = not seg.expandable and seg.end - seg_start == K_SMALL_BUFFER
+        expandable = seg.expandable or self.snapshot.expandable_segments
+        split = should_split(remaining, size, small, expandable, self.snapshot.max_split_size)
         return size if split else available
 
     def _free(self, e: TraceEntry, t: int) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from nsysfrag.allocators.torch.rules import K_MIN_BLOCK
 from nsysfrag.analysis import (
     DEFAULT_GRANULARITY,
     Analysis,
@@ -39,7 +40,6 @@ from nsysfrag.replay import (
     SpaceEvents,
 )
 from nsysfrag.segments_model import (
-    MIN_BLOCK_BYTES,
     MODEL_NAME,
     OOM,
     DeviceReplay,
@@ -79,7 +79,7 @@ def analyze_snapshot(
     if granularity_bytes != DEFAULT_GRANULARITY:
         warnings.append(
             f"--granularity {granularity_bytes} is ignored for a PyTorch snapshot: block sizes"
-            f" are recorded (the caching allocator rounds to {MIN_BLOCK_BYTES} B itself)"
+            f" are recorded (the caching allocator rounds to {K_MIN_BLOCK} B itself)"
         )
     if snapshot.unknown_actions:
         n = sum(snapshot.unknown_actions.values())
@@ -125,7 +125,7 @@ def analyze_snapshot(
     return Analysis(
         trace_path=snapshot.path,
         nsys_version=None,
-        granularity_bytes=MIN_BLOCK_BYTES,
+        granularity_bytes=K_MIN_BLOCK,
         spaces=spaces,
         skipped_rows=snapshot.skipped_entries,
         warnings=warnings,

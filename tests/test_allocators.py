@@ -28,7 +28,7 @@ from nsysfrag.allocators.base import (
     SimResult,
 )
 from nsysfrag.allocators.slab import class_of, size_classes
-from nsysfrag.allocators.torch_caching import round_size
+from nsysfrag.allocators.torch.rules import round_size
 from nsysfrag.errors import InputError
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -27,8 +27,22 @@ the final reserved bytes.
 from __future__ import annotations
 
 from nsysfrag.allocators.base import RequestStream, SimResult
+from nsysfrag.allocators.family import PolicyFamily, PolicyOptions
 from nsysfrag.allocators.heap import BEST_FIT, simulate_heap
 
 
-def simulate_cuda_async(stream: RequestStream, capacity_bytes: int) -> SimResult:
+def simulate_cuda_async(stream: RequestStream, capacity_bytes: int, options: object = None) -> SimResult:
     return simulate_heap(stream, capacity_bytes, BEST_FIT, retain=True)
+
+
+def _alloc_conf(options: PolicyOptions | None) -> str:
+    return "backend:cudaMallocAsync"
+
+
+FAMILY = PolicyFamily(
+    "cuda-async",
+    ("cuda_async", "cudamallocasync"),
+    "stream-ordered pool (cudaMallocAsync)",
+    simulate_cuda_async,
+    alloc_conf=_alloc_conf,
+)
