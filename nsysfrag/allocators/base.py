@@ -30,16 +30,7 @@ PAGE_BYTES = 2 * MiB  # GPU physical page (and kSmallBuffer): the unit reserved 
 # Event kinds of a request stream.
 ALLOC = 0
 FREE = 1
-EMPTY_CACHE = 2  # validation only: the program called torch.cuda.empty_cache()
-
-# Forced device-allocation failures (validation only: the recorded run took its OOM path here).
-FAIL_NONE = 0
-FAIL_FIRST = 1  # the first cudaMalloc / map attempt of this request fails
-FAIL_ALL = 2  # every attempt fails: the recorded run raised OOM for this request
-# The recorded run returned cached memory to CUDA within this malloc or right before it: an
-# OOM retry if the model finds no cached block either (then the first attempt fails), else an
-# empty_cache() just before the request.
-FAIL_RELEASE = 3
+EMPTY_CACHE = 2  # the program called torch.cuda.empty_cache() (snapshots record where)
 
 UNLIMITED = 1 << 62
 MAX_REQUEST_BYTES = 1 << 46  # 64 TiB: larger is no GPU's request (and would overflow set keys)
@@ -50,8 +41,7 @@ class RequestStream:
     """Allocations and frees in order, the input every model replays.
 
     ``kind[i]`` is ALLOC, FREE or EMPTY_CACHE; ``request[i]`` the request an ALLOC creates or a
-    FREE releases (an index into the per-request arrays). ``fail`` is all FAIL_NONE except in
-    validation replays.
+    FREE releases (an index into the per-request arrays).
     """
 
     kind: I8
@@ -59,7 +49,6 @@ class RequestStream:
     time_ns: I64
     size: I64  # per request: requested bytes (> 0)
     stream: I64  # per request: stream index, 0 .. n_streams - 1
-    fail: I8
     stream_names: tuple[str, ...] = ("0",)
 
     @property
@@ -78,7 +67,6 @@ class RequestStream:
         time_ns: Any,
         size: Any,
         stream: Any | None = None,
-        fail: Any | None = None,
         stream_names: tuple[str, ...] | None = None,
     ) -> RequestStream:
         size = np.asarray(size, dtype=np.int64)
@@ -96,7 +84,6 @@ class RequestStream:
             time_ns=np.asarray(time_ns, dtype=np.int64),
             size=size,
             stream=stream,
-            fail=np.zeros(len(size), np.int8) if fail is None else np.asarray(fail, np.int8),
             stream_names=stream_names or tuple(str(i) for i in range(n_streams)),
         )
 

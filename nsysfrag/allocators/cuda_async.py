@@ -17,7 +17,8 @@ so this model rests on assumptions, each chosen to be what the documentation imp
 * **Release threshold ∞.** PyTorch sets ``cudaMemPoolAttrReleaseThreshold = UINT64_MAX``, so
   the pool keeps its high-water reservation (reserved never shrinks on its own); only when a
   request cannot be placed does the pool trim back to the pages under its top (as
-  ``cudaMemPoolTrimTo`` would) before the request fails.
+  ``cudaMemPoolTrimTo`` would) before the request fails, and when the program calls
+  ``torch.cuda.empty_cache()`` (PyTorch's backend calls ``cudaMemPoolTrimTo(pool, 0)``).
 
 So placement equals ``best-fit``'s; what differs is that reserved memory holds its high-water
 mark, which shows up in free memory (``F`` includes the retained pages above the top) and in

@@ -207,7 +207,9 @@ def _release(m: HeapModel, r: int) -> int:
 
 @numba.njit(cache=True)
 def _empty_cache(m: HeapModel, event: int) -> int:
-    """torch.cuda.empty_cache(): this model caches nothing, so nothing changes."""
+    """torch.cuda.empty_cache(): a pool that keeps its reservation trims it to the pages under
+    its top (cudaMemPoolTrimTo); a plain heap holds nothing to give back."""
+    m.reserved[0] = pages(heap_top(m.heap))
     return 0
 
 

@@ -45,7 +45,9 @@ def whatif(
         sources, notes = nsys_streams(path, capacity)
         kind = NSYS
         level = "driver-level allocations (nsys CUDA memory events)"
-    validation = validate_snapshot(snap) if validate and snap is not None else None
+    # The model's own error on this input: every what-if of a snapshot quotes it.
+    checked = validate_snapshot(snap, capacity) if snap is not None else None
+    validation = checked if validate else None
     if not sources:
         if validation is not None:
             return WhatifReport(str(path), kind, level, [], notes, validation)
@@ -53,5 +55,6 @@ def whatif(
             f"{path}: no allocation to replay (no alloc in the trace and no live block);"
             " record a trace of the run's allocations"
         )
-    spaces = [rank_policies(s, list(unique.values())) for s in sources]
+    errors = {d.device: d.peak_error for d in checked.devices} if checked else {}
+    spaces = [rank_policies(s, list(unique.values()), errors.get(s.device)) for s in sources]
     return WhatifReport(str(path), kind, level, spaces, notes, validation)

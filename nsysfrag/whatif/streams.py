@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
-from nsysfrag.allocators.base import ALLOC, FAIL_NONE, FREE, RequestStream
+from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, RequestStream
 from nsysfrag.allocators.torch import split_options
 from nsysfrag.replay import ALLOCATED
 from nsysfrag.segments_model import SegmentSet, window_start
 from nsysfrag.snapshot_reader import Snapshot, TraceEntry, read_snapshot
-from nsysfrag.whatif.capacity import snapshot_capacity
+from nsysfrag.whatif.capacity import read_record, replay_capacity, snapshot_capacity
 
 
 @dataclass
@@ -36,12 +36,10 @@ class StreamBuilder:
     time_ns: list[int] = field(default_factory=list)
     size: list[int] = field(default_factory=list)
     stream: list[int] = field(default_factory=list)
-    fail: list[int] = field(default_factory=list)
 
-    def new_request(self, size: int, stream: int, fail: int = FAIL_NONE) -> int:
+    def new_request(self, size: int, stream: int) -> int:
         self.size.append(size)
         self.stream.append(stream)
-        self.fail.append(fail)
         return len(self.size) - 1
 
     def event(self, kind: int, request: int, t: int) -> None:
@@ -49,14 +47,14 @@ class StreamBuilder:
         self.request.append(request)
         self.time_ns.append(t)
 
-    def alloc(self, size: int, stream: int, t: int, fail: int = FAIL_NONE) -> int:
-        r = self.new_request(size, stream, fail)
+    def alloc(self, size: int, stream: int, t: int) -> int:
+        r = self.new_request(size, stream)
         self.event(ALLOC, r, t)
         return r
 
     def build(self, stream_names: tuple[str, ...]) -> RequestStream:
         return RequestStream.build(
-            self.kind, self.request, self.time_ns, self.size, self.stream, self.fail, stream_names
+            self.kind, self.request, self.time_ns, self.size, self.stream, stream_names
         )
 
 
@@ -74,6 +72,7 @@ class RequestSource:
     recorded_peak_reserved_bytes: int | None
     warnings: list[str]
     segments_suspected: bool = False
+    validatable: bool = False  # a recorded trace the baseline can be checked against
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
 
 
@@ -105,22 +104,39 @@ def snapshot_times(trace: Sequence[TraceEntry]) -> list[int]:
     return out
 
 
-def recorded_reserved(initial: int, trace: Sequence[TraceEntry]) -> list[int]:
-    """Reserved bytes after each entry: segment_alloc/map add, segment_free/unmap subtract."""
-    out, r = [], initial
-    for e in trace:
-        a = e.action
-        if a in ("segment_alloc", "segment_map"):
-            r += e.size
-        elif a in ("segment_free", "segment_unmap"):
-            r -= e.size
-        out.append(r)
-    return out
-
-
 def segment_stream(segs: SegmentSet, address: int) -> int:
     start = segs.find(address)
     return segs.seg[start].stream if start is not None else 0
+
+
+def trace_events(
+    b: StreamBuilder, trace: Sequence[TraceEntry], times: Sequence[int], names: dict[int, int],
+    live: dict[int, int], empty_at: set[int],
+) -> int:  # fmt: skip
+    """Add a snapshot trace's requests to ``b``: each ``alloc`` a request, freed at its
+    ``free_completed``; an ``oom`` a request freed at once (the run could not place it; other
+    policies try); an ``empty_cache()`` where ``empty_at`` says the program called it.
+    ``live`` maps the addresses of live requests to their ids. Returns the frees of blocks
+    the snapshot never shows (skipped)."""
+    unmatched = 0
+    for j, (e, t) in enumerate(zip(trace, times, strict=True)):
+        if j in empty_at:
+            b.event(EMPTY_CACHE, 0, t)
+        a = e.action
+        if a == "alloc" and e.size > 0:
+            if e.address in live:  # its free went missing
+                b.event(FREE, live.pop(e.address), t)
+            live[e.address] = b.alloc(e.size, stream_index(names, e.stream), t)
+        elif a in ("free_completed", "free"):
+            r_id = live.pop(e.address, None)
+            if r_id is None:
+                unmatched += 1
+            else:
+                b.event(FREE, r_id, t)
+        elif a == "oom" and e.size > 0:
+            r_id = b.alloc(e.size, stream_index(names, e.stream), t)
+            b.event(FREE, r_id, t)
+    return unmatched
 
 
 def snapshot_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource], list[str], Snapshot]:
@@ -153,34 +169,20 @@ def snapshot_streams(path: Path, capacity: int | None) -> tuple[list[RequestSour
                 continue
             raw = segment_stream(start.segments, address)
             live[address] = b.alloc(size, stream_index(names, raw), t0)
-        unmatched = 0
-        for e, t in zip(trace, times, strict=True):
-            a = e.action
-            if a == "alloc" and e.size > 0:
-                if e.address in live:  # its free went missing
-                    b.event(FREE, live.pop(e.address), t)
-                live[e.address] = b.alloc(e.size, stream_index(names, e.stream), t)
-            elif a in ("free_completed", "free"):
-                r_id = live.pop(e.address, None)
-                if r_id is None:
-                    unmatched += 1
-                else:
-                    b.event(FREE, r_id, t)
-            elif a == "oom" and e.size > 0:
-                # The run could not place it; other policies try, and it lives no longer.
-                r_id = b.alloc(e.size, stream_index(names, e.stream), t)
-                b.event(FREE, r_id, t)
+        initial_reserved = sum(
+            start.segments.seg[s].end - s for s in start.segments.starts
+        )
+        record = read_record(trace, initial_reserved)
+        replay_cap, _ = replay_capacity(capacity, record)
+        empty_at = set(record.program_releases(replay_cap, config.garbage_collection_threshold))
+        unmatched = trace_events(b, trace, times, names, live, empty_at)
         if not b.kind:
             continue
         warnings = []
         if unmatched:
             warnings.append(f"{unmatched} free(s) of blocks the snapshot never shows were skipped")
-        initial_reserved = sum(
-            start.segments.seg[s].end - s for s in start.segments.starts
-        )
-        series = recorded_reserved(initial_reserved, trace)
-        recorded_peak = max([initial_reserved, *series]) if (trace or final) else None
-        cap, cap_source = snapshot_capacity(capacity, trace, initial_reserved, series)
+        recorded_peak = record.peak if (trace or final) else None
+        cap, cap_source = snapshot_capacity(capacity, record)
         sources.append(
             RequestSource(
                 label=f"device {device}",
@@ -193,6 +195,7 @@ def snapshot_streams(path: Path, capacity: int | None) -> tuple[list[RequestSour
                 recorded_peak_reserved_bytes=recorded_peak,
                 warnings=warnings,
                 timestamps=any(e.time_us is not None for e in trace),
+                validatable=bool(trace),
             )
         )
     return sources, notes, snap

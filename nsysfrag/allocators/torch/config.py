@@ -68,17 +68,20 @@ class TorchConfig:
         conf: str | None,
     ) -> TorchConfig:
         """The configuration a snapshot's ``allocator_settings`` record."""
-        given = {}
+        parsed = None
         if conf:
             try:
-                given = cls.parse(conf).given
+                parsed = cls.parse(conf)
             except InputError:
-                given = {}
+                parsed = None
         return cls(
             max_split_size=max_split_size if max_split_size else UNLIMITED,
             roundup_power2_divisions=division_table(divisions),
             expandable_segments=expandable,
-            given=given,
+            # The settings record these only in the PYTORCH_CUDA_ALLOC_CONF string.
+            max_non_split_rounding=parsed.max_non_split_rounding if parsed else K_LARGE_BUFFER,
+            garbage_collection_threshold=parsed.garbage_collection_threshold if parsed else 0.0,
+            given=parsed.given if parsed else {},
         )
 
     def conf_string(self) -> str:

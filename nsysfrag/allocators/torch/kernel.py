@@ -19,8 +19,6 @@ import numba
 import numpy as np
 
 from nsysfrag.allocators.base import (
-    FAIL_FIRST,
-    FAIL_RELEASE,
     I64,
     Outputs,
     RequestStream,
@@ -68,23 +66,11 @@ class Model(NamedTuple):
 @numba.njit(cache=True)
 def _malloc(st: TorchState, cfg: KernelConfig, r: int, orig: int) -> int:
     """The block for request ``r`` (``orig`` bytes), or 0 when even the OOM path fails."""
-    c = st.counters[0]
     size = round_size_kernel(orig, cfg.divisions)
     small = size <= K_SMALL_SIZE
     pool = 2 * st.requests[r].stream + (1 if small else 0)
     alloc_size = allocation_size_kernel(size)
-    fail = st.requests[r].fail
-    c.fail_mode = fail
-    c.fails = 0
     n = get_free_block(st, cfg, pool, size)
-    if fail == FAIL_RELEASE:
-        if n != 0:  # a cached block fits, so the recorded release was an empty_cache() first
-            cache_block(st, n)
-            release_cached_blocks(st)
-            c.fail_mode = 0
-            n = get_free_block(st, cfg, pool, size)
-        else:
-            c.fail_mode = FAIL_FIRST
     if n == 0:
         if cfg.gc_limit >= 0:
             garbage_collect(st, cfg)
@@ -94,7 +80,6 @@ def _malloc(st: TorchState, cfg: KernelConfig, r: int, orig: int) -> int:
         if n == 0:
             release_cached_blocks(st)
             n = alloc_block(st, cfg, pool, size, alloc_size)
-    c.fail_mode = 0
     if n == 0:
         return 0
     b = st.blocks
@@ -266,9 +251,8 @@ def simulate_torch(
     max_log = 4 * n + 4 * n_blocks + 64
     cfg = config.kernel_config(capacity_bytes, es_va_bytes)
     kind = stream.kind.astype(np.int64)
-    fail = stream.fail.astype(np.int64)
     while True:
-        st = new_state(max_blocks, max_es, n_pools, max_log, stream.stream, fail)
+        st = new_state(max_blocks, max_es, n_pools, max_log, stream.stream)
         out = Outputs.empty(n, stream.n_requests)
         ooms = _torch_kernel(kind, stream.request, stream.size, Model(st, cfg), initial, out)
         if ooms >= 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import FAIL_ALL, FAIL_FIRST, UNLIMITED
+from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.allocators.torch.config import KernelConfig
 from nsysfrag.allocators.torch.rules import K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER
 from nsysfrag.allocators.torch.state import (
@@ -330,12 +330,8 @@ def _try_allocate_expandable_block(st: TorchState, cfg: KernelConfig, pool: int,
 @numba.njit(cache=True)
 def alloc_block(st: TorchState, cfg: KernelConfig, pool: int, size: int, alloc_size: int) -> int:
     """A new segment (cudaMalloc) or newly mapped pages holding ``size``; 0 when the device
-    refuses (the capacity would be exceeded) or validation forces a failure here."""
+    refuses (the capacity would be exceeded)."""
     c = st.counters[0]
-    mode = c.fail_mode
-    if mode == FAIL_ALL or (mode == FAIL_FIRST and c.fails == 0):
-        c.fails += 1
-        return 0
     if cfg.gc_limit >= 0 and c.reserved + alloc_size > cfg.capacity:
         return 0  # set_fraction: the allowed maximum is the capacity
     if cfg.expandable_segments:

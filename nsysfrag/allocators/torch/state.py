@@ -44,8 +44,6 @@ TORCH_COUNTERS = np.dtype([
     ("next_address", np.int64),  # where the next segment goes
     ("next_id", np.int64),  # the highest block id used so far
     ("recycled", np.int64),  # block ids waiting in free_ids
-    ("fail_mode", np.int64),  # the current request's forced failure (validation)
-    ("fails", np.int64),  # device allocations failed so far in this request
     ("candidates", np.int64),  # head of the release-candidate list
     ("expandable_count", np.int64),  # expandable segments made so far
     ("log_length", np.int64),
@@ -88,7 +86,6 @@ LOG_ENTRY = np.dtype([  # one of the model's cudaMalloc / cudaFree / map / unmap
 REQUEST = np.dtype([
     ("block", np.int64),  # the block it holds, 0 for none
     ("stream", np.int64),
-    ("fail", np.int64),  # forced device-allocation failures (validation)
 ])  # fmt: skip
 
 
@@ -111,11 +108,10 @@ def _zeros(n: int) -> I64:
 
 def new_state(
     max_blocks: int, max_expandables: int, n_pools: int, max_log: int,
-    request_stream: I64, request_fail: I64,
+    request_stream: I64,
 ) -> TorchState:  # fmt: skip
     requests = np.zeros(len(request_stream), dtype=REQUEST)
     requests["stream"] = request_stream
-    requests["fail"] = request_fail
     counters = np.zeros(1, dtype=TORCH_COUNTERS)
     counters[0]["next_address"] = ADDRESS_BASE
     blocks = np.zeros(max_blocks, dtype=BLOCK)

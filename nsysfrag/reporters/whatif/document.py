@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.analysis import State
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
     VALIDATION_TARGET_PEAK,
     PolicyOutcome,
+    Recommendation,
     SpaceComparison,
     Validation,
     WhatifReport,
@@ -79,18 +81,29 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "recorded_peak_reserved_bytes": s.recorded_peak_reserved_bytes,
         "warnings": s.warnings,
         "baseline": rec.baseline,
+        "baseline_peak_reserved_bytes": rec.baseline_peak_reserved_bytes,
+        "model_error": rec.model_error,
         "ranking": [o.name for o in s.outcomes],
-        "recommendation": {
+        "recommendation": recommendation_document(rec),
+        "advice": {
             "text": recommendation_text(rec),
-            "policy": rec.policy,
-            "alloc_conf": rec.alloc_conf,
-            "baseline": rec.baseline,
-            "baseline_peak_reserved_bytes": rec.baseline_peak_reserved_bytes,
-            "recommended_peak_reserved_bytes": rec.recommended_peak_reserved_bytes,
-            "peak_reserved_change": rec.change,
+            "alloc_conf": rec.chosen.alloc_conf if rec.chosen else None,
+            "threshold": rec.threshold,
             "reference": reference_text(rec),
         },
         "policies": [policy_document(o, i + 1) for i, o in enumerate(s.outcomes)],
+    }
+
+
+def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
+    """SPEC's ``recommendation``: null, or the policy to switch to and what it saves."""
+    if rec.chosen is None:
+        return None
+    return {
+        "policy": rec.chosen.policy,
+        "saving_bytes": rec.chosen.saving_bytes,
+        "saving_ratio": rec.chosen.saving_ratio,
+        "model_error": rec.model_error,
     }
 
 
@@ -120,7 +133,10 @@ def validation_document(v: Validation) -> dict[str, Any]:
                 "peak_reserved_error": d.peak_error,
                 "initial_reserved_bytes": d.initial_reserved_bytes,
                 "requests": d.requests,
-                "recorded_oom_paths": d.forced_failures,
+                "capacity_bytes": d.capacity_bytes if d.capacity_bytes < UNLIMITED else None,
+                "capacity_source": d.capacity_source,
+                "recorded_oom_paths": d.recorded_oom_paths,
+                "simulated_oom_paths": d.simulated_oom_paths,
                 "empty_cache_calls": d.empty_cache_calls,
                 "note": d.note,
             }

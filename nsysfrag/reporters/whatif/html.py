@@ -17,6 +17,7 @@ from nsysfrag.reporters.whatif import words
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
     VALIDATION_TARGET_PEAK,
+    PolicyOutcome,
     SpaceComparison,
     Validation,
     WhatifReport,
@@ -142,6 +143,15 @@ def _lines(s: SpaceComparison) -> str:
     return "<figure>" + "".join(out) + "<figcaption>Reserved bytes over time.</figcaption></figure>"
 
 
+def _peak_cell(o: PolicyOutcome, s: SpaceComparison) -> str:
+    """Peak reserved; the baseline's with the recorded figure beside it."""
+    text = _e(format_bytes(o.peak_reserved_bytes))
+    recorded = s.recommendation.recorded_peak_reserved_bytes
+    if o.baseline and recorded is not None:
+        text += f'<br><span class="muted">recorded {_e(format_bytes(recorded))}</span>'
+    return f'<td class="n">{text}</td>'
+
+
 def _html_space(s: SpaceComparison) -> str:
     out = [f"<h2>{_e(words.space_title(s))}</h2>", '<dl class="meta">']
     out += [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in words.space_meta(s)]
@@ -163,7 +173,7 @@ def _html_space(s: SpaceComparison) -> str:
             f'<tr class="{"baseline" if o.baseline else ""}">'
             + _cell(str(i))
             + f'<td>{name}<br><span class="muted">{_e(o.policy.description)}</span></td>'
-            + _cell(format_bytes(o.peak_reserved_bytes))
+            + _peak_cell(o, s)
             + _cell(words.change(o, base))
             + _cell(format_bytes(o.peak_requested_bytes))
             + _cell(words.ratio(o.reserved_over_requested_at_peak))
@@ -211,7 +221,7 @@ def _html_validation(v: Validation) -> str:
         + _cell(format_bytes(d.peak_reserved_recorded_bytes))
         + _cell(format_bytes(d.peak_reserved_simulated_bytes))
         + _cell(words.error(d.peak_error))
-        + _cell(str(d.forced_failures))
+        + _cell(f"{d.recorded_oom_paths} → {d.simulated_oom_paths}")
         + _cell(str(d.empty_cache_calls))
         + "</tr>"
         for d in v.devices

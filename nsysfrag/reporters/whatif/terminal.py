@@ -43,7 +43,7 @@ TERMINAL_COLUMNS = (
     "#", "policy", "peak\nreserved", "vs\nbaseline", "sim.\nOOMs", "1st OOM",
     "R/U at\npeak", "max\nglobal", "max\nlocal", "max free\nblocks", "health",
 )  # fmt: skip
-_VALIDATION_DROP = ("empty\ncache", "OOM\npaths", "simulated", "matched\nin order", "device")
+_VALIDATION_DROP = ("empty\ncache", "OOM paths\nrec. → sim.", "simulated", "matched\nin order", "device")
 
 
 def render_terminal(report: WhatifReport, console: Console) -> None:
@@ -149,7 +149,7 @@ def _terminal_validation(v: Validation, console: Console) -> None:
             str(d.simulated_segment_allocs), str(d.matched_segment_allocs),
             match(d.segment_alloc_match), format_bytes(d.peak_reserved_recorded_bytes),
             format_bytes(d.peak_reserved_simulated_bytes), error(d.peak_error),
-            str(d.forced_failures), str(d.empty_cache_calls),
+            f"{d.recorded_oom_paths} → {d.simulated_oom_paths}", str(d.empty_cache_calls),
         ]
         for d in v.devices
     ]

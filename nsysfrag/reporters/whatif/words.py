@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from nsysfrag.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
-from nsysfrag.whatif.recommend import SEGMENTS, SWITCH
+from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, SWITCH, Candidate
 
 VALIDATION_COLUMNS = (
     "device", "compared", "recorded", "simulated", "matched\nin order", "match",
-    "peak reserved\nrecorded", "peak reserved\nsimulated", "error", "OOM\npaths", "empty\ncache",
+    "peak reserved\nrecorded", "peak reserved\nsimulated", "error", "OOM paths\nrec. → sim.",
+    "empty\ncache",
 )  # fmt: skip
 
 
@@ -41,35 +42,90 @@ def conf_text(conf: str | None) -> str:
     return f"PYTORCH_CUDA_ALLOC_CONF={conf}"
 
 
+def percent(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _label(c: Candidate) -> str:
+    """A torch setting by its PYTORCH_CUDA_ALLOC_CONF, anything else by its name."""
+    return (c.alloc_conf or "defaults") if c.family == "torch" else c.policy
+
+
+def _ooms(rec: Recommendation, c: Candidate) -> str:
+    cap = capacity_text(rec.capacity_bytes)
+    if c.simulated_ooms == 0:
+        extra = f" (vs {rec.baseline_ooms} with {rec.baseline})" if rec.baseline_ooms else ""
+        return f"no simulated OOM at {cap}{extra}"
+    return f"{c.simulated_ooms} simulated OOM(s) at {cap} (vs {rec.baseline_ooms})"
+
+
+def _checked(rec: Recommendation) -> str:
+    """How the model's error on this input was measured, in words."""
+    if rec.model_error is None or rec.recorded_peak_reserved_bytes is None:
+        return "the input records no reserved memory to check the model against"
+    return (
+        f"{rec.baseline} simulates {format_bytes(rec.baseline_peak_reserved_bytes)} of peak"
+        f" reserved, the run recorded {format_bytes(rec.recorded_peak_reserved_bytes)}"
+    )
+
+
 def recommendation_text(rec: Recommendation) -> str:
     """Plain words that follow from the numbers."""
-    cap = capacity_text(rec.capacity_bytes)
     if rec.verdict == SEGMENTS:
         return (
             "No recommendation: the requests look like caching-allocator segments (every size a"
             " multiple of 2 MiB), so the replay says nothing about the tensors inside them."
         )
-    if rec.verdict != SWITCH:
-        ooms = (
-            f"no simulated OOM at {cap}"
-            if rec.baseline_ooms == 0
-            else f"{rec.baseline_ooms} simulated OOM(s) at {cap} that no setting tried avoids"
-        )
-        return (
-            f"Keep {rec.baseline}: no allocator setting tried lowers peak reserved by 1 % or more"
-            f" ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved, {ooms})."
-        )
-    if rec.recommended_ooms == 0:
-        ooms = f"no simulated OOM at {cap}"
-        if rec.baseline_ooms:
-            ooms += f" (vs {rec.baseline_ooms} with {rec.baseline})"
+    if rec.model_error is None:
+        error = f"The model's error cannot be measured on this input ({_checked(rec)})"
     else:
-        ooms = f"{rec.recommended_ooms} simulated OOM(s) at {cap} (vs {rec.baseline_ooms})"
-    label = (rec.alloc_conf or "defaults") if rec.family == "torch" else rec.policy
+        error = f"The model's error on this input is {percent(rec.model_error)} ({_checked(rec)})"
+    c = rec.chosen
+    if rec.verdict == SWITCH and c is not None:
+        return (
+            f"{_label(c)}: peak reserved"
+            f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
+            f" ({signed_percent(-c.saving_ratio)}), {_ooms(rec, c)};"
+            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger."
+        )
+    cap = capacity_text(rec.capacity_bytes)
+    ooms = (
+        f"no simulated OOM at {cap}" if rec.baseline_ooms == 0
+        else f"{rec.baseline_ooms} simulated OOM(s) at {cap}"
+    )  # fmt: skip
+    bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
+    text = (
+        f"Keep {rec.baseline} ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved,"
+        f" {ooms}): no policy beats the baseline by more than {bar}"
+    )
+    other = rec.best_other
+    if other is not None and other.saving_bytes > 0:
+        if other.simulated_ooms > rec.baseline_ooms:
+            text += (
+                f"; {_label(other)} would lower peak reserved by {percent(other.saving_ratio)}"
+                f" but with {other.simulated_ooms} simulated OOM(s) against {rec.baseline_ooms}"
+            )
+        else:
+            text += (
+                f"; the best, {_label(other)}, lowers peak reserved by"
+                f" {percent(other.saving_ratio)}"
+            )
+    return f"{text}. {error}."
+
+
+def baseline_text(rec: Recommendation) -> str:
+    """The baseline, simulated, with the recorded figure beside it."""
+    sim = format_bytes(rec.baseline_peak_reserved_bytes)
+    if rec.recorded_peak_reserved_bytes is None:
+        return f"{rec.baseline}: {sim} peak reserved simulated (nothing recorded to compare)"
+    error = (
+        "model error n/a: the snapshot has no trace to check the model against"
+        if rec.model_error is None
+        else f"model error {percent(rec.model_error)}"
+    )
     return (
-        f"{label}: peak reserved"
-        f" {pair(rec.baseline_peak_reserved_bytes, rec.recommended_peak_reserved_bytes)}"
-        f" ({signed_percent(rec.change)}), {ooms}; set {conf_text(rec.alloc_conf)}"
+        f"{rec.baseline}: {sim} peak reserved simulated,"
+        f" {format_bytes(rec.recorded_peak_reserved_bytes)} recorded ({error})"
     )
 
 
@@ -125,8 +181,7 @@ def space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
             ),
         ),
     ]
-    if s.recorded_peak_reserved_bytes is not None:
-        meta.append(("recorded peak reserved", format_bytes(s.recorded_peak_reserved_bytes)))
+    meta.append(("baseline", baseline_text(s.recommendation)))
     return meta
 
 
