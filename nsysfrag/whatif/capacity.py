@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nsysfrag.allocators.base import UNLIMITED, GiB, MiB
-from nsysfrag.snapshot_reader import TraceEntry
+from nsysfrag.inputs.torch_snapshot.reader import TraceEntry
 
 DEFAULT_SNAPSHOT_CAPACITY = 80 * GiB
 PAGE = 2 * MiB

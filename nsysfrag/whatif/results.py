@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from nsysfrag.allocators import Policy
 from nsysfrag.analysis import State
-from nsysfrag.metrics import Health
+from nsysfrag.analysis.metrics import Health
 
 if TYPE_CHECKING:
     from nsysfrag.whatif.recommend import Recommendation

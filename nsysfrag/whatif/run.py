@@ -8,7 +8,7 @@ from pathlib import Path
 
 from nsysfrag.allocators import DEFAULT_POLICIES, Policy, parse_policy
 from nsysfrag.errors import InputError
-from nsysfrag.snapshot_reader import Snapshot
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot
 from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
 from nsysfrag.whatif.streams import nsys_streams, snapshot_streams
@@ -22,7 +22,7 @@ def whatif(
     validate: bool = False,
 ) -> WhatifReport:
     """Replay the input's request streams through ``policies`` (default: all)."""
-    from nsysfrag.snapshot_reader import is_snapshot
+    from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
     unique: dict[str, Policy] = {}  # a policy named twice runs once
     for text in policies or DEFAULT_POLICIES:

@@ -3,7 +3,7 @@ device) or an nsys export (one per process and device).
 
 A snapshot gives tensor-level requests: its ``alloc`` and ``free_completed`` entries with their
 streams; the blocks live at the start of the window (rebuilt by
-:func:`nsysfrag.segments_model.window_start`) are allocated first, in address order; an ``oom``
+:func:`nsysfrag.models.segments.replay.window_start`) are allocated first, in address order; an ``oom``
 entry is a request that is freed at once. An nsys export gives the driver-level allocations of
 each space with the observed model's lifetimes (SPEC §2).
 
@@ -21,9 +21,9 @@ import numpy as np
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, RequestStream
 from nsysfrag.allocators.torch import split_options
-from nsysfrag.replay import ALLOCATED
-from nsysfrag.segments_model import SegmentSet, window_start
-from nsysfrag.snapshot_reader import Snapshot, TraceEntry, read_snapshot
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
+from nsysfrag.models.observed.kernel import ALLOCATED
+from nsysfrag.models.segments.replay import SegmentSet, window_start
 from nsysfrag.whatif.capacity import read_record, replay_capacity, snapshot_capacity
 
 
@@ -214,7 +214,7 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.trace import read_trace
+    from nsysfrag.inputs.nsys.reader import read_trace
 
     analysis = analyze(read_trace(path), capacity_bytes=capacity)
     notes = [

@@ -9,7 +9,13 @@ import numpy as np
 from nsysfrag.allocators import Policy
 from nsysfrag.allocators.base import I64, RequestStream, SimResult
 from nsysfrag.analysis import State
-from nsysfrag.metrics import F64, global_frag, growth_per_second, local_frag, overall_health
+from nsysfrag.analysis.metrics import (
+    F64,
+    global_frag,
+    growth_per_second,
+    local_frag,
+    overall_health,
+)
 from nsysfrag.whatif.results import PolicyOutcome
 
 MAX_OOMS_LISTED = 1000  # largest_free_at_oom_bytes keeps the first this many

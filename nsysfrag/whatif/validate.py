@@ -2,7 +2,7 @@
 error every what-if of a snapshot quotes).
 
 ``validate_snapshot`` starts from the layout at the start of the recorded window (rebuilt by
-:func:`nsysfrag.segments_model.window_start`), replays the recorded requests with the
+:func:`nsysfrag.models.segments.replay.window_start`), replays the recorded requests with the
 snapshot's allocator settings on the device the record implies
 (:mod:`nsysfrag.whatif.capacity`), and compares the ``segment_alloc`` (``segment_map`` for
 expandable segments) sizes and the peak reserved bytes with what the allocator recorded. The
@@ -31,8 +31,8 @@ from nsysfrag.allocators.base import (
     LOG_SEGMENT_UNMAP,
 )
 from nsysfrag.allocators.torch import simulate_torch
-from nsysfrag.segments_model import window_start
-from nsysfrag.snapshot_reader import Snapshot
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot
+from nsysfrag.models.segments.replay import window_start
 from nsysfrag.whatif.capacity import read_record, replay_capacity
 from nsysfrag.whatif.layout import ES_VA_VALIDATION, layout_of
 from nsysfrag.whatif.streams import StreamBuilder, snapshot_times, stream_names, trace_events

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import PurePath
 
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

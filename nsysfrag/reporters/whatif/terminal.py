@@ -9,7 +9,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

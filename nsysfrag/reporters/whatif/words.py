@@ -3,7 +3,7 @@ the recommendation in a sentence, the reference models for scale, and the small 
 
 from __future__ import annotations
 
-from nsysfrag.metrics import format_bytes
+from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
 from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, SWITCH, Candidate
 
