@@ -302,12 +302,14 @@ def splice_before(st: TorchState, n: int, after: int) -> None:
 
 @numba.njit(cache=True)
 def splice_after(st: TorchState, n: int, before: int) -> None:
+    """Link new block ``n`` right after ``before`` in its segment."""
     b = st.blocks
-    q = b[before].next
+    following = b[before].next
+    if following != 0:
+        splice_before(st, n, following)
+        return
     b[n].prev = before
-    b[n].next = q
-    if q != 0:
-        b[q].prev = n
+    b[n].next = 0
     b[before].next = n
 
 
