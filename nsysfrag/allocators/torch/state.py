@@ -123,7 +123,7 @@ def new_state(
     )  # fmt: skip
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def new_block(st: TorchState) -> int:
     """A fresh block id with every field cleared (mapped, not expandable), 0 on overflow."""
     c = st.counters[0]
@@ -148,12 +148,12 @@ def new_block(st: TorchState) -> int:
     return int(n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def delete_block(st: TorchState, n: int) -> None:
     give_id(st.free_ids, st.counters[0], n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def log_call(st: TorchState, kind: int, address: int, size: int) -> None:
     c = st.counters[0]
     k = c.log_length
@@ -168,7 +168,7 @@ def log_call(st: TorchState, kind: int, address: int, size: int) -> None:
         c.overflow = 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _is_candidate(st: TorchState, n: int) -> bool:
     """Could release_cached_blocks return (part of) this free block to CUDA?"""
     b = st.blocks
@@ -177,7 +177,7 @@ def _is_candidate(st: TorchState, n: int) -> bool:
     return bool(b[n].size >= st.expandables[b[n].segment].page)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _candidate_add(st: TorchState, n: int) -> None:
     b = st.blocks
     c = st.counters[0]
@@ -190,7 +190,7 @@ def _candidate_add(st: TorchState, n: int) -> None:
     b[n].flags |= IN_CANDIDATES
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _candidate_remove(st: TorchState, n: int) -> None:
     b = st.blocks
     p = b[n].cand_prev
@@ -221,7 +221,7 @@ def candidates(st: TorchState) -> I64:
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def cache_block(st: TorchState, n: int) -> None:
     """Put a free mapped block into its pool's cached set (insert_into_blocks)."""
     b = st.blocks
@@ -237,7 +237,7 @@ def cache_block(st: TorchState, n: int) -> None:
         _candidate_add(st, n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def uncache_block(st: TorchState, n: int) -> None:
     b = st.blocks
     c = st.counters[0]
@@ -250,14 +250,14 @@ def uncache_block(st: TorchState, n: int) -> None:
         _candidate_remove(st, n)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def add_unmapped(st: TorchState, n: int) -> None:
     b = st.blocks
     t_insert(st.unmapped, n, b[n].pool, b[n].address, b[n].size)
     b[n].flags |= IN_UNMAPPED
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def remove_unmapped(st: TorchState, n: int) -> None:
     t_erase(st.unmapped, n)
     st.blocks[n].flags &= ~IN_UNMAPPED
@@ -313,13 +313,13 @@ def splice_after(st: TorchState, n: int, before: int) -> None:
     b[before].next = n
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def pool_of(st: TorchState, n: int) -> int:
     """The pool of a cached block, from its key in the free set."""
     return int(st.by_pool[n, K1] >> SIZE_SHIFT)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def largest_cached(st: TorchState) -> int:
     last = t_last(st.by_size)
     return int(st.by_size[last, VAL]) if last != 0 else 0
