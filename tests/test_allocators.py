@@ -25,8 +25,8 @@ from nsysfrag.allocators.base import (
     SimResult,
 )
 from nsysfrag.allocators.slab import class_of, size_classes
-from nsysfrag.allocators.torch.rules import round_size
 from nsysfrag.errors import InputError
+from nsysfrag.models.segments.rules import round_size
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nsysfrag.allocators.base import UNLIMITED, GiB, MiB
-from nsysfrag.inputs.torch_snapshot.reader import TraceEntry
+from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry
 
 DEFAULT_SNAPSHOT_CAPACITY = 80 * GiB
 PAGE = 2 * MiB
@@ -91,7 +91,7 @@ class Record:
         return out
 
 
-def read_record(trace: Sequence[TraceEntry], initial: int) -> Record:
+def read_record(trace: Sequence[HistoryEntry], initial: int) -> Record:
     reserved, r = [], initial
     for e in trace:
         if e.action in _NEW_SEGMENTS:

@@ -1,5 +1,5 @@
 """The torch model's state at the start of a snapshot's window, for validation: the segments
-and blocks :func:`nsysfrag.models.segments.replay.window_start` rebuilds, as an
+and blocks :func:`nsysfrag.models.segments.window.window_start` rebuilds, as an
 :class:`~nsysfrag.allocators.torch.kernel.InitialLayout`; the blocks live then become requests
 of the replayed stream (already placed, so not events)."""
 
@@ -13,9 +13,10 @@ import numpy as np
 
 from nsysfrag.allocators import TorchConfig
 from nsysfrag.allocators.torch.kernel import InitialLayout
-from nsysfrag.allocators.torch.rules import K_LARGE_BUFFER, K_SMALL_BUFFER, round_size, should_split
 from nsysfrag.allocators.torch.state import EXPANDABLE
-from nsysfrag.models.segments.replay import SegmentSet, WindowStart
+from nsysfrag.models.segments.layout import SegmentSet
+from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER, round_size, should_split
+from nsysfrag.models.segments.window import WindowStart
 from nsysfrag.whatif.streams import StreamBuilder, segment_stream, stream_index
 
 ES_VA_VALIDATION = 1 << 46  # an expandable segment's virtual size in a validation replay

@@ -3,7 +3,7 @@ device) or an nsys export (one per process and device).
 
 A snapshot gives tensor-level requests: its ``alloc`` and ``free_completed`` entries with their
 streams; the blocks live at the start of the window (rebuilt by
-:func:`nsysfrag.models.segments.replay.window_start`) are allocated first, in address order; an ``oom``
+:func:`nsysfrag.models.segments.window.window_start`) are allocated first, in address order; an ``oom``
 entry is a request that is freed at once. An nsys export gives the driver-level allocations of
 each space with the observed model's lifetimes (SPEC §2).
 
@@ -21,9 +21,10 @@ import numpy as np
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, RequestStream
 from nsysfrag.allocators.torch import split_options
-from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
-from nsysfrag.models.observed.kernel import ALLOCATED
-from nsysfrag.models.segments.replay import SegmentSet, window_start
+from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Snapshot, read_snapshot
+from nsysfrag.models.segments.layout import SegmentSet
+from nsysfrag.models.segments.window import window_start
+from nsysfrag.models.series import ALLOCATED
 from nsysfrag.whatif.capacity import read_record, replay_capacity, snapshot_capacity
 
 
@@ -91,7 +92,7 @@ def stream_names(names: dict[int, int]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def snapshot_times(trace: Sequence[TraceEntry]) -> list[int]:
+def snapshot_times(trace: Sequence[HistoryEntry]) -> list[int]:
     """ns per entry, never decreasing; entry numbers when the snapshot has no timestamps."""
     stamps = [e.time_us for e in trace]
     if not any(t is not None for t in stamps):
@@ -110,7 +111,7 @@ def segment_stream(segs: SegmentSet, address: int) -> int:
 
 
 def trace_events(
-    b: StreamBuilder, trace: Sequence[TraceEntry], times: Sequence[int], names: dict[int, int],
+    b: StreamBuilder, trace: Sequence[HistoryEntry], times: Sequence[int], names: dict[int, int],
     live: dict[int, int], empty_at: set[int],
 ) -> int:  # fmt: skip
     """Add a snapshot trace's requests to ``b``: each ``alloc`` a request, freed at its
@@ -148,7 +149,7 @@ def snapshot_streams(path: Path, capacity: int | None) -> tuple[list[RequestSour
     )  # fmt: skip
     as_run = as_run_policy(config)
     notes = [f"{snap.layout}"]
-    if not any(snap.traces.get(d) for d in snap.devices()):
+    if not any(snap.histories.get(d) for d in snap.devices()):
         notes.append(
             "the snapshot has no trace (state only): the request stream is its live blocks,"
             " allocated once in address order"
@@ -156,7 +157,7 @@ def snapshot_streams(path: Path, capacity: int | None) -> tuple[list[RequestSour
     sources = []
     for device in snap.devices():
         final = [s for s in snap.segments if s.device == device]
-        trace = snap.traces.get(device, [])
+        trace = snap.histories.get(device, [])
         start = window_start(final, trace)
         times = snapshot_times(trace)
         t0 = times[0] if times else 0
@@ -214,9 +215,10 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.inputs.nsys.reader import read_trace
+    from nsysfrag.inputs import InputOptions
+    from nsysfrag.inputs.nsys import read_export
 
-    analysis = analyze(read_trace(path), capacity_bytes=capacity)
+    analysis = analyze(read_export(path, InputOptions(capacity_bytes=capacity)))
     notes = [
         (
             "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"

@@ -8,63 +8,41 @@ import numpy as np
 
 from nsysfrag.allocators import Policy
 from nsysfrag.allocators.base import I64, RequestStream, SimResult
-from nsysfrag.analysis import State
-from nsysfrag.analysis.metrics import (
-    F64,
-    global_frag,
-    growth_per_second,
-    local_frag,
-    overall_health,
-)
+from nsysfrag.analysis.summary import fragmentation
 from nsysfrag.whatif.results import PolicyOutcome
 
 MAX_OOMS_LISTED = 1000  # largest_free_at_oom_bytes keeps the first this many
 TIMELINE_POINTS = 400
 
 
-def _state(i: int, t: I64, g: F64, loc: F64, r: SimResult) -> State:
-    return State(
-        time_ns=int(t[i]),
-        global_frag=float(g[i]),
-        local_frag=float(loc[i]),
-        free_blocks=int(r.free_blocks[i]),
-        largest_free_bytes=int(r.largest_free_bytes[i]),
-        free_bytes=int(r.free_bytes[i]),
-        live_bytes=int(r.live_bytes[i]),
-    )
-
-
 def summarize(
     policy: Policy, r: SimResult, stream: RequestStream, capacity: int, baseline: bool, seconds: float
 ) -> PolicyOutcome:
-    """SPEC §3 figures of one replay, with the policy's own free memory as F."""
-    g = global_frag(r.free_bytes, r.largest_free_bytes, capacity)
-    loc = local_frag(r.free_bytes, r.largest_free_bytes)
+    """SPEC §3 figures of one replay, with the policy's own free memory as F (computed as for
+    every model: :func:`nsysfrag.analysis.summary.fragmentation`), and the reserved figures."""
     t = stream.time_ns
-    peak = int(np.argmax(g))
-    last = len(g) - 1
-    max_global, max_local = float(g.max()), float(loc.max())
-    max_blocks = int(r.free_blocks.max())
+    f = fragmentation(r, t, capacity)
+    last = len(f.global_frag) - 1
     a_peak = int(np.argmax(r.allocated_bytes))
     a = int(r.allocated_bytes[a_peak])
     internal = (a - int(r.live_bytes[a_peak])) / a if a > 0 else 0.0
     r_peak = int(np.argmax(r.reserved_bytes))
     peak_reserved = int(r.reserved_bytes[r_peak])
     u_at = int(r.live_bytes[r_peak])
-    peak_requested = int(r.live_bytes.max())
-    idx = _sample(len(g), [peak, r_peak])
+    peak_requested = f.max_live_bytes
+    idx = _sample(len(f.global_frag), [f.peak_index, r_peak])
     return PolicyOutcome(
         policy=policy,
         baseline=baseline,
-        peak=_state(peak, t, g, loc, r),
-        final=_state(last, t, g, loc, r),
-        max_global_frag=max_global,
-        max_local_frag=max_local,
-        max_free_blocks=max_blocks,
+        peak=f.peak,
+        final=f.final,
+        max_global_frag=f.max_global_frag,
+        max_local_frag=f.max_local_frag,
+        max_free_blocks=f.max_free_blocks,
         max_live_bytes=peak_requested,
-        health=overall_health(max_global, max_local, max_blocks),
+        health=f.health,
         internal_frag=internal,
-        growth_per_s=growth_per_second(t, g) if len(t) else 0.0,
+        growth_per_s=f.growth_per_s,
         peak_reserved_bytes=peak_reserved,
         final_reserved_bytes=int(r.reserved_bytes[last]),
         peak_requested_bytes=peak_requested,

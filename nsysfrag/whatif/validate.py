@@ -2,7 +2,7 @@
 error every what-if of a snapshot quotes).
 
 ``validate_snapshot`` starts from the layout at the start of the recorded window (rebuilt by
-:func:`nsysfrag.models.segments.replay.window_start`), replays the recorded requests with the
+:func:`nsysfrag.models.segments.window.window_start`), replays the recorded requests with the
 snapshot's allocator settings on the device the record implies
 (:mod:`nsysfrag.whatif.capacity`), and compares the ``segment_alloc`` (``segment_map`` for
 expandable segments) sizes and the peak reserved bytes with what the allocator recorded. The
@@ -32,7 +32,7 @@ from nsysfrag.allocators.base import (
 )
 from nsysfrag.allocators.torch import simulate_torch
 from nsysfrag.inputs.torch_snapshot.reader import Snapshot
-from nsysfrag.models.segments.replay import window_start
+from nsysfrag.models.segments.window import window_start
 from nsysfrag.whatif.capacity import read_record, replay_capacity
 from nsysfrag.whatif.layout import ES_VA_VALIDATION, layout_of
 from nsysfrag.whatif.streams import StreamBuilder, snapshot_times, stream_names, trace_events
@@ -156,7 +156,7 @@ def _validate_device(
     snap: Snapshot, device: int, config: TorchConfig, capacity: int | None = None
 ) -> DeviceValidation | None:
     final = [s for s in snap.segments if s.device == device]
-    trace = snap.traces.get(device, [])
+    trace = snap.histories.get(device, [])
     if not trace:
         return None
     start = window_start(final, trace)

@@ -46,7 +46,7 @@ from nsysfrag.allocators.base import RequestStream, SimResult
 from nsysfrag.allocators.family import PolicyFamily, PolicyOptions
 from nsysfrag.allocators.torch.config import TorchConfig, split_options
 from nsysfrag.allocators.torch.kernel import InitialLayout, simulate_torch
-from nsysfrag.allocators.torch.rules import round_size
+from nsysfrag.models.segments.rules import round_size
 
 
 def _simulate(stream: RequestStream, capacity_bytes: int, options: TorchConfig | None) -> SimResult:

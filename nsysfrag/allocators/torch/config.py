@@ -14,8 +14,8 @@ from typing import NamedTuple
 import numpy as np
 
 from nsysfrag.allocators.base import I64, UNLIMITED, MiB
-from nsysfrag.allocators.torch.rules import DIVISION_INTERVALS, K_LARGE_BUFFER, division_table
 from nsysfrag.errors import InputError
+from nsysfrag.models.segments.rules import DIVISION_INTERVALS, K_LARGE_BUFFER, division_table
 
 
 class KernelConfig(NamedTuple):

@@ -25,13 +25,12 @@ from nsysfrag.allocators.base import (
     SimResult,
 )
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
-from nsysfrag.allocators.torch.config import KernelConfig, TorchConfig
-from nsysfrag.allocators.torch.rules import (
-    K_SMALL_SIZE,
+from nsysfrag.allocators.torch.compiled_rules import (
     allocation_size_kernel,
     round_size_kernel,
     should_split_kernel,
 )
+from nsysfrag.allocators.torch.config import KernelConfig, TorchConfig
 from nsysfrag.allocators.torch.segments import (
     alloc_block,
     garbage_collect,
@@ -50,6 +49,7 @@ from nsysfrag.allocators.torch.state import (
     splice_before,
     try_merge,
 )
+from nsysfrag.models.segments.rules import K_SMALL_SIZE
 
 # The kernel names this module's compiled functions through the module object: numba caches a
 # compiled function that hands other compiled functions on only when it reaches them that way.

@@ -12,7 +12,6 @@ import numpy as np
 
 from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.allocators.torch.config import KernelConfig
-from nsysfrag.allocators.torch.rules import K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER
 from nsysfrag.allocators.torch.state import (
     LOG_ALLOC,
     LOG_FREE,
@@ -34,6 +33,7 @@ from nsysfrag.allocators.torch.state import (
     uncache_block,
 )
 from nsysfrag.allocators.treap import K1, t_before, t_lower_bound, t_next, t_prev
+from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER
 
 
 @numba.njit(cache=True)

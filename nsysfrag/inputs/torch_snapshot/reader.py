@@ -14,7 +14,6 @@ runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import re
 from collections import Counter
@@ -23,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from nsysfrag import events
 from nsysfrag.errors import InputError
+from nsysfrag.inputs.files import check_input_file
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later
@@ -34,6 +35,19 @@ MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals mus
 BLOCK_ACTIONS = frozenset({"alloc", "free_requested", "free_completed", "free"})
 SEGMENT_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
 KNOWN_ACTIONS = BLOCK_ACTIONS | SEGMENT_ACTIONS | {"oom", "snapshot"}
+# Each action as a kind of the one event model; "free" is a free with nothing pending.
+ACTION_KINDS = {
+    "alloc": events.ALLOC,
+    "free": events.FREE,
+    "free_requested": events.FREE_REQUESTED,
+    "free_completed": events.FREE_COMPLETED,
+    "segment_alloc": events.SEGMENT_ALLOC,
+    "segment_free": events.SEGMENT_FREE,
+    "segment_map": events.SEGMENT_MAP,
+    "segment_unmap": events.SEGMENT_UNMAP,
+    "oom": events.FAILED_ALLOC,
+    "snapshot": events.MARK,
+}
 
 ALLOCATED = "allocated"
 PENDING_FREE = "pending_free"
@@ -80,8 +94,8 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceEntry:
-    """One entry of a device's trace ring buffer."""
+class HistoryEntry:
+    """One entry of a device's history, the ring buffer PyTorch records (its ``TraceEntry``)."""
 
     action: str
     address: int  # 0 for oom and snapshot
@@ -97,18 +111,18 @@ class Snapshot:
     path: str
     layout: str  # which of the accepted layouts the file has, in words
     segments: list[Segment]
-    traces: dict[int, list[TraceEntry]]  # device -> its trace, oldest first
+    histories: dict[int, list[HistoryEntry]]  # device -> its history entries, oldest first
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
     max_split_size: int | None = None  # bytes; None when unlimited or not recorded
     roundup_power2_divisions: dict[int, int] = field(default_factory=dict)  # MiB start -> divisions
     expandable_segments: bool = False
     unknown_actions: Counter[str] = field(default_factory=Counter)
-    skipped_entries: int = 0  # trace entries without a valid address or size for their action
+    skipped_entries: int = 0  # history entries without a valid address or size for their action
     time_origin_us: int | None = None  # the earliest time_us of any entry: time 0 of the report
 
     def devices(self) -> list[int]:
-        """Devices with a segment or a trace entry, ascending."""
-        found = {s.device for s in self.segments} | {d for d, t in self.traces.items() if t}
+        """Devices with a segment or a history entry, ascending."""
+        found = {s.device for s in self.segments} | {d for d, h in self.histories.items() if h}
         return sorted(found)
 
 
@@ -139,12 +153,11 @@ def is_snapshot(path: Path) -> bool:
 
 def load_plain_pickle(path: Path) -> Any:
     """Unpickle ``path`` without importing anything; raise :class:`InputError` otherwise."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .pickle written by _dump_snapshot()")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a snapshot file (.pickle)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
+    check_input_file(
+        path,
+        expected="pass the .pickle written by _dump_snapshot()",
+        directory="pass a snapshot file (.pickle)",
+    )
     data = path.read_bytes()
     if not data:
         raise InputError(f"{path}: the file is empty; dump the snapshot again")
@@ -206,22 +219,22 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
         )
     raw_segments = shape.list_of(data["segments"], "segments")
     segments = [shape.segment(s, f"segments[{i}]") for i, s in enumerate(raw_segments)]
-    traces: dict[int, list[TraceEntry]] = {}
+    histories: dict[int, list[HistoryEntry]] = {}
     unknown: Counter[str] = Counter()
     skipped = 0
     raw_traces = shape.list_of(data.get("device_traces", []), "device_traces")
     for device, raw in enumerate(raw_traces):
         entries = shape.list_of(raw, f"device_traces[{device}]")
-        trace = []
+        history = []
         for entry in entries:
-            parsed = _trace_entry(entry)
-            if isinstance(parsed, TraceEntry):
-                trace.append(parsed)
+            parsed = _history_entry(entry)
+            if isinstance(parsed, HistoryEntry):
+                history.append(parsed)
             elif parsed:
                 unknown[parsed] += 1
             else:
                 skipped += 1
-        traces[device] = trace
+        histories[device] = history
     settings = data.get("allocator_settings")
     settings = settings if isinstance(settings, dict) else {}
     legacy = any(
@@ -230,7 +243,7 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
         for b in s.get("blocks", [])
         if isinstance(b, dict)
     )
-    timed = any(e.time_us is not None for t in traces.values() for e in t)
+    timed = any(e.time_us is not None for h in histories.values() for e in h)
     if legacy:
         layout = "PyTorch 2.0 snapshot (blocks carry history)"
     elif settings:
@@ -240,12 +253,12 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
     else:
         layout = "PyTorch snapshot without timestamps (2.0/2.1)"
     expandable = bool(settings.get("expandable_segments")) or any(s.expandable for s in segments)
-    times = [e.time_us for t in traces.values() for e in t if e.time_us is not None]
+    times = [e.time_us for h in histories.values() for e in h if e.time_us is not None]
     return Snapshot(
         path=path,
         layout=layout,
         segments=_sorted(segments),
-        traces=traces,
+        histories=histories,
         allocator_conf=_str_or_none(settings.get("PYTORCH_CUDA_ALLOC_CONF")),
         max_split_size=_max_split_size(settings.get("max_split_size")),
         roundup_power2_divisions=_divisions(settings.get("roundup_power2_divisions")),
@@ -297,7 +310,7 @@ def _frame_text(frame: dict[str, Any]) -> str:
     return f"{name}:{frame.get('line', '?')} {frame.get('name', '?')}"
 
 
-def _trace_entry(entry: object) -> TraceEntry | str | None:
+def _history_entry(entry: object) -> HistoryEntry | str | None:
     """The entry, or its action name when the action is unknown, or None when malformed."""
     if not isinstance(entry, dict):
         return None
@@ -316,7 +329,7 @@ def _trace_entry(entry: object) -> TraceEntry | str | None:
         0 <= address < MAX_INT and 0 <= size < MAX_INT
     ):
         return None
-    return TraceEntry(
+    return HistoryEntry(
         action=action,
         address=int(address),
         size=int(size),

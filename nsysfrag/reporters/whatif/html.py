@@ -3,15 +3,22 @@ from the input escaped, so it opens offline."""
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import PurePath
 
 from nsysfrag.analysis.metrics import (
-    Health,
     format_bytes,
     free_blocks_health,
     global_frag_health,
     local_frag_health,
+)
+from nsysfrag.reporters.html_page import (
+    BASE_CSS,
+    FOOTER,
+    esc,
+    page,
+    rated_cell,
+    table,
+    warnings_box,
 )
 from nsysfrag.reporters.whatif import words
 from nsysfrag.whatif import (
@@ -29,21 +36,8 @@ COLUMNS = (
     "max free blocks", "health",
 )  # fmt: skip
 
-_CSS = """
-:root { --ok: #2e7d32; --ok-bg: #e8f5e9; --warn: #7a5d00; --warn-bg: #fff3b0;
-  --critical: #b71c1c; --critical-bg: #ffd6d6; --muted: #5f6b7a; --rule: #d8dde3; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1200px; padding: 1.5rem 1.25rem 3rem;
-  font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
-  color: #1d232a; background: #fff; }
-h1 { font-size: 1.6rem; margin: 0 0 .25rem; }
-h2 { font-size: 1.3rem; margin: 2.2rem 0 .4rem; padding-top: .75rem; border-top: 3px solid #1d232a; }
-h3 { font-size: 1.05rem; margin: 1.4rem 0 .4rem; }
-.mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .92em; }
-dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; margin: .5rem 0; }
-dl.meta dt { color: var(--muted); }
-dl.meta dd { margin: 0; overflow-wrap: anywhere; }
-.warnings { border-left: 4px solid var(--warn); background: #fffbe6; padding: .4rem .8rem; margin: .8rem 0; }
+# The what-if page's own parts, after the page rules every nsysfrag page shares.
+_CSS = BASE_CSS + """
 .rec { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .5rem .9rem; margin: .8rem 0; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
@@ -64,21 +58,8 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
             "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip
 
 
-def _e(text: object) -> str:
-    return escape(str(text), quote=True)
-
-
 def _cell(text: str, cls: str = "n") -> str:
-    return f'<td class="{cls}">{_e(text)}</td>'
-
-
-def _rated(text: str, level: Health) -> str:
-    return f'<td class="n {level.label}">{_e(text)}</td>'
-
-
-def _table(head: list[str], rows: list[str]) -> str:
-    cells = "".join(f"<th>{_e(h)}</th>" for h in head)
-    return f"<table><thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<td class="{cls}">{esc(text)}</td>'
 
 
 def _bars(s: SpaceComparison) -> str:
@@ -92,16 +73,16 @@ def _bars(s: SpaceComparison) -> str:
         y = 10 + i * row
         w = max(o.peak_reserved_bytes * scale, 1)
         color = "#d62728" if o.simulated_ooms else ("#1d232a" if o.baseline else "#1f77b4")
-        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="12">{_e(o.name)}</text>')
+        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="12">{esc(o.name)}</text>')
         out.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" fill="{color}"/>')
         out.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">'
-                   f"{_e(format_bytes(o.peak_reserved_bytes))}</text>")  # fmt: skip
+                   f"{esc(format_bytes(o.peak_reserved_bytes))}</text>")  # fmt: skip
     req = max(o.peak_requested_bytes for o in s.outcomes)
     x = left + req * scale
     out.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{height - 18}" stroke="#2ca02c"'
                ' stroke-dasharray="4 3"/>')  # fmt: skip
     out.append(f'<text x="{x:.1f}" y="{height - 4}" font-size="11" fill="#2ca02c"'
-               f' text-anchor="middle">peak requested {_e(format_bytes(req))}</text>')  # fmt: skip
+               f' text-anchor="middle">peak requested {esc(format_bytes(req))}</text>')  # fmt: skip
     out.append("</svg>")
     return ("<figure>" + "".join(out) + "<figcaption>Peak reserved per policy (red: simulated"
             " OOMs; dark: the baseline). The dashed line is the most the program ever had"
@@ -119,11 +100,11 @@ def _lines(s: SpaceComparison) -> str:
     view = f"0 0 {width} {height + 18 * len(s.outcomes)}"
     out = [f'<svg viewBox="{view}" role="img" aria-label="reserved bytes over time">']
     out.append(f'<rect x="{left}" y="10" width="{plot_w}" height="{plot_h}" fill="none" stroke="#d8dde3"/>')
-    out.append(f'<text x="{left - 6}" y="18" font-size="11" text-anchor="end">{_e(format_bytes(top))}</text>')
+    out.append(f'<text x="{left - 6}" y="18" font-size="11" text-anchor="end">{esc(format_bytes(top))}</text>')
     out.append(f'<text x="{left - 6}" y="{10 + plot_h}" font-size="11" text-anchor="end">0</text>')
     end_label = f"{span / 1e9:.3f} s" if s.timestamps else f"{span} trace entries"
     out.append(f'<text x="{left + plot_w}" y="{height - 8}" font-size="11" text-anchor="end">'
-               f"{_e(end_label)}</text>")  # fmt: skip
+               f"{esc(end_label)}</text>")  # fmt: skip
     for i, o in enumerate(s.outcomes):
         color = _PALETTE[i % len(_PALETTE)]
         pts = []
@@ -138,41 +119,40 @@ def _lines(s: SpaceComparison) -> str:
         out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{" ".join(pts)}"/>')
         ly = height + 18 * i + 4
         out.append(f'<rect x="{left}" y="{ly}" width="14" height="4" fill="{color}"/>')
-        out.append(f'<text x="{left + 20}" y="{ly + 6}" font-size="12">{_e(o.name)}</text>')
+        out.append(f'<text x="{left + 20}" y="{ly + 6}" font-size="12">{esc(o.name)}</text>')
     out.append("</svg>")
     return "<figure>" + "".join(out) + "<figcaption>Reserved bytes over time.</figcaption></figure>"
 
 
 def _peak_cell(o: PolicyOutcome, s: SpaceComparison) -> str:
     """Peak reserved; the baseline's with the recorded figure beside it."""
-    text = _e(format_bytes(o.peak_reserved_bytes))
+    text = esc(format_bytes(o.peak_reserved_bytes))
     recorded = s.recommendation.recorded_peak_reserved_bytes
     if o.baseline and recorded is not None:
-        text += f'<br><span class="muted">recorded {_e(format_bytes(recorded))}</span>'
+        text += f'<br><span class="muted">recorded {esc(format_bytes(recorded))}</span>'
     return f'<td class="n">{text}</td>'
 
 
 def _html_space(s: SpaceComparison) -> str:
-    out = [f"<h2>{_e(words.space_title(s))}</h2>", '<dl class="meta">']
-    out += [f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in words.space_meta(s)]
+    out = [f"<h2>{esc(words.space_title(s))}</h2>", '<dl class="meta">']
+    out += [f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in words.space_meta(s)]
     out.append("</dl>")
     if s.warnings:
-        items = "".join(f"<li>{_e(w)}</li>" for w in s.warnings)
-        out.append(f'<div class="warnings"><strong>Warnings</strong><ul>{items}</ul></div>')
+        out.append(warnings_box(s.warnings))
     rec = s.recommendation
-    out.append(f'<div class="rec"><strong>Recommendation.</strong> {_e(words.recommendation_text(rec))}')
+    out.append(f'<div class="rec"><strong>Recommendation.</strong> {esc(words.recommendation_text(rec))}')
     reference = words.reference_text(rec)
     if reference:
-        out.append(f'<br><span class="muted">{_e(reference)}</span>')
+        out.append(f'<br><span class="muted">{esc(reference)}</span>')
     out.append("</div>")
     base = s.baseline
     rows = []
     for i, o in enumerate(s.outcomes, 1):
-        name = _e(o.name) + (' <span class="muted">(baseline)</span>' if o.baseline else "")
+        name = esc(o.name) + (' <span class="muted">(baseline)</span>' if o.baseline else "")
         rows.append(
             f'<tr class="{"baseline" if o.baseline else ""}">'
             + _cell(str(i))
-            + f'<td>{name}<br><span class="muted">{_e(o.policy.description)}</span></td>'
+            + f'<td>{name}<br><span class="muted">{esc(o.policy.description)}</span></td>'
             + _peak_cell(o, s)
             + _cell(words.change(o, base))
             + _cell(format_bytes(o.peak_requested_bytes))
@@ -184,19 +164,19 @@ def _html_space(s: SpaceComparison) -> str:
                 else '<td class="n ok">0</td>'
             )
             + _cell(words.when(o.first_oom_time_ns, s))
-            + _rated(f"{o.max_global_frag:.1%}", global_frag_health(o.max_global_frag))
-            + _rated(f"{o.max_local_frag:.1%}", local_frag_health(o.max_local_frag))
-            + _rated(str(o.max_free_blocks), free_blocks_health(o.max_free_blocks))
-            + f'<td class="{o.health.label}">{_e(o.health.label)}</td></tr>'
+            + rated_cell(f"{o.max_global_frag:.1%}", global_frag_health(o.max_global_frag), titled=False)
+            + rated_cell(f"{o.max_local_frag:.1%}", local_frag_health(o.max_local_frag), titled=False)
+            + rated_cell(str(o.max_free_blocks), free_blocks_health(o.max_free_blocks), titled=False)
+            + f'<td class="{o.health.label}">{esc(o.health.label)}</td></tr>'
         )
     out.append("<h3>Policies, ranked</h3>")
     out.append('<p class="muted">Ranked by simulated OOMs, then peak reserved bytes. Every'
                " figure is the named policy's own model of free memory (SPEC §8).</p>")  # fmt: skip
-    out.append(_table(list(COLUMNS), rows))
+    out.append(table(list(COLUMNS), rows))
     out.append(_bars(s))
     out.append(_lines(s))
     oom_rows = [
-        f"<tr><td>{_e(o.name)}</td>"
+        f"<tr><td>{esc(o.name)}</td>"
         + _cell(str(o.simulated_ooms))
         + _cell(words.oom_list(o.largest_free_at_oom_bytes), "")
         + "</tr>"
@@ -205,7 +185,7 @@ def _html_space(s: SpaceComparison) -> str:
     ]
     if oom_rows:
         out.append("<h3>Largest free block at each simulated OOM</h3>")
-        out.append(_table(["policy", "OOMs", "largest free block"], oom_rows))
+        out.append(table(["policy", "OOMs", "largest free block"], oom_rows))
     return "".join(out)
 
 
@@ -229,13 +209,13 @@ def _html_validation(v: Validation) -> str:
     verdict = {True: "meets", False: "misses", None: "has nothing to compare for"}[v.meets_target]
     return (
         f"<h2>Validation: the torch model against the recorded segments</h2>"
-        f'<p>Settings: <span class="mono">{_e(v.settings)}</span>. Segment allocations reproduced'
-        f" in order: {_e(words.match(v.segment_alloc_match))}; peak reserved"
-        f" {_e(format_bytes(v.peak_reserved_simulated_bytes))} simulated vs"
-        f" {_e(format_bytes(v.peak_reserved_recorded_bytes))} recorded ({_e(words.error(v.peak_error))}),"
+        f'<p>Settings: <span class="mono">{esc(v.settings)}</span>. Segment allocations reproduced'
+        f" in order: {esc(words.match(v.segment_alloc_match))}; peak reserved"
+        f" {esc(format_bytes(v.peak_reserved_simulated_bytes))} simulated vs"
+        f" {esc(format_bytes(v.peak_reserved_recorded_bytes))} recorded ({esc(words.error(v.peak_error))}),"
         f" which {verdict} the target (≥ {VALIDATION_TARGET_MATCH:.0%},"
         f" within {VALIDATION_TARGET_PEAK:.0%}).</p>"
-        + _table([c.replace("\n", " ") for c in words.VALIDATION_COLUMNS], rows)
+        + table([c.replace("\n", " ") for c in words.VALIDATION_COLUMNS], rows)
     )
 
 
@@ -245,24 +225,17 @@ def render_html(report: WhatifReport) -> str:
     body = [
         "<header><h1>nsysfrag: what if another allocator?</h1>",
         '<dl class="meta">',
-        f'<dt>input</dt><dd class="mono">{_e(report.input_path)}</dd>',
-        f"<dt>kind</dt><dd>{_e(report.input_kind)}</dd>",
-        f"<dt>requests</dt><dd>{_e(report.request_level)}</dd>",
+        f'<dt>input</dt><dd class="mono">{esc(report.input_path)}</dd>',
+        f"<dt>kind</dt><dd>{esc(report.input_kind)}</dd>",
+        f"<dt>requests</dt><dd>{esc(report.request_level)}</dd>",
         "</dl>",
     ]
     if report.notes:
-        items = "".join(f"<li>{_e(n)}</li>" for n in report.notes)
+        items = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
         body.append(f'<ul class="muted">{items}</ul>')
     body.append("</header>")
     body += [_html_space(s) for s in report.spaces]
     if report.validation is not None:
         body.append(_html_validation(report.validation))
-    body.append("<footer>Generated by nsysfrag. This page is self-contained and works offline."
-                "</footer>")  # fmt: skip
-    return (
-        "<!doctype html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>nsysfrag what-if — {_e(name)}</title>\n"
-        f"<style>{_CSS}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
-    )
+    body.append(FOOTER)
+    return page(f"nsysfrag what-if — {name}", _CSS, body)

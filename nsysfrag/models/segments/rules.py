@@ -1,21 +1,18 @@
 """PyTorch's caching-allocator rules, in one place (``CUDACachingAllocator.cpp`` as the
 project's docs record it): the constants, ``round_size`` with ``roundup_power2_divisions``,
 the pool a size goes to, ``get_allocation_size`` (the size of a new segment) and
-``should_split``.
+``should_split``; and the settings the ``pytorch-segments`` model reads from a snapshot.
 
-Every model of the caching allocator uses these: the ``torch`` what-if policy's compiled
-kernel, the what-if validation's rebuilt layout, and the ``pytorch-segments`` model of
-``analyze``. Each rule is written once as plain Python and compiled for the kernels with
-``numba.njit`` from the same source, so the interpreter and the kernel cannot disagree.
+Every model of the caching allocator uses these: the ``pytorch-segments`` model of ``analyze``,
+and the what-if ``torch`` policy, whose kernel compiles the plain functions here as they stand
+(:mod:`nsysfrag.allocators.torch.compiled_rules`), so the two cannot disagree. Plain Python
+only: ``analyze`` loads this module without the what-if models.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-import numba
-import numpy as np
-import numpy.typing as npt
+from dataclasses import dataclass, field
 
 MiB = 1 << 20
 
@@ -30,10 +27,10 @@ DIVISION_INTERVALS = 16  # roundup_power2_divisions: [1, 2), [2, 4) … MiB, the
 Divisions = Sequence[int] | Mapping[int, int]
 
 
-# These plain functions are compiled as they stand (below), so they call no other function.
+# The kernels compile the next four as they stand, so they call no other function.
 
 
-def _interval(size: int) -> int:
+def division_interval(size: int) -> int:
     """The roundup_power2_divisions interval of ``size``: floor(log2(size)) - 20, in [0, 15]."""
     lg = 0
     while (size >> (lg + 1)) != 0:
@@ -41,7 +38,7 @@ def _interval(size: int) -> int:
     return min(max(lg - 20, 0), DIVISION_INTERVALS - 1)
 
 
-def _rounded(size: int, divisions: int) -> int:
+def rounded(size: int, divisions: int) -> int:
     """round_size with ``divisions`` steps configured for the size's interval."""
     if size < K_MIN_BLOCK:
         return K_MIN_BLOCK
@@ -60,7 +57,9 @@ def _rounded(size: int, divisions: int) -> int:
     return -(-size // K_MIN_BLOCK) * K_MIN_BLOCK
 
 
-def _allocation_size(size: int) -> int:
+def allocation_size(size: int) -> int:
+    """``get_allocation_size``: the segment cudaMalloc gets for a rounded request with no
+    cached block: 2 MiB (small pool), 20 MiB (under 10 MiB), else rounded up to 2 MiB."""
     if size <= K_SMALL_SIZE:
         return K_SMALL_BUFFER
     if size < K_MIN_LARGE_ALLOC:
@@ -68,24 +67,11 @@ def _allocation_size(size: int) -> int:
     return -(-size // K_ROUND_LARGE) * K_ROUND_LARGE
 
 
-def _should_split(remaining: int, size: int, small_pool: bool, expandable: bool,
-                  max_split_size: int) -> bool:  # fmt: skip
+def split_rule(remaining: int, size: int, small_pool: bool, expandable: bool,
+               max_split_size: int) -> bool:  # fmt: skip
     if small_pool or expandable:
         return remaining >= K_MIN_BLOCK
     return size < max_split_size and remaining > K_SMALL_SIZE
-
-
-# The same rules compiled for the kernels.
-interval_kernel = numba.njit(cache=True)(_interval)
-rounded_kernel = numba.njit(cache=True)(_rounded)
-allocation_size_kernel = numba.njit(cache=True)(_allocation_size)
-should_split_kernel = numba.njit(cache=True)(_should_split)
-
-
-@numba.njit(cache=True)
-def round_size_kernel(size: int, divisions: npt.NDArray[np.int64]) -> int:
-    """round_size in a kernel: ``divisions`` holds one count per interval."""
-    return int(rounded_kernel(size, divisions[interval_kernel(max(size, 1))]))
 
 
 def division_table(divisions: Divisions | None) -> tuple[int, ...]:
@@ -105,21 +91,10 @@ def round_size(size: int, divisions: Divisions | None = None) -> int:
     if size < K_MIN_BLOCK:
         return K_MIN_BLOCK
     if not divisions:
-        return _rounded(size, 0)
+        return rounded(size, 0)
     if isinstance(divisions, Mapping):
-        return _rounded(size, int(divisions.get(1 << _interval(size), 0)))
-    return _rounded(size, int(divisions[_interval(size)]))
-
-
-def is_small(size: int) -> bool:
-    """A rounded size of at most 1 MiB goes to the small pool."""
-    return size <= K_SMALL_SIZE
-
-
-def allocation_size(size: int) -> int:
-    """``get_allocation_size``: the segment cudaMalloc gets for a rounded request with no
-    cached block: 2 MiB (small pool), 20 MiB (under 10 MiB), else rounded up to 2 MiB."""
-    return _allocation_size(size)
+        return rounded(size, int(divisions.get(1 << division_interval(size), 0)))
+    return rounded(size, int(divisions[division_interval(size)]))
 
 
 def should_split(remaining: int, size: int, small_pool: bool, expandable: bool,
@@ -127,4 +102,13 @@ def should_split(remaining: int, size: int, small_pool: bool, expandable: bool,
     """``should_split``: small pool or expandable segments split when 512 B remain; the large
     pool only below max_split_size and when more than 1 MiB remains."""
     limit = (1 << 62) if max_split_size is None else max_split_size
-    return _should_split(remaining, size, small_pool, expandable, limit)
+    return split_rule(remaining, size, small_pool, expandable, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatorSettings:
+    """The settings of a caching allocator that change where its blocks go."""
+
+    roundup_power2_divisions: dict[int, int] = field(default_factory=dict)  # MiB start -> divisions
+    max_split_size: int | None = None  # bytes; None when unlimited
+    expandable_segments: bool = False
