@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from nsysfrag.allocators.base import UNLIMITED
-from nsysfrag.analysis import State
+from nsysfrag.reporters.json_report import state_document
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
@@ -22,18 +22,6 @@ from nsysfrag.whatif import (
 SCHEMA = "nsysfrag-whatif/1"
 
 
-def _state(s: State) -> dict[str, Any]:
-    return {
-        "time_ns": s.time_ns,
-        "global_frag": s.global_frag,
-        "local_frag": s.local_frag,
-        "free_blocks": s.free_blocks,
-        "largest_free_bytes": s.largest_free_bytes,
-        "free_bytes": s.free_bytes,
-        "live_bytes": s.live_bytes,
-    }
-
-
 def policy_document(o: PolicyOutcome, rank: int) -> dict[str, Any]:
     return {
         "policy": o.name,
@@ -44,14 +32,14 @@ def policy_document(o: PolicyOutcome, rank: int) -> dict[str, Any]:
         "rank": rank,
         "baseline": o.baseline,
         "model": o.name,
-        "peak": _state(o.peak),
+        "peak": state_document(o.peak),
         "max": {
             "global_frag": o.max_global_frag,
             "local_frag": o.max_local_frag,
             "free_blocks": o.max_free_blocks,
             "live_bytes": o.max_live_bytes,
         },
-        "final": _state(o.final),
+        "final": state_document(o.final),
         "health": o.health.label,
         "internal_frag": o.internal_frag,
         "growth_per_s": o.growth_per_s,
