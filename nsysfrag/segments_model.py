@@ -51,6 +51,7 @@ _SEGMENT_CODES = {
 MIN_BLOCK_BYTES = 512
 SMALL_BUFFER_BYTES = 2 << 20
 SMALL_SIZE_BYTES = 1 << 20
+LARGE_BUFFER_BYTES = 20 << 20  # also the large pool's expandable page
 
 
 def round_size(size: int, divisions: dict[int, int] | None = None) -> int:
@@ -83,6 +84,32 @@ class _Seg:
     stream: int
     small_pool: bool | None
     expandable: bool
+    # Expandable ranges: pages of `page` bytes counted from `origin`, for the releasable bytes.
+    page: int = 0
+    origin: int = 0
+
+
+def expandable_page(small_pool: bool | None, mapped_bytes: int) -> int:
+    """The page an expandable range is mapped in: 2 MiB in the small pool, 20 MiB in the large.
+    Where the snapshot does not name the pool, the size of the range (or of the map that made
+    it) tells: a small-pool map is one 2 MiB page, a large-pool map whole 20 MiB pages."""
+    if small_pool is None:
+        small_pool = mapped_bytes % LARGE_BUFFER_BYTES != 0
+    return SMALL_BUFFER_BYTES if small_pool else LARGE_BUFFER_BYTES
+
+
+def releasable_in(start: int, end: int, seg_start: int, seg: _Seg | None) -> int:
+    """The bytes of free block ``[start, end)`` that could go back to the driver (SPEC §9 R):
+    a non-expandable segment entirely, if the block is all of it; in an expandable range, the
+    whole pages inside the block (a range's pages start at its ``origin``: the start of the
+    first map of the range, and unmapping whole pages keeps the grid)."""
+    if seg is None:
+        return 0
+    if not seg.expandable:
+        return end - start if start == seg_start and end == seg.end else 0
+    first = -((seg.origin - start) // seg.page)  # ceil((start - origin) / page)
+    last = (end - seg.origin) // seg.page
+    return max(last - first, 0) * seg.page
 
 
 class SegmentSet:
@@ -121,7 +148,7 @@ class SegmentSet:
             base = left
         else:
             base = start
-            self.add(start, _Seg(end, stream, None, True))
+            self.add(start, _Seg(end, stream, None, True, expandable_page(None, end - start), start))
         right = self.seg.get(end)
         if right is not None and self._joins(end, stream):
             self.seg[base].end = self.remove(end).end
@@ -137,9 +164,9 @@ class SegmentSet:
             return False
         seg = self.remove(base)
         if base < start:
-            self.add(base, _Seg(start, seg.stream, seg.small_pool, seg.expandable))
+            self.add(base, _Seg(start, seg.stream, seg.small_pool, seg.expandable, seg.page, seg.origin))
         if end < seg.end:
-            self.add(end, _Seg(seg.end, seg.stream, seg.small_pool, seg.expandable))
+            self.add(end, _Seg(seg.end, seg.stream, seg.small_pool, seg.expandable, seg.page, seg.origin))
         return True
 
     def ranges(self) -> list[tuple[int, int]]:
@@ -181,7 +208,8 @@ def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, 
     for s in segments:
         if s.size <= 0 or segs.overlaps(s.address, s.address + s.size):
             continue
-        segs.add(s.address, _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable))
+        page = expandable_page(s.small_pool, s.size) if s.expandable else 0
+        segs.add(s.address, _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable, page, s.address))
         for b in s.blocks:
             blocks[b.address] = _Recreated(b.size, b.requested_bytes, b.pending_free, b.site)
     return segs, blocks
@@ -265,6 +293,9 @@ class Layout:
         self.allocated = 0
         self.requested = 0
         self.free_total = 0
+        # R (SPEC §9), kept incrementally: each free block's share, fixed when it is added.
+        self.free_releasable: dict[int, int] = {}
+        self.releasable_total = 0
         for start in segments.starts:
             self.reserved += segments.seg[start].end - start
             self._add_free(start, segments.seg[start].end)
@@ -276,11 +307,17 @@ class Layout:
         self.free_end[start] = end
         self.free_total += end - start
         heapq.heappush(self._heap, (start - end, start))
+        seg_start = self.segs.find(start)
+        seg = self.segs.seg[seg_start] if seg_start is not None else None
+        share = releasable_in(start, end, seg_start or 0, seg)
+        self.free_releasable[start] = share
+        self.releasable_total += share
 
     def _remove_free(self, start: int) -> int:
         del self.free_starts[bisect_left(self.free_starts, start)]
         end = self.free_end.pop(start)
         self.free_total -= end - start
+        self.releasable_total -= self.free_releasable.pop(start)
         return end
 
     def free_containing(self, address: int) -> tuple[int, int] | None:
@@ -427,6 +464,7 @@ class DeviceReplay:
     live_bytes: I64
     reserved_bytes: I64
     allocated_bytes: I64
+    releasable_bytes: I64  # R (SPEC §9): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
     freed_alloc: I64
@@ -616,13 +654,11 @@ class _Replayer:
             if base is None or layout.segs.seg[base].end < end:
                 self.conflicts += 1
             else:
+                if a == "segment_free" and (base != e.address or layout.segs.seg[base].end != end):
+                    self.conflicts += 1
+                # The segments first: what is left of the free block belongs to the new ones.
+                layout.segs.unmap_range(e.address, end)
                 layout.remove_free_range(e.address, end)
-                if a == "segment_free":
-                    if base != e.address or layout.segs.seg[base].end != end:
-                        self.conflicts += 1
-                    layout.segs.unmap_range(e.address, end)
-                else:
-                    layout.segs.unmap_range(e.address, end)
                 layout.reserved -= e.size
             self._point(t, _SEGMENT_CODES[a], e.address, e.size)
         elif a == "oom":
@@ -774,6 +810,7 @@ class _Replayer:
         c["live"].append(layout.requested)
         c["reserved"].append(layout.reserved)
         c["allocated"].append(layout.allocated)
+        c["releasable"].append(layout.releasable_total)
         c["site"].append(site)
         c["overlap"].append(overlap)
         c["out_of_order"].append(out_of_order)
@@ -808,6 +845,7 @@ class _Replayer:
             live_bytes=i64("live"),
             reserved_bytes=i64("reserved"),
             allocated_bytes=i64("allocated"),
+            releasable_bytes=i64("releasable"),
             out_of_order=flag("out_of_order"),
             hole=flag("hole"),
             freed_alloc=i64("freed"),
@@ -844,7 +882,7 @@ class _Replayer:
 
 _COLUMNS = (
     "time", "event", "address", "bytes", "free", "largest", "blocks", "live", "reserved",
-    "allocated", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
+    "allocated", "releasable", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
 )  # fmt: skip
 
 

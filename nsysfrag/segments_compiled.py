@@ -1,0 +1,362 @@
+"""One device of a snapshot through the compiled pytorch-segments replay (``segments_kernel``).
+
+This module turns the columns of ``snapshot_columns`` into the kernel's arrays (the ranked
+addresses, the final segments and blocks, times, which segment entries fold into the alloc
+after them) and the kernel's output into the same :class:`~nsysfrag.segments_model.
+DeviceReplay` the pure-Python replay returns, so the two can be compared column for column.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.events import I64, ProgressCallback
+from nsysfrag.segments_kernel import (
+    B_LIVE,
+    B_PLACED,
+    B_SIZE,
+    N_TOTALS,
+    R_ON,
+    R_REQ,
+    R_SITE,
+    R_SIZE,
+    S_END,
+    S_EXP,
+    S_ON,
+    S_SMALL,
+    S_STREAM,
+    T_CONFLICTS,
+    T_HIGH,
+    T_LOW,
+    T_MAX_ALLOCATED,
+    T_MAX_REQUESTED,
+    T_MAX_RESERVED,
+    T_NSEG,
+    T_PEAK_ALLOC,
+    T_PEAK_REQ,
+    rebuild_window,
+    replay_forward,
+)
+from nsysfrag.segments_model import (
+    FreeBlocks,
+    DeviceReplay,
+    OomEvent,
+    _final_segments,
+)
+from nsysfrag.snapshot_columns import (
+    ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    NO_TIME,
+    OOM,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+    SNAPSHOT,
+    SnapshotColumns,
+    TraceColumns,
+)
+from nsysfrag.snapshot_reader import NO_STACK
+
+_SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
+_NO_ADDRESS = np.array([OOM, SNAPSHOT], np.int8)
+_EMPTY = TraceColumns(*(np.zeros(0, dtype=t) for t in (np.int8, *[np.int64] * 7)), ())  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class WindowStart:
+    """A device's layout at the first trace entry, rebuilt from the final state (arrays)."""
+
+    segment_start: I64
+    segment_end: I64
+    segment_stream: I64
+    segment_small_pool: I64  # 1 small, 0 large, -1 not recorded
+    segment_expandable: npt.NDArray[np.bool_]
+    block_address: I64  # the blocks live at the window's start, by address
+    block_size: I64  # -1 where only the final state could have said (it was freed in the window)
+    block_requested: I64
+    block_site: I64  # code into SnapshotColumns.site_names (+ the names of final blocks' sites)
+    known_size: I64  # per trace entry: the size of an alloc's block where the final state has it, else -1
+    conflicts: int  # entries the final state contradicts
+
+
+class _Device:
+    """The kernel's inputs for one device, and its window's start once rebuilt."""
+
+    def __init__(self, columns: SnapshotColumns, device: int) -> None:
+        self.columns = columns
+        trace = self.trace = columns.traces.get(device, _EMPTY)
+        self.final = [s for s in columns.segments if s.device == device]
+        names = self.site_names = list(columns.site_names)
+        codes = {name: code for code, name in enumerate(names)}
+        act = trace.action
+        has_address = ~np.isin(act, _NO_ADDRESS)
+        is_segment = np.isin(act, _SEGMENT_ACTIONS)
+        blocks = [b for s in self.final for b in s.blocks]
+        self.keys = np.unique(np.concatenate([
+            np.fromiter((s.address for s in self.final), np.int64, len(self.final)),
+            np.fromiter((b.address for b in blocks), np.int64, len(blocks)),
+            trace.address[has_address],
+            trace.address[is_segment] + trace.size[is_segment],
+        ]))  # fmt: skip
+        self.slot_a = np.searchsorted(self.keys, trace.address)
+        self.slot_e = np.where(is_segment, np.searchsorted(self.keys, trace.address + trace.size), 0)
+        self.site = columns.stack_site[trace.stack]
+        self.f_slot = np.searchsorted(self.keys, [s.address for s in self.final]).astype(np.int64)
+        self.f_end = np.asarray([s.address + s.size for s in self.final], dtype=np.int64)
+        self.f_stream = np.asarray([s.stream for s in self.final], dtype=np.int64)
+        self.f_small = np.asarray([-1 if s.small_pool is None else int(s.small_pool) for s in self.final], dtype=np.int64)
+        self.f_exp = np.asarray([int(s.expandable) for s in self.final], dtype=np.int64)
+        self.b_seg = np.asarray([i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64)
+        self.b_slot = np.searchsorted(self.keys, [b.address for b in blocks]).astype(np.int64)
+        self.b_size = np.asarray([b.size for b in blocks], dtype=np.int64)
+        self.b_req = np.asarray([b.requested_bytes for b in blocks], dtype=np.int64)
+        for b in blocks:
+            if b.site not in codes:
+                codes[b.site] = len(names)
+                names.append(b.site)
+        self.b_site = np.asarray([codes[b.site] for b in blocks], dtype=np.int64)
+        # The window's start.
+        k = len(self.keys)
+        self.seg = np.zeros((k, 7), dtype=np.int64)
+        self.sfen = np.zeros(k + 1, dtype=np.int64)
+        self.rb = np.zeros((k, 4), dtype=np.int64)
+        self.known = np.full(len(act), -1, dtype=np.int64)
+        self.tot = np.zeros(N_TOTALS, dtype=np.int64)
+        self.tot[T_LOW] = -1
+        self.initial = rebuild_window(
+            self.keys, act, self.slot_a, self.slot_e, trace.address, trace.size, trace.stream,
+            self.site, self.f_slot, self.f_end, self.f_stream, self.f_small, self.f_exp,
+            self.b_seg, self.b_slot, self.b_size, self.b_req, self.b_site,
+            self.seg, self.sfen, self.rb, self.known, self.tot,
+        )  # fmt: skip
+
+    def window_start(self) -> WindowStart:
+        on = np.flatnonzero(self.seg[:, S_ON] == 1)
+        live = np.flatnonzero(self.rb[:, R_ON] == 1)
+        return WindowStart(
+            segment_start=self.keys[on],
+            segment_end=self.seg[on, S_END].copy(),
+            segment_stream=self.seg[on, S_STREAM].copy(),
+            segment_small_pool=self.seg[on, S_SMALL].copy(),
+            segment_expandable=self.seg[on, S_EXP] == 1,
+            block_address=self.keys[live],
+            block_size=self.rb[live, R_SIZE].copy(),
+            block_requested=self.rb[live, R_REQ].copy(),
+            block_site=self.rb[live, R_SITE].copy(),
+            known_size=self.known,
+            conflicts=int(self.tot[T_CONFLICTS]),
+        )
+
+    def times(self) -> tuple[I64, bool]:
+        """ns since the snapshot's first time per entry, never decreasing (an entry without a
+        time takes the one before it); entry numbers when the trace has no times at all."""
+        t = self.trace.time_us
+        present = t != NO_TIME
+        if not present.any():
+            return np.arange(len(t), dtype=np.int64), False
+        origin = self.columns.time_origin_us or 0
+        rel = np.where(present, t - origin, np.iinfo(np.int64).min)
+        rel[0] = max(int(rel[0]), int(rel[np.argmax(present)]))
+        return np.maximum.accumulate(rel) * 1000, True
+
+    def folded(self) -> npt.NDArray[np.bool_]:
+        """A segment_alloc/segment_map that an alloc follows is part of that malloc: its state
+        (a new, still empty segment) lasts no time, so it is not a timeline point of its own."""
+        act = self.trace.action
+        grows = (act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)
+        others = np.flatnonzero(~grows)
+        nxt = np.searchsorted(others, np.arange(len(act)))
+        after = np.where(nxt < len(others), act[others[np.minimum(nxt, len(others) - 1)]], -1)
+        return np.asarray(grows & (after == ALLOC))
+
+    def run(
+        self, stop: int = -1, progress: ProgressCallback | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """The forward replay; with ``stop`` >= 0, only up to that point and nothing recorded."""
+        act = self.trace.action
+        fold = self.folded()
+        t_ns, timestamps = self.times()
+        t0 = int(t_ns[0]) if len(t_ns) else 0
+        grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~fold
+        n_points = self.initial + int(
+            np.isin(act, [ALLOC, FREE_COMPLETED, FREE, OOM, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
+            + grows.sum()
+        )
+        has_points = n_points > 0
+        if not has_points:
+            n_points = int(self.tot[T_NSEG])
+        record = stop < 0
+        width = n_points if record else 0
+        out_i64 = np.zeros((15, width), dtype=np.int64)
+        out_i64[14] = -1
+        out_flags = np.zeros((3, width), dtype=np.bool_)
+        out_event = np.zeros(width, dtype=np.int8)
+        ooms = np.zeros((5, int((act == OOM).sum()) if record else 0), dtype=np.int64)
+        k = len(self.keys)
+        leaves = 1
+        while leaves < 2 * k:
+            leaves *= 2
+        self.blk = np.zeros((k, 5), dtype=np.int64)
+        self.gap = np.zeros(2 * leaves, dtype=np.int64)
+        share = np.zeros(leaves, dtype=np.int64)
+        divisions = np.zeros(16, dtype=np.int64)
+        for key, count in self.columns.roundup_power2_divisions.items():
+            if key & (key - 1) == 0 and key <= 1 << 15:
+                divisions[key.bit_length() - 1] = count
+        max_split = self.columns.max_split_size or -1
+        shown = np.zeros(1, dtype=np.int64)
+        args = (
+            self.keys, act, self.slot_a, self.slot_e, self.trace.address, self.trace.size,
+            self.trace.stream, self.site, self.known, fold, t_ns, t0, has_points, divisions,
+            max_split, self.columns.expandable_segments, self.seg, self.sfen, self.rb, self.blk,
+            np.zeros(k + 1, dtype=np.int64), self.gap, share, self.tot, stop, record, out_i64,
+            out_flags, out_event, ooms, shown,
+        )  # fmt: skip
+        result = _run_reporting(args, progress, shown, len(act))
+        self.initial_reserved = int(result[1])
+        self.timestamps = timestamps
+        return out_i64, out_flags, out_event, ooms, t_ns
+
+    def free_blocks(self) -> FreeBlocks:
+        """The free blocks where ``run(stop=…)`` left the layout."""
+        leaves = len(self.gap) // 2
+        gaps = self.gap[leaves : leaves + 2 * len(self.keys)]
+        sizes = gaps[gaps > 0]
+        opening = gaps[0::2]
+        on = self.seg[:, S_ON] == 1
+        whole = on & (self.seg[:, S_EXP] == 0) & (opening == self.seg[:, S_END] - self.keys)
+        return FreeBlocks(sizes.tolist(), int(opening[whole & (opening > 0)].sum()))
+
+    def final_mismatches(self) -> int:
+        """How far the replay's end is from the snapshot: differing ranges and blocks."""
+        final_segs, final_blocks = _final_segments(self.final)
+        on = np.flatnonzero(self.seg[:, S_ON] == 1)
+        got_ranges: list[tuple[int, int]] = []
+        for start, end in zip(self.keys[on].tolist(), self.seg[on, S_END].tolist(), strict=True):
+            if got_ranges and got_ranges[-1][1] == start:
+                got_ranges[-1] = (got_ranges[-1][0], end)
+            else:
+                got_ranges.append((start, end))
+        placed = np.flatnonzero((self.blk[:, B_LIVE] == 1) & (self.blk[:, B_PLACED] == 1))
+        got_blocks = set(zip(self.keys[placed].tolist(), self.blk[placed, B_SIZE].tolist(), strict=True))
+        want_blocks = {(a, b.size) for a, b in final_blocks.items()}
+        return len(set(final_segs.ranges()) ^ set(got_ranges)) + len(want_blocks ^ got_blocks)
+
+
+def _run_reporting(
+    args: tuple[object, ...], progress: ProgressCallback | None, shown: I64, total: int
+) -> tuple[int, int]:
+    """The kernel, on a thread (it runs without the GIL) while this one reports progress."""
+    if progress is None or total < 1 << 18:
+        return replay_forward(*args)  # type: ignore[no-any-return]
+    result: list[tuple[int, int]] = []
+    worker = threading.Thread(target=lambda: result.append(replay_forward(*args)), daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        progress("replaying", int(shown[0]), total)
+    progress("replaying", total, total)
+    if not result:
+        raise RuntimeError("the compiled replay stopped without a result")
+    return result[0]
+
+
+def replay_device(
+    columns: SnapshotColumns, device: int, progress: ProgressCallback | None = None
+) -> DeviceReplay:
+    """Replay one device's trace from the window's start, compiled."""
+    d = _Device(columns, device)
+    out_i64, out_flags, out_event, ooms, t_ns = d.run(progress=progress)
+    site, site_names = _local_sites(out_i64[10], out_event, d.site_names)
+    trace = d.trace
+    tot = d.tot
+    oom_events = []
+    for j, largest, free, reserved, allocated in ooms.T.tolist():
+        k = int(np.searchsorted(trace.oom_rows, j))
+        device_free = int(trace.oom_device_free[k])
+        oom_events.append(OomEvent(
+            time_ns=int(t_ns[j]),
+            device_free_bytes=device_free if device_free >= 0 else None,
+            requested_bytes=int(trace.size[j]),
+            largest_free_bytes=largest,
+            free_bytes=free,
+            reserved_bytes=reserved,
+            allocated_bytes=allocated,
+            stream=int(trace.stream[j]),
+            site=columns.site(int(trace.stack[j])),
+        ))  # fmt: skip
+    low = int(tot[T_LOW]) if tot[T_LOW] >= 0 else 0
+    return DeviceReplay(
+        time_ns=out_i64[0],
+        event=out_event,
+        address=out_i64[1].view(np.uint64),
+        bytes=out_i64[2],
+        free_bytes=out_i64[3],
+        largest_free_bytes=out_i64[4],
+        free_blocks=out_i64[5],
+        live_bytes=out_i64[6],
+        reserved_bytes=out_i64[7],
+        allocated_bytes=out_i64[8],
+        releasable_bytes=out_i64[9],
+        out_of_order=out_flags[1],
+        hole=out_flags[2],
+        freed_alloc=out_i64[11],
+        pin_left=out_i64[12],
+        pin_right=out_i64[13],
+        removed_at=out_i64[14],
+        overlap=out_flags[0],
+        site=site,
+        site_names=site_names,
+        initial_blocks=d.initial,
+        initial_reserved_bytes=d.initial_reserved,
+        trace_entries=len(trace),
+        timestamps=d.timestamps,
+        conflicts=int(tot[T_CONFLICTS]),
+        final_mismatches=d.final_mismatches(),
+        base_address=low,
+        end_address=max(int(tot[T_HIGH]), low),
+        peak_allocated=(int(tot[T_PEAK_ALLOC]), int(tot[T_PEAK_REQ])),
+        max_reserved_bytes=int(tot[T_MAX_RESERVED]),
+        max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
+        max_requested_bytes=int(tot[T_MAX_REQUESTED]),
+        ooms=oom_events,
+    )
+
+
+def _local_sites(site: I64, event: npt.NDArray[np.int8], names: list[str]) -> tuple[I64, list[str]]:
+    """Site codes numbered as the Python replay numbers them: by first allocation."""
+    allocated = site[event == 0]
+    found, first = np.unique(allocated, return_index=True)
+    order = found[np.argsort(first, kind="stable")]
+    order = order[order != 0]
+    lut = np.zeros(max(len(names), 1), dtype=np.int64)
+    lut[order] = np.arange(1, len(order) + 1)
+    return lut[site], [NO_STACK, *(names[c] for c in order.tolist())]
+
+
+def free_blocks_at(columns: SnapshotColumns, device: int, point: int) -> FreeBlocks:
+    """The free blocks right after timeline point ``point`` (replaying only that far)."""
+    d = _Device(columns, device)
+    d.run(stop=point)
+    return d.free_blocks()
+
+
+def window_start(columns: SnapshotColumns, device: int) -> WindowStart:
+    """The layout at the start of ``device``'s trace window, rebuilt from the final state."""
+    return _Device(columns, device).window_start()
+
+
+def warm_up() -> None:
+    """Load the compiled kernels (from numba's cache) now rather than on the first replay."""
+    started = time.perf_counter()
+    from nsysfrag.snapshot_columns import snapshot_columns
+
+    replay_device(snapshot_columns({"segments": [], "device_traces": [[]]}, "warm-up"), 0)
+    del started
