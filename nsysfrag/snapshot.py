@@ -3,10 +3,17 @@
 The same figures as the nsys path (SPEC §3–§5), per CUDA device, for the same reporters: the
 free blocks are the inactive ranges inside reserved segments (``segments_model``), and a block's
 site is the innermost Python frame of its allocation outside torch/ (``snapshot_reader``).
+
+A file is read into columns (``snapshot_columns``) and replayed by the compiled kernel
+(``segments_compiled``); a :class:`~nsysfrag.snapshot_reader.Snapshot` of records goes
+through the pure-Python reference replay, which ``NSYSFRAG_SEGMENTS_REFERENCE=1`` also selects
+for a file (the two agree event for event; the property tests hold them to it).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +29,9 @@ from nsysfrag.analysis import (
     hotspots_of,
     state_after,
 )
+from nsysfrag import segments_compiled
 from nsysfrag.errors import InputError
+from nsysfrag.events import ProgressCallback
 from nsysfrag.metrics import (
     format_bytes,
     global_frag,
@@ -43,29 +52,51 @@ from nsysfrag.segments_model import (
     MODEL_NAME,
     OOM,
     DeviceReplay,
+    FreeBlocks,
     free_blocks_after,
     replay_device,
 )
+from nsysfrag.snapshot_columns import SnapshotColumns, read_snapshot_columns
 from nsysfrag.snapshot_reader import Snapshot, describe_actions, is_snapshot, read_snapshot
 
 __all__ = ["MODEL_NAME", "analyze_snapshot", "analyze_snapshot_file", "is_snapshot"]
 
 SNAPSHOT_PID = 0  # a snapshot names no process
+REFERENCE_ENV = "NSYSFRAG_SEGMENTS_REFERENCE"  # =1: the pure-Python replay, for comparison
 
 
 def analyze_snapshot_file(
     path: str | Path,
     capacity_bytes: int | None = None,
     granularity_bytes: int = DEFAULT_GRANULARITY,
+    progress: ProgressCallback | None = None,
 ) -> Analysis:
     """Read and analyze the snapshot at ``path``."""
-    return analyze_snapshot(read_snapshot(path), capacity_bytes, granularity_bytes)
+    if os.environ.get(REFERENCE_ENV, "") not in ("", "0"):
+        return analyze_snapshot(read_snapshot(path), capacity_bytes, granularity_bytes)
+    columns = read_snapshot_columns(path, progress)
+    return analyze_snapshot(columns, capacity_bytes, granularity_bytes, progress)
+
+
+class _Engine:
+    """The compiled replay of a snapshot's columns, or the reference replay of its records."""
+
+    def __init__(self, snapshot: Snapshot | SnapshotColumns, progress: ProgressCallback | None):
+        self.replay: Callable[[int], DeviceReplay]
+        self.free_blocks: Callable[[int, int], FreeBlocks]
+        if isinstance(snapshot, SnapshotColumns):
+            self.replay = lambda d: segments_compiled.replay_device(snapshot, d, progress)
+            self.free_blocks = lambda d, point: segments_compiled.free_blocks_at(snapshot, d, point)
+        else:
+            self.replay = lambda d: replay_device(snapshot, d)
+            self.free_blocks = lambda d, point: free_blocks_after(snapshot, d, point)
 
 
 def analyze_snapshot(
-    snapshot: Snapshot,
+    snapshot: Snapshot | SnapshotColumns,
     capacity_bytes: int | None = None,
     granularity_bytes: int = DEFAULT_GRANULARITY,
+    progress: ProgressCallback | None = None,
 ) -> Analysis:
     """One space per CUDA device of ``snapshot``, replayed in the pytorch-segments model.
 
@@ -106,6 +137,7 @@ def analyze_snapshot(
             " moment of the snapshot; record history with"
             " torch.cuda.memory._record_memory_history() to see how it got there"
         )
+    warnings.extend(snapshot.warnings)
     if snapshot.expandable_segments:
         warnings.append(
             "expandable segments: before raising OOM PyTorch unmaps fully free pages and maps"
@@ -113,8 +145,9 @@ def analyze_snapshot(
             " as stranded as the figures say; read global and local fragmentation as upper bounds"
         )
     spaces = []
+    engine = _Engine(snapshot, progress)
     for device in devices:
-        space = _analyze_device(snapshot, device, capacity_bytes, warnings)
+        space = _analyze_device(snapshot, engine, device, capacity_bytes, warnings)
         if space is not None:
             spaces.append(space)
     if not spaces:
@@ -160,9 +193,13 @@ def _capacity(
 
 
 def _analyze_device(
-    snapshot: Snapshot, device: int, capacity_override: int | None, warnings: list[str]
+    snapshot: Snapshot | SnapshotColumns,
+    engine: _Engine,
+    device: int,
+    capacity_override: int | None,
+    warnings: list[str],
 ) -> SpaceAnalysis | None:
-    r = replay_device(snapshot, device)
+    r = engine.replay(device)
     n = len(r.time_ns)
     if n == 0:
         return None
@@ -186,7 +223,7 @@ def _analyze_device(
     g = global_frag(r.free_bytes, r.largest_free_bytes, capacity)
     loc = local_frag(r.free_bytes, r.largest_free_bytes)
     peak = int(np.argmax(g))
-    at_peak = free_blocks_after(snapshot, device, peak)
+    at_peak = engine.free_blocks(device, peak)
     result = _as_replay_result(r)
     events = _as_space_events(r)
     outcome = r.event
@@ -256,7 +293,7 @@ def _analyze_device(
 
 
 def _extras(
-    snapshot: Snapshot, r: DeviceReplay, capacity_source: str, peak: int, releasable: int
+    snapshot: Snapshot | SnapshotColumns, r: DeviceReplay, capacity_source: str, peak: int, releasable: int
 ) -> dict[str, Any]:
     """The snapshot-only figures, merged into the space's JSON document."""
     return {

@@ -21,6 +21,7 @@ from nsysfrag.commands.report_options import (
     analyze_sqlite,
     check_outputs,
     emit_reports,
+    progress_bar,
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
@@ -69,7 +70,10 @@ def analyze_command(
                 f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to a PyTorch"
                 " memory snapshot; analyze it without them"
             )
-        analysis = snapshot.analyze_snapshot_file(trace, request.capacity, request.granularity)
+        with progress_bar() as progress:
+            analysis = snapshot.analyze_snapshot_file(
+                trace, request.capacity, request.granularity, progress
+            )
     elif nsys.is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
         check_outputs(request, trace)
