@@ -501,6 +501,13 @@ class _Shape:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.sites: dict[int, str] = {}  # id(frames) -> site: a shared stack is walked once
+
+    def site(self, frames: object) -> str:
+        site = self.sites.get(id(frames))
+        if site is None:
+            site = self.sites[id(frames)] = site_of(frames)
+        return site
 
     def fail(self, where: str, what: str) -> InputError:
         return InputError(
@@ -517,6 +524,14 @@ class _Shape:
         value = d.get(key, default)
         if not _is_int(value) or not 0 <= value < MAX_INT:
             raise self.fail(f"{where}.{key}", "is missing, not an integer or out of range")
+        return int(value)
+
+    def stream(self, seg: dict[str, Any], where: str) -> int:
+        value = seg.get("stream")
+        if not _is_int(value):
+            return 0
+        if not -INT64 <= value < INT64:
+            raise self.fail(f"{where}.stream", f"is {describe(value)}, not a CUDA stream")
         return int(value)
 
     def segment(self, seg: object, where: str) -> Segment:
@@ -543,13 +558,13 @@ class _Shape:
             requested, frames = _requested_and_frames(b, size)
             if not 0 <= requested < MAX_INT:
                 raise self.fail(f"{bw}.requested_size", f"is {describe(requested)}, out of range")
-            blocks.append(Block(start, size, requested, state == PENDING_FREE, site_of(frames)))
+            blocks.append(Block(start, size, requested, state == PENDING_FREE, self.site(frames)))
         segment_type = seg.get("segment_type")
         return Segment(
             device=self.integer(seg, "device", where, default=0),
             address=address,
             size=total,
-            stream=int(seg["stream"]) if _is_int(seg.get("stream")) else 0,
+            stream=self.stream(seg, where),
             small_pool=None if segment_type not in ("small", "large") else segment_type == "small",
             expandable=bool(seg.get("is_expandable", False)),
             blocks=tuple(sorted(blocks, key=lambda b: b.address)),
