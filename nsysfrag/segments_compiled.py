@@ -20,6 +20,7 @@ from nsysfrag.segments_kernel import (
     B_LIVE,
     B_PLACED,
     B_SIZE,
+    BLOCK_COLUMNS,
     N_TOTALS,
     R_ON,
     R_REQ,
@@ -31,6 +32,7 @@ from nsysfrag.segments_kernel import (
     S_SMALL,
     S_STREAM,
     T_CONFLICTS,
+    T_HEAD,
     T_HIGH,
     T_LOW,
     T_MAX_ALLOCATED,
@@ -130,6 +132,7 @@ class _Device:
         self.known = np.full(len(act), -1, dtype=np.int64)
         self.tot = np.zeros(N_TOTALS, dtype=np.int64)
         self.tot[T_LOW] = -1
+        self.tot[T_HEAD] = -1
         self.initial = rebuild_window(
             self.keys, act, self.slot_a, self.slot_e, trace.address, trace.size, trace.stream,
             self.site, self.f_slot, self.f_end, self.f_stream, self.f_small, self.f_exp,
@@ -203,7 +206,7 @@ class _Device:
         leaves = 1
         while leaves < 2 * k:
             leaves *= 2
-        self.blk = np.zeros((k, 5), dtype=np.int64)
+        self.blk = np.zeros((k, BLOCK_COLUMNS), dtype=np.int64)
         self.gap = np.zeros(2 * leaves, dtype=np.int64)
         share = np.zeros(leaves, dtype=np.int64)
         divisions = np.zeros(16, dtype=np.int64)

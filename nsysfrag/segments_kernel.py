@@ -38,11 +38,12 @@ LARGE_BUFFER = 20 << 20
 
 # Columns of the per-slot tables.
 S_ON, S_END, S_STREAM, S_SMALL, S_EXP, S_PAGE, S_ORIGIN = range(7)  # segments (S_SMALL -1: unknown)
-B_LIVE, B_PLACED, B_SIZE, B_REQ, B_POINT = range(5)  # live blocks
+B_LIVE, B_PLACED, B_SIZE, B_REQ, B_POINT, B_PREV, B_NEXT = range(7)  # live blocks
+BLOCK_COLUMNS = 7  # B_PREV/B_NEXT: the placed blocks as a list in address order (-1 at the ends)
 R_ON, R_SIZE, R_REQ, R_SITE = range(4)  # blocks live at the window's start (R_SIZE -1: unknown)
 # The running totals, one int64 array.
 T_RESERVED, T_ALLOCATED, T_REQUESTED, T_FREE, T_NFREE, T_RELEASABLE, T_CONFLICTS = range(7)
-T_NSEG, T_NPLACED, T_TOP = 7, 8, 9
+T_NSEG, T_NPLACED, T_HEAD = 7, 8, 9  # T_HEAD: the lowest placed block, -1 if none
 T_MAX_RESERVED, T_MAX_ALLOCATED, T_MAX_REQUESTED, T_PEAK_ALLOC, T_PEAK_REQ = 10, 11, 12, 13, 14
 T_LOW, T_HIGH, T_POINTS = 15, 16, 17
 N_TOTALS = 18
@@ -229,18 +230,16 @@ def _set_gap(gap, share, leaves, tot, leaf, length, r):  # type: ignore[no-untyp
 
 
 @numba.njit(cache=True, nogil=True)
-def _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, leaf):  # type: ignore[no-untyped-def]
+def _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, leaf, s):  # type: ignore[no-untyped-def]
     """Recompute the gap ``leaf`` owns (2k: the one opening segment k, 2k+1: the one after
-    block k); return its (start, end)."""
+    block k), in segment ``s``; return its (start, end)."""
     k = leaf >> 1
     if leaf & 1 == 0:
-        s = k
         start = keys[k]
         nxt = _first_at_least(bfen, k, top, tot[T_NPLACED])
     else:
         start = keys[k] + blk[k, B_SIZE]
-        s = seg_find(keys, seg, sfen, top, keys[k])
-        nxt = _first_at_least(bfen, k + 1, top, tot[T_NPLACED])
+        nxt = blk[k, B_NEXT]
     end = seg[s, S_END]
     if nxt >= 0 and keys[nxt] < end:
         end = keys[nxt]
@@ -251,32 +250,30 @@ def _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, leaf):  #
 
 
 @numba.njit(cache=True, nogil=True)
-def _owner(keys, seg, sfen, blk, bfen, top, s, x):  # type: ignore[no-untyped-def]
-    """The leaf owning the gap at free address ``x`` of segment ``s``."""
-    p = _last_at_most(bfen, _floor_slot(keys, x), top)
+def _gap_owner(keys, s, p):  # type: ignore[no-untyped-def]
+    """The leaf owning a gap of segment ``s`` whose closest placed block below is ``p``."""
     if p >= 0 and keys[p] >= keys[s]:
         return 2 * p + 1
     return 2 * s
 
 
 @numba.njit(cache=True, nogil=True)
-def free_span(keys, seg, sfen, blk, bfen, top, tot, x):  # type: ignore[no-untyped-def]
-    """The free block holding address ``x``: (start, end), or (-1, -1)."""
-    s = seg_find(keys, seg, sfen, top, x)
+def free_span(keys, seg, blk, bfen, top, tot, s, x):  # type: ignore[no-untyped-def]
+    """The free block holding address ``x`` of segment ``s`` (-1: none): (start, end), or
+    (-1, -1); and the placed block closest below ``x``."""
     if s < 0:
-        return -1, -1
-    k = _floor_slot(keys, x)
-    p = _last_at_most(bfen, k, top)
+        return -1, -1, -1
+    p = _last_at_most(bfen, _floor_slot(keys, x), top)
     start = keys[s]
     if p >= 0 and keys[p] >= keys[s]:
         if keys[p] + blk[p, B_SIZE] > x:
-            return -1, -1
+            return -1, -1, p
         start = keys[p] + blk[p, B_SIZE]
     end = seg[s, S_END]
-    q = _first_at_least(bfen, k + 1, top, tot[T_NPLACED])
+    q = blk[p, B_NEXT] if p >= 0 else tot[T_HEAD]
     if q >= 0 and keys[q] < end:
         end = keys[q]
-    return start, end
+    return start, end, p
 
 
 # ---------------------------------------------------------------- the window's start
@@ -351,36 +348,55 @@ def rebuild_window(  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def _place(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k):  # type: ignore[no-untyped-def]
-    """Carve block k (its size already in ``blk``) out of the free gap that holds it."""
-    s = seg_find(keys, seg, sfen, top, keys[k])
-    owner = _owner(keys, seg, sfen, blk, bfen, top, s, keys[k])
+def _place(keys, seg, blk, bfen, top, tot, gap, share, leaves, k, s):  # type: ignore[no-untyped-def]
+    """Carve block k (its size already in ``blk``) out of the free gap of segment ``s`` that
+    holds it."""
+    p = _last_at_most(bfen, k - 1, top)
+    q = blk[p, B_NEXT] if p >= 0 else tot[T_HEAD]
+    blk[k, B_PREV] = p
+    blk[k, B_NEXT] = q
+    if p >= 0:
+        blk[p, B_NEXT] = k
+    else:
+        tot[T_HEAD] = k
+    if q >= 0:
+        blk[q, B_PREV] = k
     blk[k, B_PLACED] = 1
     _fenwick_add(bfen, k, 1)
     tot[T_NPLACED] += 1
     tot[T_ALLOCATED] += blk[k, B_SIZE]
-    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, owner)
-    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, 2 * k + 1)
+    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, _gap_owner(keys, s, p), s)
+    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, 2 * k + 1, s)
 
 
 @numba.njit(cache=True, nogil=True)
 def _drop(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k, at, removed, record):  # type: ignore[no-untyped-def]
     """Remove live block k (freed, or evicted at point ``at``); return the free block it joined,
-    (start, end), or (-1, -1) if it was not placed."""
+    (start, end), and the placed block below it (its owner), or (-1, -1, -1) if it was not
+    placed."""
     if record and blk[k, B_POINT] >= 0:
         removed[blk[k, B_POINT]] = at
     blk[k, B_LIVE] = 0
     tot[T_REQUESTED] -= blk[k, B_REQ]
     if blk[k, B_PLACED] == 0:
-        return -1, -1
+        return -1, -1, -1
+    p = blk[k, B_PREV]
+    q = blk[k, B_NEXT]
+    if p >= 0:
+        blk[p, B_NEXT] = q
+    else:
+        tot[T_HEAD] = q
+    if q >= 0:
+        blk[q, B_PREV] = p
     blk[k, B_PLACED] = 0
     _fenwick_add(bfen, k, -1)
     tot[T_NPLACED] -= 1
     tot[T_ALLOCATED] -= blk[k, B_SIZE]
     _set_gap(gap, share, leaves, tot, 2 * k + 1, 0, 0)
     s = seg_find(keys, seg, sfen, top, keys[k])
-    owner = _owner(keys, seg, sfen, blk, bfen, top, s, keys[k])
-    return _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, owner)
+    owner = _gap_owner(keys, s, p)
+    start, end = _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, owner, s)
+    return start, end, owner >> 1 if owner & 1 == 1 else -1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -388,20 +404,22 @@ def _placed_in(keys, blk, bfen, top, tot, start, end, out):  # type: ignore[no-u
     """Placed blocks overlapping [start, end), by address, into ``out``; return how many."""
     n = 0
     k = _last_at_most(bfen, _floor_slot(keys, start), top)
-    if k < 0 or keys[k] + blk[k, B_SIZE] <= start:
-        k = _first_at_least(bfen, k + 1 if k >= 0 else 0, top, tot[T_NPLACED])
+    if k < 0:
+        k = tot[T_HEAD]
+    elif keys[k] + blk[k, B_SIZE] <= start:
+        k = blk[k, B_NEXT]
     while k >= 0 and keys[k] < end:
         out[n] = k
         n += 1
-        k = _first_at_least(bfen, k + 1, top, tot[T_NPLACED])
+        k = blk[k, B_NEXT]
     return n
 
 
 @numba.njit(cache=True, nogil=True)
-def _block_size(keys, seg, sfen, blk, bfen, top, tot, s, x, requested, divisions, max_split, expandable_all):  # type: ignore[no-untyped-def]
-    """The block PyTorch carved: rounded, or the whole free block when it would not split."""
+def _block_size(keys, seg, s, x, fs, fe, requested, divisions, max_split, expandable_all):  # type: ignore[no-untyped-def]
+    """The block PyTorch carved from free block [fs, fe) (none: fe <= fs) of segment ``s``:
+    rounded, or the whole free block when it would not split."""
     rounded = round_size(requested, divisions)
-    fs, fe = free_span(keys, seg, sfen, blk, bfen, top, tot, x)
     if fe <= fs:
         return rounded
     available = fe - x
@@ -439,7 +457,7 @@ def replay_forward(  # type: ignore[no-untyped-def]
     for k in range(nk):
         if seg[k, S_ON] == 1:
             tot[T_RESERVED] += seg[k, S_END] - keys[k]
-            _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, 2 * k)
+            _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, 2 * k, k)
             if tot[T_LOW] < 0:
                 tot[T_LOW] = keys[k]
             tot[T_HIGH] = max(tot[T_HIGH], seg[k, S_END])
@@ -457,14 +475,14 @@ def replay_forward(  # type: ignore[no-untyped-def]
             if i + 1 < len(initial):
                 limit = min(limit, max(keys[initial[i + 1]], x))
             sz = max(min(sz, limit - x), 0)
-        fs, fe = free_span(keys, seg, sfen, blk, bfen, top, tot, x)
+        fs, fe, _ = free_span(keys, seg, blk, bfen, top, tot, s, x)
         placed = s >= 0 and sz > 0 and fe > fs and fe >= x + sz
         if not placed:
             tot[T_CONFLICTS] += 1
         blk[k, B_LIVE], blk[k, B_PLACED], blk[k, B_SIZE], blk[k, B_REQ], blk[k, B_POINT] = 1, 0, sz, rb[k, R_REQ], -1
         tot[T_REQUESTED] += rb[k, R_REQ]
         if placed:
-            _place(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k)
+            _place(keys, seg, blk, bfen, top, tot, gap, share, leaves, k, s)
     _track(tot)
     stack_point = np.empty(len(initial) + len(act) + 1, dtype=np.int64)
     stack_slot = np.empty(len(initial) + len(act) + 1, dtype=np.int64)
@@ -503,16 +521,16 @@ def replay_forward(  # type: ignore[no-untyped-def]
                 s = seg_find(keys, seg, sfen, top, x)
                 placed = False
                 if s >= 0:
+                    fs, fe, _ = free_span(keys, seg, blk, bfen, top, tot, s, x)
                     if sz < 0:
-                        sz = _block_size(keys, seg, sfen, blk, bfen, top, tot, s, x, size[j], divisions, max_split, expandable_all)
+                        sz = _block_size(keys, seg, s, x, fs, fe, size[j], divisions, max_split, expandable_all)
                     sz = max(min(sz, seg[s, S_END] - x), 1)
-                    fs, fe = free_span(keys, seg, sfen, blk, bfen, top, tot, x)
                     if fe <= fs or fe < x + sz:
                         overlap = True
                         n = _placed_in(keys, blk, bfen, top, tot, x, x + sz, scratch)
                         for q in range(n):
                             _drop(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, scratch[q], point, removed, record)
-                        fs, fe = free_span(keys, seg, sfen, blk, bfen, top, tot, x)
+                        fs, fe, _ = free_span(keys, seg, blk, bfen, top, tot, s, x)
                     placed = fe > fs and fe >= x + sz
                 if sz < 0:
                     sz = round_size(size[j], divisions)
@@ -522,7 +540,7 @@ def replay_forward(  # type: ignore[no-untyped-def]
                 blk[k, B_LIVE], blk[k, B_PLACED], blk[k, B_SIZE], blk[k, B_REQ], blk[k, B_POINT] = 1, 0, sz, size[j], point
                 tot[T_REQUESTED] += size[j]
                 if placed:
-                    _place(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k)
+                    _place(keys, seg, blk, bfen, top, tot, gap, share, leaves, k, s)
                 stack_point[depth], stack_slot[depth] = point, k
                 depth += 1
                 _emit(tot, gap, record, out_i64, out_flags, out_event, t, E_ALLOCATED, x, size[j], site[j], overlap, False, False, NO_BLOCK, NO_BLOCK, NO_BLOCK)
@@ -539,17 +557,17 @@ def replay_forward(  # type: ignore[no-untyped-def]
                     depth -= 1
                 freed = blk[k, B_POINT]
                 in_order = depth > 0 and stack_slot[depth - 1] == k and stack_point[depth - 1] == freed
-                gs, ge = _drop(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k, point, removed, record)
+                gs, ge, p = _drop(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, k, point, removed, record)
                 hole = False
                 left = NO_BLOCK
                 right = NO_BLOCK
-                if ge > gs:
+                if p >= 0 and ge > gs:
+                    # A hole: live blocks of the same segment bound the free block on both sides
+                    # (p, whose end opens it, and whatever live block starts where it ends).
                     base = seg_find(keys, seg, sfen, top, gs)
-                    if base >= 0 and gs > keys[base] and ge < seg[base, S_END]:
-                        # A hole: live blocks of the same segment bound the free block on both sides.
-                        p = _last_at_most(bfen, _floor_slot(keys, gs - 1), top)
+                    if ge < seg[base, S_END]:
                         r = np.searchsorted(keys, ge)
-                        if p >= 0 and keys[p] + blk[p, B_SIZE] == gs and r < nk and keys[r] == ge and blk[r, B_LIVE] == 1:
+                        if r < nk and keys[r] == ge and blk[r, B_LIVE] == 1:
                             hole = True
                             left = blk[p, B_POINT]
                             right = blk[r, B_POINT]
@@ -560,13 +578,13 @@ def replay_forward(  # type: ignore[no-untyped-def]
                 tot[T_RESERVED] += size[j]
                 if a == A_SEGMENT_ALLOC:
                     seg_add(seg, sfen, tot, k, end, stream[j], 1 if size[j] == SMALL_BUFFER else 0, 0, 0, x)
-                    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, 2 * k)
+                    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, 2 * k, k)
                 else:
-                    _, right = seg_map(keys, seg, sfen, top, tot, k, slot_e[j], x, end, stream[j])
+                    base, right = seg_map(keys, seg, sfen, top, tot, k, slot_e[j], x, end, stream[j])
                     if right >= 0:
                         _set_gap(gap, share, leaves, tot, 2 * right, 0, 0)
-                    s = seg_find(keys, seg, sfen, top, x)
-                    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, _owner(keys, seg, sfen, blk, bfen, top, s, x))
+                    p = _last_at_most(bfen, _floor_slot(keys, x), top)
+                    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, _gap_owner(keys, base, p), base)
                 tot[T_LOW] = x if tot[T_LOW] < 0 else min(tot[T_LOW], x)
                 tot[T_HIGH] = max(tot[T_HIGH], end)
             else:
@@ -586,14 +604,14 @@ def replay_forward(  # type: ignore[no-untyped-def]
                 old_end = seg[base, S_END]
                 if a == A_SEGMENT_FREE and (keys[base] != x or old_end != end):
                     tot[T_CONFLICTS] += 1
-                owner = _owner(keys, seg, sfen, blk, bfen, top, base, x)
+                owner = _gap_owner(keys, base, _last_at_most(bfen, _floor_slot(keys, x), top))
                 seg_unmap(keys, seg, sfen, top, tot, slot_e[j], x, end)
                 if keys[base] == x:
                     _set_gap(gap, share, leaves, tot, 2 * base, 0, 0)
                 else:
-                    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, owner)
+                    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, owner, base)
                 if end < old_end:
-                    _refresh(keys, seg, sfen, blk, bfen, top, tot, gap, share, leaves, 2 * slot_e[j])
+                    _refresh(keys, seg, blk, bfen, top, tot, gap, share, leaves, 2 * slot_e[j], slot_e[j])
                 tot[T_RESERVED] -= size[j]
             _emit(tot, gap, record, out_i64, out_flags, out_event, t, a, x, size[j], 0, False, False, False, NO_BLOCK, NO_BLOCK, NO_BLOCK)
         elif a == A_OOM:
