@@ -179,8 +179,11 @@ def load_plain_pickle(path: Path, progress: ProgressCallback | None = None) -> A
             )
         f.seek(0)
         total = os.fstat(f.fileno()).st_size
-        source: Any = f if progress is None else _Reporting(f, total, progress)
-        return _unpickle(path, source)
+        if progress is None:
+            return _unpickle(path, f)
+        data = _unpickle(path, _Reporting(f, total, progress))
+        progress("reading the snapshot", total, total)
+        return data
 
 
 class _Reporting(io.RawIOBase):

@@ -7,9 +7,11 @@ recognised cheaply, without walking its frames in Python:
 
 1. by identity — a list shared through the pickle memo is looked at once, however many entries
    name it (this is what defuses a 100,000-frame stack shared by 100,000 entries);
-2. then by content — lists are grouped by a hash of their length and the identities of five
-   of their frames, and each list is compared with its group's first list by ``==`` (C code
-   that passes over identical items); a list that differs is interned frame by frame.
+2. then by content — lists are grouped by a hash of their length and their middle frame's
+   identity, and each list is compared with its group's first list by ``==`` (C code that
+   passes over identical items); those that differ are grouped again, a few rounds, and what
+   is left is interned by its frames' identities. Lists that compare equal share a stack:
+   their frames hold equal values, so they name the same site.
 
 Only one list per distinct stack is walked, to render its site (``snapshot_reader.site_of``).
 An OOM entry's stack is kept whole (file, line, function per frame): a report may show it.
@@ -28,6 +30,7 @@ from nsysfrag.snapshot_limits import ExpansionLimit
 from nsysfrag.snapshot_reader import NO_STACK, describe, site_of
 
 NO_STACK_ID = 0
+ROUNDS = 4  # of grouping by content before the remaining lists are interned one by one
 Frame = tuple[str, str, str]  # file, line, function: as text, whatever the pickle held
 
 
@@ -76,29 +79,35 @@ class StackTable:
         if len(full) == 0:
             return out
         candidates = list(map(lists.__getitem__, full.tolist()))
-        # 2. By content: a group per (length, first, middle and last frame), checked with ==.
+        # 2. By content: groups by a hash of the length and the middle frame's identity; in
+        # each group the lists equal (==) to its first are that stack, the rest try again.
         n = len(full)
         size = lengths[full]
-        key = size.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-        for at in (size // 3, (2 * size) // 3):
-            frame_ids = np.fromiter(
-                map(id, map(operator.getitem, candidates, at.tolist())), dtype=np.int64, count=n
-            ).view(np.uint64)
-            key = (key ^ frame_ids) * np.uint64(0xBF58476D1CE4E5B9)  # wraps: a hash, not a value
-            key ^= key >> np.uint64(31)
-        _, leader, group = np.unique(key, return_index=True, return_inverse=True)
-        leaders = [candidates[i] for i in leader.tolist()]
-        leader_ids = np.asarray([self._stack_id(f) for f in leaders], dtype=np.int64)
-        ids = leader_ids[group]
-        try:
-            same = np.fromiter(
-                map(operator.eq, candidates, map(leaders.__getitem__, group.tolist())),
-                dtype=np.bool_,
-                count=len(candidates),
-            )
-        except (RecursionError, TypeError, ValueError, MemoryError):
-            same = np.zeros(len(candidates), dtype=np.bool_)  # compare each one by its frames
-        for k in np.flatnonzero(~same).tolist():
+        middle = np.fromiter(
+            map(id, map(operator.getitem, candidates, (size // 2).tolist())), np.int64, count=n
+        ).view(np.uint64)
+        key = (size.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) ^ middle  # wraps: a hash
+        ids = np.full(n, NO_STACK_ID, dtype=np.int64)
+        pending = np.arange(n)
+        for _ in range(ROUNDS):
+            _, leader, group = np.unique(key[pending], return_index=True, return_inverse=True)
+            group = group.reshape(-1)
+            leaders = [candidates[i] for i in pending[leader].tolist()]
+            leader_ids = np.asarray([self._stack_id(f) for f in leaders], dtype=np.int64)
+            members = map(candidates.__getitem__, pending.tolist())
+            try:
+                same = np.fromiter(
+                    map(operator.eq, members, map(leaders.__getitem__, group.tolist())),
+                    dtype=np.bool_,
+                    count=len(pending),
+                )
+            except (RecursionError, TypeError, ValueError, MemoryError):
+                break  # frames that do not compare: each list by its frames' identities
+            ids[pending[same]] = leader_ids[group[same]]
+            pending = pending[~same]
+            if len(pending) == 0:
+                break
+        for k in pending.tolist():
             ids[k] = self._stack_id(candidates[k])
         out[full] = ids
         return out
