@@ -91,7 +91,9 @@ def replay_rate(path: Path, runs: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--runs", type=int, default=1, help="runs per measurement (median)")
     args = parser.parse_args()
@@ -103,15 +105,24 @@ def main() -> None:
     for n in args.sizes:
         need = NEEDS_AVAILABLE_GIB.get(n, 0)
         if available_gib() < need:
-            rows.append((f"{n:,} entries", f"not run: {available_gib():.1f} GiB available, needs {need}"))
+            rows.append(
+                (f"{n:,} entries", f"not run: {available_gib():.1f} GiB available, needs {need}")
+            )
             continue
         path = big_snapshot(n)
         load_s, load_rss = pickle_load(path, args.runs)
         run_s, run_rss = analyze(path, args.runs)
         rate, entries = replay_rate(path, max(args.runs, 3)) if n <= 1_000_000 else (0.0, n)
         rows.append((f"{n:,} entries, {path.stat().st_size / 1e6:,.0f} MB pickle", ""))
-        rows.append(("  pickle.load (process)", f"{load_s:.2f} s, {load_rss / 2**20:,.0f} MiB peak RSS"))
-        rows.append(("  nsysfrag analyze --json --html", f"{run_s:.2f} s, {run_rss / 2**20:,.0f} MiB peak RSS"))
+        rows.append(
+            ("  pickle.load (process)", f"{load_s:.2f} s, {load_rss / 2**20:,.0f} MiB peak RSS")
+        )
+        rows.append(
+            (
+                "  nsysfrag analyze --json --html",
+                f"{run_s:.2f} s, {run_rss / 2**20:,.0f} MiB peak RSS",
+            )
+        )
         rows.append(("  ratio", f"{run_s / load_s:.2f}x time, {run_rss / load_rss:.2f}x RSS"))
         if rate:
             rows.append(("  replay alone", f"{rate / 1e6:.2f} M entries/s"))

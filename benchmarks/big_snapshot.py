@@ -58,7 +58,9 @@ class DeepStacks:
         self.rng = random.Random(seed)
         self.frames: dict[tuple[str, str, int], dict[str, Any]] = {}
         self.sites: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        self.aten = [self._frame(f"at::native::op_{k}(at::Tensor const&)", "??", 0) for k in range(600)]
+        self.aten = [
+            self._frame(f"at::native::op_{k}(at::Tensor const&)", "??", 0) for k in range(600)
+        ]
         self.alloc = [
             self._frame("torch::unwind::unwind()", "??", 0),
             self._frame("torch::CapturedTraceback::gather(bool, bool, bool)", "??", 0),
@@ -70,9 +72,13 @@ class DeepStacks:
             self._frame("at::detail::empty_generic(c10::ArrayRef<long>, c10::Allocator*)", "??", 0),
             self._frame("at::detail::empty_cuda(c10::ArrayRef<long>, c10::TensorOptions const&)", "??", 0),
         ]  # fmt: skip
-        self.eval = self._frame("_PyEval_EvalFrameDefault", "/usr/local/src/conda/python-3.11.9/Python/ceval.c", 5140)
+        self.eval = self._frame(
+            "_PyEval_EvalFrameDefault", "/usr/local/src/conda/python-3.11.9/Python/ceval.c", 5140
+        )
         self.tail = [
-            self._frame("PyEval_EvalCode", "/usr/local/src/conda/python-3.11.9/Python/ceval.c", 1148),
+            self._frame(
+                "PyEval_EvalCode", "/usr/local/src/conda/python-3.11.9/Python/ceval.c", 1148
+            ),
             self._frame("Py_RunMain", "/usr/local/src/conda/python-3.11.9/Modules/main.c", 694),
             self._frame("__libc_start_main", "??", 0),
             self._frame("_start", "??", 0),
@@ -92,10 +98,17 @@ class DeepStacks:
             rng = self.rng
             frames = list(self.alloc) + rng.sample(self.aten, rng.randint(8, 18))
             torch = [
-                (f"/opt/conda/lib/python3.11/site-packages/torch/nn/modules/mod{k}.py", 100 + k, "forward")
+                (
+                    f"/opt/conda/lib/python3.11/site-packages/torch/nn/modules/mod{k}.py",
+                    100 + k,
+                    "forward",
+                )
                 for k in range(torch_depth)
             ]
-            for filename, line, name in [*torch, *((f"/workspace/gpt/{f}", ln, n) for f, ln, n in calls)]:
+            for filename, line, name in [
+                *torch,
+                *((f"/workspace/gpt/{f}", ln, n) for f, ln, n in calls),
+            ]:
                 frames.append(self._frame(name, filename, line))
                 frames.append(self.eval)
             frames.extend(self.tail)
@@ -141,7 +154,9 @@ def _training_cycle(seed: int = 13) -> tuple[list[dict[str, Any]], list[dict[str
 
     def step(seq: int) -> None:
         act = batch * seq * h * 2
-        tokens = a.malloc(batch * seq * 8, st.py(("train.py", 58, "train_step"), ("train.py", 97, "main")))
+        tokens = a.malloc(
+            batch * seq * 8, st.py(("train.py", 58, "train_step"), ("train.py", 97, "main"))
+        )
         x = a.malloc(act, st.py(("model.py", 190, "forward"), ("train.py", 61, "train_step")))
         a.free(tokens, side_stream=True)
         saved = []
@@ -155,7 +170,10 @@ def _training_cycle(seed: int = 13) -> tuple[list[dict[str, Any]], list[dict[str
             a.free(x2)
             x = x3
             a.tick(900 + 100 * i)
-        logits = a.malloc(batch * seq * vocab * 2, st.py(("model.py", 201, "forward"), ("train.py", 61, "train_step")))
+        logits = a.malloc(
+            batch * seq * vocab * 2,
+            st.py(("model.py", 201, "forward"), ("train.py", 61, "train_step")),
+        )
         g_logits = a.malloc(batch * seq * vocab * 2, st.autograd("LogSoftmaxBackward0"))
         a.free(logits)
         g_x = a.malloc(act, st.autograd("MmBackward0"))
@@ -196,7 +214,11 @@ def _training_cycle(seed: int = 13) -> tuple[list[dict[str, Any]], list[dict[str
         a.tick(30_000)
 
     def state() -> tuple[Any, ...]:
-        blocks = tuple(sorted((b.address, b.size, b.allocated, b.pending, b.requested) for b in a.blocks.values()))
+        blocks = tuple(
+            sorted(
+                (b.address, b.size, b.allocated, b.pending, b.requested) for b in a.blocks.values()
+            )
+        )
         return blocks, tuple(sorted(a.segments.items())), tuple(b.address for b in a.pending)
 
     seen: list[tuple[tuple[Any, ...], int, int]] = []
@@ -269,7 +291,14 @@ class _Writer:
             if key in self.memo:
                 return self._get(self.memo[key])
             data = o.encode("utf-8")
-            w((b"\x8c" + bytes([len(data)]) if len(data) < 256 else b"X" + struct.pack("<I", len(data))) + data)
+            w(
+                (
+                    b"\x8c" + bytes([len(data)])
+                    if len(data) < 256
+                    else b"X" + struct.pack("<I", len(data))
+                )
+                + data
+            )
             self._memoize(key)
         elif isinstance(o, tuple):
             if not o:

@@ -9,7 +9,6 @@ DeviceReplay` the pure-Python replay returns, so the two can be compared column 
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,23 +16,44 @@ import numpy.typing as npt
 
 from nsysfrag.events import I64, ProgressCallback
 from nsysfrag.segments_kernel import (
-    B_LIVE,
-    B_PLACED,
-    B_SIZE,
-    BLOCK_COLUMNS,
-    N_TOTALS,
+    F_HOLE,
+    F_OUT_OF_ORDER,
+    F_OVERLAP,
+    O_ADDRESS,
+    O_ALLOCATED,
+    O_BLOCKS,
+    O_BYTES,
+    O_FREE,
+    O_FREED,
+    O_LARGEST,
+    O_LEFT,
+    O_LIVE,
+    O_RELEASABLE,
+    O_REMOVED,
+    O_RESERVED,
+    O_RIGHT,
+    O_SITE,
+    O_TIME,
+    OUTPUT_ROWS,
     R_ON,
     R_REQ,
     R_SITE,
     R_SIZE,
+    rebuild_window,
+    replay_forward,
+)
+from nsysfrag.segments_layout import (
+    B_LIVE,
+    B_PLACED,
+    B_SIZE,
     S_END,
     S_EXP,
     S_ON,
     S_SMALL,
     S_STREAM,
     T_CONFLICTS,
-    T_HEAD,
     T_HIGH,
+    T_LEAVES,
     T_LOW,
     T_MAX_ALLOCATED,
     T_MAX_REQUESTED,
@@ -41,12 +61,11 @@ from nsysfrag.segments_kernel import (
     T_NSEG,
     T_PEAK_ALLOC,
     T_PEAK_REQ,
-    rebuild_window,
-    replay_forward,
+    new_layout,
 )
 from nsysfrag.segments_model import (
-    FreeBlocks,
     DeviceReplay,
+    FreeBlocks,
     OomEvent,
     _final_segments,
 )
@@ -68,7 +87,10 @@ from nsysfrag.snapshot_reader import NO_STACK
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
 _NO_ADDRESS = np.array([OOM, SNAPSHOT], np.int8)
-_EMPTY = TraceColumns(*(np.zeros(0, dtype=t) for t in (np.int8, *[np.int64] * 7)), ())  # type: ignore[arg-type]
+_NONE = np.zeros(0, dtype=np.int64)
+_EMPTY = TraceColumns(
+    np.zeros(0, dtype=np.int8), _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, ()
+)
 
 
 @dataclass(frozen=True)
@@ -84,7 +106,9 @@ class WindowStart:
     block_size: I64  # -1 where only the final state could have said (it was freed in the window)
     block_requested: I64
     block_site: I64  # code into SnapshotColumns.site_names (+ the names of final blocks' sites)
-    known_size: I64  # per trace entry: the size of an alloc's block where the final state has it, else -1
+    known_size: (
+        I64  # per trace entry: the size of an alloc's block where the final state has it, else -1
+    )
     conflicts: int  # entries the final state contradicts
 
 
@@ -108,14 +132,20 @@ class _Device:
             trace.address[is_segment] + trace.size[is_segment],
         ]))  # fmt: skip
         self.slot_a = np.searchsorted(self.keys, trace.address)
-        self.slot_e = np.where(is_segment, np.searchsorted(self.keys, trace.address + trace.size), 0)
+        self.slot_e = np.where(
+            is_segment, np.searchsorted(self.keys, trace.address + trace.size), 0
+        )
         self.site = columns.stack_site[trace.stack]
         self.f_slot = np.searchsorted(self.keys, [s.address for s in self.final]).astype(np.int64)
         self.f_end = np.asarray([s.address + s.size for s in self.final], dtype=np.int64)
         self.f_stream = np.asarray([s.stream for s in self.final], dtype=np.int64)
-        self.f_small = np.asarray([-1 if s.small_pool is None else int(s.small_pool) for s in self.final], dtype=np.int64)
+        self.f_small = np.asarray(
+            [-1 if s.small_pool is None else int(s.small_pool) for s in self.final], dtype=np.int64
+        )
         self.f_exp = np.asarray([int(s.expandable) for s in self.final], dtype=np.int64)
-        self.b_seg = np.asarray([i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64)
+        self.b_seg = np.asarray(
+            [i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64
+        )
         self.b_slot = np.searchsorted(self.keys, [b.address for b in blocks]).astype(np.int64)
         self.b_size = np.asarray([b.size for b in blocks], dtype=np.int64)
         self.b_req = np.asarray([b.requested_bytes for b in blocks], dtype=np.int64)
@@ -125,20 +155,21 @@ class _Device:
                 names.append(b.site)
         self.b_site = np.asarray([codes[b.site] for b in blocks], dtype=np.int64)
         # The window's start.
-        k = len(self.keys)
-        self.seg = np.zeros((k, 7), dtype=np.int64)
-        self.sfen = np.zeros(k + 1, dtype=np.int64)
-        self.rb = np.zeros((k, 4), dtype=np.int64)
+        self.layout = new_layout(self.keys)
+        _, self.seg, _, self.blk, _, self.gap, _, self.tot = self.layout
+        self.rb = np.zeros((len(self.keys), 4), dtype=np.int64)
         self.known = np.full(len(act), -1, dtype=np.int64)
-        self.tot = np.zeros(N_TOTALS, dtype=np.int64)
-        self.tot[T_LOW] = -1
-        self.tot[T_HEAD] = -1
-        self.initial = rebuild_window(
-            self.keys, act, self.slot_a, self.slot_e, trace.address, trace.size, trace.stream,
-            self.site, self.f_slot, self.f_end, self.f_stream, self.f_small, self.f_exp,
-            self.b_seg, self.b_slot, self.b_size, self.b_req, self.b_site,
-            self.seg, self.sfen, self.rb, self.known, self.tot,
+        self.entries = (
+            act, self.slot_a, self.slot_e, trace.address, trace.size, trace.stream, self.site,
         )  # fmt: skip
+        self.initial = rebuild_window(
+            self.layout,
+            self.entries,
+            (self.f_slot, self.f_end, self.f_stream, self.f_small, self.f_exp),
+            (self.b_seg, self.b_slot, self.b_size, self.b_req, self.b_site),
+            self.rb,
+            self.known,
+        )
 
     def window_start(self) -> WindowStart:
         on = np.flatnonzero(self.seg[:, S_ON] == 1)
@@ -197,31 +228,22 @@ class _Device:
             n_points = int(self.tot[T_NSEG])
         record = stop < 0
         width = n_points if record else 0
-        out_i64 = np.zeros((15, width), dtype=np.int64)
-        out_i64[14] = -1
+        out_i64 = np.zeros((OUTPUT_ROWS, width), dtype=np.int64)
+        out_i64[O_REMOVED] = -1
         out_flags = np.zeros((3, width), dtype=np.bool_)
         out_event = np.zeros(width, dtype=np.int8)
         ooms = np.zeros((5, int((act == OOM).sum()) if record else 0), dtype=np.int64)
-        k = len(self.keys)
-        leaves = 1
-        while leaves < 2 * k:
-            leaves *= 2
-        self.blk = np.zeros((k, BLOCK_COLUMNS), dtype=np.int64)
-        self.gap = np.zeros(2 * leaves, dtype=np.int64)
-        share = np.zeros(leaves, dtype=np.int64)
-        divisions = np.zeros(16, dtype=np.int64)
-        for key, count in self.columns.roundup_power2_divisions.items():
-            if key & (key - 1) == 0 and key <= 1 << 15:
-                divisions[key.bit_length() - 1] = count
-        max_split = self.columns.max_split_size or -1
-        shown = np.zeros(1, dtype=np.int64)
-        args = (
-            self.keys, act, self.slot_a, self.slot_e, self.trace.address, self.trace.size,
-            self.trace.stream, self.site, self.known, fold, t_ns, t0, has_points, divisions,
-            max_split, self.columns.expandable_segments, self.seg, self.sfen, self.rb, self.blk,
-            np.zeros(k + 1, dtype=np.int64), self.gap, share, self.tot, stop, record, out_i64,
-            out_flags, out_event, ooms, shown,
+        rules = np.zeros(6 + 16, dtype=np.int64)
+        rules[:6] = (
+            t0, has_points, self.columns.max_split_size or -1,
+            self.columns.expandable_segments, stop, record,
         )  # fmt: skip
+        for key, count in self.columns.roundup_power2_divisions.items():
+            if key & (key - 1) == 0 and key <= 1 << 15:  # the start of interval i is 2**i MiB
+                rules[6 + key.bit_length() - 1] = count
+        shown = np.zeros(1, dtype=np.int64)
+        out = (out_i64, out_flags, out_event)
+        args = (self.layout, self.entries, self.known, fold, t_ns, self.rb, rules, out, ooms, shown)
         result = _run_reporting(args, progress, shown, len(act))
         self.initial_reserved = int(result[1])
         self.timestamps = timestamps
@@ -229,7 +251,7 @@ class _Device:
 
     def free_blocks(self) -> FreeBlocks:
         """The free blocks where ``run(stop=…)`` left the layout."""
-        leaves = len(self.gap) // 2
+        leaves = int(self.tot[T_LEAVES])
         gaps = self.gap[leaves : leaves + 2 * len(self.keys)]
         sizes = gaps[gaps > 0]
         opening = gaps[0::2]
@@ -248,7 +270,9 @@ class _Device:
             else:
                 got_ranges.append((start, end))
         placed = np.flatnonzero((self.blk[:, B_LIVE] == 1) & (self.blk[:, B_PLACED] == 1))
-        got_blocks = set(zip(self.keys[placed].tolist(), self.blk[placed, B_SIZE].tolist(), strict=True))
+        got_blocks = set(
+            zip(self.keys[placed].tolist(), self.blk[placed, B_SIZE].tolist(), strict=True)
+        )
         want_blocks = {(a, b.size) for a, b in final_blocks.items()}
         return len(set(final_segs.ranges()) ^ set(got_ranges)) + len(want_blocks ^ got_blocks)
 
@@ -277,7 +301,7 @@ def replay_device(
     """Replay one device's trace from the window's start, compiled."""
     d = _Device(columns, device)
     out_i64, out_flags, out_event, ooms, t_ns = d.run(progress=progress)
-    site, site_names = _local_sites(out_i64[10], out_event, d.site_names)
+    site, site_names = _local_sites(out_i64[O_SITE], out_event, d.site_names)
     trace = d.trace
     tot = d.tot
     oom_events = []
@@ -297,24 +321,24 @@ def replay_device(
         ))  # fmt: skip
     low = int(tot[T_LOW]) if tot[T_LOW] >= 0 else 0
     return DeviceReplay(
-        time_ns=out_i64[0],
+        time_ns=out_i64[O_TIME],
         event=out_event,
-        address=out_i64[1].view(np.uint64),
-        bytes=out_i64[2],
-        free_bytes=out_i64[3],
-        largest_free_bytes=out_i64[4],
-        free_blocks=out_i64[5],
-        live_bytes=out_i64[6],
-        reserved_bytes=out_i64[7],
-        allocated_bytes=out_i64[8],
-        releasable_bytes=out_i64[9],
-        out_of_order=out_flags[1],
-        hole=out_flags[2],
-        freed_alloc=out_i64[11],
-        pin_left=out_i64[12],
-        pin_right=out_i64[13],
-        removed_at=out_i64[14],
-        overlap=out_flags[0],
+        address=out_i64[O_ADDRESS].view(np.uint64),
+        bytes=out_i64[O_BYTES],
+        free_bytes=out_i64[O_FREE],
+        largest_free_bytes=out_i64[O_LARGEST],
+        free_blocks=out_i64[O_BLOCKS],
+        live_bytes=out_i64[O_LIVE],
+        reserved_bytes=out_i64[O_RESERVED],
+        allocated_bytes=out_i64[O_ALLOCATED],
+        releasable_bytes=out_i64[O_RELEASABLE],
+        out_of_order=out_flags[F_OUT_OF_ORDER],
+        hole=out_flags[F_HOLE],
+        freed_alloc=out_i64[O_FREED],
+        pin_left=out_i64[O_LEFT],
+        pin_right=out_i64[O_RIGHT],
+        removed_at=out_i64[O_REMOVED],
+        overlap=out_flags[F_OVERLAP],
         site=site,
         site_names=site_names,
         initial_blocks=d.initial,
@@ -358,8 +382,6 @@ def window_start(columns: SnapshotColumns, device: int) -> WindowStart:
 
 def warm_up() -> None:
     """Load the compiled kernels (from numba's cache) now rather than on the first replay."""
-    started = time.perf_counter()
     from nsysfrag.snapshot_columns import snapshot_columns
 
     replay_device(snapshot_columns({"segments": [], "device_traces": [[]]}, "warm-up"), 0)
-    del started

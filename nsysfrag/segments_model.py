@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -148,7 +148,8 @@ class SegmentSet:
             base = left
         else:
             base = start
-            self.add(start, _Seg(end, stream, None, True, expandable_page(None, end - start), start))
+            page = expandable_page(None, end - start)
+            self.add(start, _Seg(end, stream, None, True, page, start))
         right = self.seg.get(end)
         if right is not None and self._joins(end, stream):
             self.seg[base].end = self.remove(end).end
@@ -164,9 +165,9 @@ class SegmentSet:
             return False
         seg = self.remove(base)
         if base < start:
-            self.add(base, _Seg(start, seg.stream, seg.small_pool, seg.expandable, seg.page, seg.origin))
+            self.add(base, replace(seg, end=start))
         if end < seg.end:
-            self.add(end, _Seg(seg.end, seg.stream, seg.small_pool, seg.expandable, seg.page, seg.origin))
+            self.add(end, replace(seg))
         return True
 
     def ranges(self) -> list[tuple[int, int]]:
@@ -209,7 +210,8 @@ def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, 
         if s.size <= 0 or segs.overlaps(s.address, s.address + s.size):
             continue
         page = expandable_page(s.small_pool, s.size) if s.expandable else 0
-        segs.add(s.address, _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable, page, s.address))
+        seg = _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable, page, s.address)
+        segs.add(s.address, seg)
         for b in s.blocks:
             blocks[b.address] = _Recreated(b.size, b.requested_bytes, b.pending_free, b.site)
     return segs, blocks

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from nsysfrag import segments_compiled
 from nsysfrag.analysis import (
     DEFAULT_GRANULARITY,
     Analysis,
@@ -29,7 +30,6 @@ from nsysfrag.analysis import (
     hotspots_of,
     state_after,
 )
-from nsysfrag import segments_compiled
 from nsysfrag.errors import InputError
 from nsysfrag.events import ProgressCallback
 from nsysfrag.metrics import (

@@ -33,12 +33,12 @@ from nsysfrag.snapshot_reader import (
     SITE_ACTIONS,
     BadField,
     Segment,
+    _max_split_size,
+    _str_or_none,
     entry_fields,
     load_plain_pickle,
     paused_gc,
     snapshot_parts,
-    _max_split_size,
-    _str_or_none,
 )
 from nsysfrag.snapshot_stacks import Frame, StackTable, frames_of
 
@@ -184,7 +184,9 @@ class _TraceReader:
                 if chunk is None:
                     chunk = self._careful_chunk(part, device, start)
             except BadField as err:
-                raise InputError(f"{self.path}: not a usable PyTorch memory snapshot: {err}") from None
+                raise InputError(
+                    f"{self.path}: not a usable PyTorch memory snapshot: {err}"
+                ) from None
             chunks.append((chunk, self.stacks.intern(chunk.frames)))
             self.done += len(part)
             if self.progress is not None:
@@ -228,10 +230,9 @@ def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
     if set(map(type, part)) != {dict}:
         return None
     get = dict.get
+    code_of: Any = ACTION_CODES.get
     try:
-        codes = np.fromiter(
-            map(ACTION_CODES.get, map(get, part, repeat("action")), repeat(-1)), np.int8, n
-        )
+        codes = np.fromiter(map(code_of, map(get, part, repeat("action")), repeat(-1)), np.int8, n)
     except TypeError:  # an unhashable action
         return None
     if (codes < 0).any():
@@ -245,13 +246,16 @@ def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
     stream = _int_column(list(map(get, part, repeat("stream"), repeat(0))), -INT64, INT64)
     times = list(map(get, part, repeat("time_us")))
     types = set(map(type, times))
+    time_us: I64 | None
     if types == {type(None)}:
         time_us = np.full(n, NO_TIME, dtype=np.int64)
     else:
         if type(None) in types:
             times = [NO_TIME if t is None else t for t in times]
             types.discard(type(None))
-        time_us = _int_column(times, -MAX_TIME_US, MAX_TIME_US, allow=NO_TIME) if types == {int} else None
+        time_us = (
+            _int_column(times, -MAX_TIME_US, MAX_TIME_US, allow=NO_TIME) if types == {int} else None
+        )
     if address is None or size is None or stream is None or time_us is None:
         return None
     keeps_stack = np.isin(codes, _SITE_CODES)

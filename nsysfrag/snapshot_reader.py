@@ -345,7 +345,9 @@ def snapshot_parts(data: Any, path: str, file_bytes: int | None) -> SnapshotPart
 def _blocks_in(raw_segments: list[Any]) -> int:
     """Segments plus their blocks, counted without walking the blocks."""
     return len(raw_segments) + sum(
-        len(s["blocks"]) for s in raw_segments if isinstance(s, dict) and isinstance(s.get("blocks"), list)
+        len(s["blocks"])
+        for s in raw_segments
+        if isinstance(s, dict) and isinstance(s.get("blocks"), list)
     )
 
 
@@ -465,7 +467,8 @@ def entry_fields(entry: object, device: int, index: int) -> tuple[Any, ...] | st
     if not _is_int(stream):
         stream = 0
     elif not -INT64 <= stream < INT64:
-        raise BadField(f"device_traces[{device}][{index}].stream", f"is {describe(stream)}, not a CUDA stream")
+        where = f"device_traces[{device}][{index}].stream"
+        raise BadField(where, f"is {describe(stream)}, not a CUDA stream")
     time_us = entry.get("time_us")
     if not _is_int(time_us):
         time_us = None
@@ -477,7 +480,8 @@ def entry_fields(entry: object, device: int, index: int) -> tuple[Any, ...] | st
     device_free = None
     if action == "oom" and _is_int(free := entry.get("device_free")):
         if not 0 <= free < MAX_INT:
-            raise BadField(f"device_traces[{device}][{index}].device_free", f"is {describe(free)}, not a byte count")
+            where = f"device_traces[{device}][{index}].device_free"
+            raise BadField(where, f"is {describe(free)}, not a byte count")
         device_free = int(free)
     frames = entry.get("frames") if action in SITE_ACTIONS else None
     return action, int(address), int(size), int(stream), time_us, device_free, frames
@@ -594,7 +598,8 @@ def describe(value: object) -> str:
     """A value for a one-line message: short strings and integers as they are, anything else
     (a 5,000-digit integer, a 100,000-deep list) by its kind, never by a full repr."""
     if _is_int(value):
-        return str(value) if -(10**20) < value < 10**20 else f"an integer of {value.bit_length()} bits"
+        small = -(10**20) < value < 10**20
+        return str(value) if small else f"an integer of {value.bit_length()} bits"
     if isinstance(value, str):
         return repr(value if len(value) <= 40 else value[:40] + "…")
     if value is None or isinstance(value, (bool, float)):
@@ -636,12 +641,13 @@ def _divisions(value: object) -> tuple[dict[int, int], list[str]]:
         out[key] = count
     if not ignored:
         return out, []
-    return out, [
+    warning = (
         f"allocator_settings.roundup_power2_divisions: ignored {len(ignored)} entr"
         f"{'y' if len(ignored) == 1 else 'ies'} that are not an interval start in MiB and a"
         f" division count ({', '.join(ignored[:3])}{', …' if len(ignored) > 3 else ''}); sizes"
         " in those intervals are rounded as without divisions"
-    ]
+    )
+    return out, [warning]
 
 
 def _small_int(value: object, limit: int) -> int | None:

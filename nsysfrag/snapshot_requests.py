@@ -133,7 +133,12 @@ def _requests(  # type: ignore[no-untyped-def]
             continue
         req_size[requests], req_stream[requests] = initial_size[i], initial_stream[i]
         live[initial_slot[i]] = requests
-        kind[events], request[events], time_ns[events], entry[events] = EVENT_ALLOC, requests, t0, -1
+        kind[events], request[events], time_ns[events], entry[events] = (
+            EVENT_ALLOC,
+            requests,
+            t0,
+            -1,
+        )
         events += 1
         requests += 1
     for j in range(len(action)):
@@ -142,22 +147,42 @@ def _requests(  # type: ignore[no-untyped-def]
         t = times[j]
         if (a == ALLOC or a == OOM) and size[j] > 0:
             if a == ALLOC and live[k] >= 0:  # its free went missing
-                kind[events], request[events], time_ns[events], entry[events] = EVENT_FREE, live[k], t, j
+                kind[events], request[events], time_ns[events], entry[events] = (
+                    EVENT_FREE,
+                    live[k],
+                    t,
+                    j,
+                )
                 events += 1
             req_size[requests], req_stream[requests] = size[j], stream[j]
-            kind[events], request[events], time_ns[events], entry[events] = EVENT_ALLOC, requests, t, j
+            kind[events], request[events], time_ns[events], entry[events] = (
+                EVENT_ALLOC,
+                requests,
+                t,
+                j,
+            )
             events += 1
             if a == ALLOC:
                 live[k] = requests
             else:  # the run could not place it: other policies try, and it lives no longer
-                kind[events], request[events], time_ns[events], entry[events] = EVENT_FREE, requests, t, j
+                kind[events], request[events], time_ns[events], entry[events] = (
+                    EVENT_FREE,
+                    requests,
+                    t,
+                    j,
+                )
                 events += 1
             requests += 1
         elif a == FREE_COMPLETED or a == FREE:
             if live[k] < 0:
                 unmatched += 1
             else:
-                kind[events], request[events], time_ns[events], entry[events] = EVENT_FREE, live[k], t, j
+                kind[events], request[events], time_ns[events], entry[events] = (
+                    EVENT_FREE,
+                    live[k],
+                    t,
+                    j,
+                )
                 events += 1
                 live[k] = -1
     return events, requests, unmatched

@@ -112,13 +112,20 @@ def snapshots(draw: st.DrawFn, corrupt: bool) -> dict[str, Any]:
     workload = draw(ops())
     capacity = draw(st.sampled_from([48 * MiB, 96 * MiB, 1 << 30]))
     expandable = draw(st.booleans())
-    snap = run_workload(workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400)))
+    snap = run_workload(
+        workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400))
+    )
     if draw(st.integers(0, 4)) == 0:
         other = run_workload(draw(ops()), expandable=not expandable, capacity=capacity,
                              keep=draw(st.integers(0, 400)), device=1)  # fmt: skip
         snap = merge(snap, other)
     if corrupt:
-        edits = draw(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 100)), max_size=6))
+        edits = draw(
+            st.lists(
+                st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 100)),
+                max_size=6,
+            )
+        )
         snap = perturb(snap, edits)
     return snap
 
@@ -174,7 +181,9 @@ def test_releasable_bytes_are_kept_as_defined(snap: dict[str, Any]) -> None:
     records = parse_snapshot(snap, "snapshot")
     for device in records.devices():
         replayer = segments_model._replayer(records, device)
-        checked = _CheckedReplayer(replayer.snapshot, replayer.final, replayer.trace, replayer.start)
+        checked = _CheckedReplayer(
+            replayer.snapshot, replayer.final, replayer.trace, replayer.start
+        )
         checked.run()
 
 
@@ -195,18 +204,46 @@ def test_releasable_counts_whole_free_segments_and_free_expandable_pages() -> No
     # THEN R is the free small segment, plus the expandable range's whole free 20 MiB pages:
     # [0, 20 MiB) and [40, 60 MiB); the 1 MiB before the block is part of a page in use
     assert r.releasable_bytes[-1] == 2 * MiB + 40 * MiB
-    assert segments_model.replay_device(parse_snapshot(snap, "s"), 0).releasable_bytes[-1] == 42 * MiB
+    assert (
+        segments_model.replay_device(parse_snapshot(snap, "s"), 0).releasable_bytes[-1] == 42 * MiB
+    )
 
 
-def _segment(address: int, size: int, blocks: list[tuple[int, int]], kind: str, expandable: bool) -> dict[str, Any]:
+def _segment(
+    address: int, size: int, blocks: list[tuple[int, int]], kind: str, expandable: bool
+) -> dict[str, Any]:
     out, at = [], address
     for start, n in blocks:
         if start > at:
-            out.append({"address": at, "size": start - at, "requested_size": 0, "state": "inactive", "frames": []})
-        out.append({"address": start, "size": n, "requested_size": n, "state": "active_allocated", "frames": []})
+            out.append(
+                {
+                    "address": at,
+                    "size": start - at,
+                    "requested_size": 0,
+                    "state": "inactive",
+                    "frames": [],
+                }
+            )
+        out.append(
+            {
+                "address": start,
+                "size": n,
+                "requested_size": n,
+                "state": "active_allocated",
+                "frames": [],
+            }
+        )
         at = start + n
     if at < address + size:
-        out.append({"address": at, "size": address + size - at, "requested_size": 0, "state": "inactive", "frames": []})
+        out.append(
+            {
+                "address": at,
+                "size": address + size - at,
+                "requested_size": 0,
+                "state": "inactive",
+                "frames": [],
+            }
+        )
     return {"device": 0, "address": address, "total_size": size, "stream": 0, "segment_type": kind,
             "is_expandable": expandable, "blocks": out}  # fmt: skip
 

@@ -48,7 +48,9 @@ def assert_same_entries(records: Snapshot, columns: SnapshotColumns) -> None:
         assert [columns.site(s) for s in col.stack.tolist()] == [e.site for e in trace]
         ooms = [e for e in trace if e.action == "oom"]
         assert col.oom_rows.tolist() == [i for i, e in enumerate(trace) if e.action == "oom"]
-        assert col.oom_device_free.tolist() == [-1 if e.device_free is None else e.device_free for e in ooms]
+        assert col.oom_device_free.tolist() == [
+            -1 if e.device_free is None else e.device_free for e in ooms
+        ]
 
 
 @pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name[:50])
@@ -58,21 +60,41 @@ def test_columns_hold_what_the_records_hold(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", INPUTS[:3], ids=lambda p: p.name[:50])
-def test_the_careful_path_gives_the_fast_paths_columns(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_careful_path_gives_the_fast_paths_columns(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     data = load_plain_pickle(path)
     fast = snapshot_columns(data, path.name)
     monkeypatch.setattr(sc, "_fast_chunk", lambda part, start: None)
     careful = snapshot_columns(data, path.name)
     for device, col in fast.traces.items():
         other = careful.traces[device]
-        for name in ("action", "address", "size", "stream", "time_us", "oom_rows", "oom_device_free"):
+        for name in (
+            "action",
+            "address",
+            "size",
+            "stream",
+            "time_us",
+            "oom_rows",
+            "oom_device_free",
+        ):
             assert np.array_equal(getattr(col, name), getattr(other, name)), name
-        assert [fast.site(s) for s in col.stack.tolist()] == [careful.site(s) for s in other.stack.tolist()]
+        assert [fast.site(s) for s in col.stack.tolist()] == [
+            careful.site(s) for s in other.stack.tolist()
+        ]
         assert col.oom_frames == other.oom_frames
 
 
 def _entry(action: str = "alloc", **extra: Any) -> dict[str, Any]:
-    return {"action": action, "addr": S, "size": 512, "stream": 0, "time_us": 5, "frames": [], **extra}
+    return {
+        "action": action,
+        "addr": S,
+        "size": 512,
+        "stream": 0,
+        "time_us": 5,
+        "frames": [],
+        **extra,
+    }
 
 
 @pytest.mark.parametrize(
@@ -103,7 +125,17 @@ def test_stacks_are_interned_by_identity_and_by_content() -> None:
     # Same length and the same middle frame as `shared`, but another site: a hash collision.
     collides = [cpp, user[0], user[1]][::-1]
     collides[1] = user[0]
-    frames = [shared, shared, list(shared), collides, [], None, "not a list", [user[2]], [user[3], cpp]]
+    frames = [
+        shared,
+        shared,
+        list(shared),
+        collides,
+        [],
+        None,
+        "not a list",
+        [user[2]],
+        [user[3], cpp],
+    ]
     table = StackTable(None)
     ids = table.intern(frames).tolist()
     assert ids[0] == ids[1] == ids[2]  # one list twice, and an equal list
@@ -114,7 +146,10 @@ def test_stacks_are_interned_by_identity_and_by_content() -> None:
 
 
 def test_a_failed_oom_keeps_its_whole_stack() -> None:
-    frames = [{"name": "malloc", "filename": "??", "line": 0}, {"name": "fwd", "filename": "/p/m.py", "line": 10**30}]
+    frames = [
+        {"name": "malloc", "filename": "??", "line": 0},
+        {"name": "fwd", "filename": "/p/m.py", "line": 10**30},
+    ]
     data = {"segments": [], "device_traces": [[_entry("oom", device_free=1 << 30, frames=frames)]]}
     (stack,) = snapshot_columns(data, "s").traces[0].oom_frames
     assert stack == (("??", "0", "malloc"), ("/p/m.py", "an integer of 100 bits", "fwd"))

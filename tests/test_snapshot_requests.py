@@ -39,7 +39,11 @@ def test_requests_from_columns_are_whatifs_request_streams(path: Path) -> None:
         names = tuple("default" if v == 0 else hex(v) for v in got.stream_values.tolist())
         assert names == want.stream_names
         warned = [w for w in by_device[device].warnings if "free(s) of blocks" in w]
-        assert warned == ([f"{got.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"] if got.unmatched_frees else [])
+        assert warned == (
+            [f"{got.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"]
+            if got.unmatched_frees
+            else []
+        )
         assert by_device[device].timestamps == got.timestamps
         want_peak = by_device[device].recorded_peak_reserved_bytes
         initial = int((got.window.segment_end - got.window.segment_start).sum())

@@ -51,12 +51,20 @@ class Opcodes:
         """A scalar, or a small container without shared parts, as pickle writes it."""
         if isinstance(v, str):
             data = v.encode()
-            self.out += b"\x8c" + bytes([len(data)]) + data if len(data) < 256 else b"X" + struct.pack("<I", len(data)) + data
+            self.out += (
+                b"\x8c" + bytes([len(data)]) + data
+                if len(data) < 256
+                else b"X" + struct.pack("<I", len(data)) + data
+            )
         elif isinstance(v, bool) or v is None:
             self.out += {True: b"\x88", False: b"\x89", None: b"N"}[v]
         elif isinstance(v, int):
             data = pickle.encode_long(v)
-            self.out += b"\x8a" + bytes([len(data)]) + data if len(data) < 256 else b"\x8b" + struct.pack("<I", len(data)) + data
+            self.out += (
+                b"\x8a" + bytes([len(data)]) + data
+                if len(data) < 256
+                else b"\x8b" + struct.pack("<I", len(data)) + data
+            )
         elif isinstance(v, dict):
             self.dict(v)
         elif isinstance(v, list):
@@ -128,12 +136,24 @@ def blocks_bomb(blocks: int = 10_000, segments: int = 10_000) -> bytes:
     p.empty_list()
     seg = p.empty_dict()
     p.mark()
-    for k, v in {"device": 0, "address": 0x7F00_0000_0000, "total_size": 2 << 20, "stream": 0}.items():
+    for k, v in {
+        "device": 0,
+        "address": 0x7F00_0000_0000,
+        "total_size": 2 << 20,
+        "stream": 0,
+    }.items():
         p.value(k)
         p.value(v)
     p.value("blocks")
     p.empty_list()
-    block = p.dict({"address": 0x7F00_0000_0000, "size": 512, "requested_size": 512, "state": "active_allocated"})
+    block = p.dict(
+        {
+            "address": 0x7F00_0000_0000,
+            "size": 512,
+            "requested_size": 512,
+            "state": "active_allocated",
+        }
+    )
     p.append()
     p.repeat_into_list(block, blocks - 1)
     p.setitems()
@@ -158,7 +178,13 @@ def shared_stack_bomb(entries: int = 100_000, frames: int = 100_000, python: boo
     trace = p.empty_list()
     entry = p.empty_dict()
     p.mark()
-    for k, v in {"action": "alloc", "addr": 0x7F00_0000_0000, "size": 512, "stream": 0, "time_us": 1}.items():
+    for k, v in {
+        "action": "alloc",
+        "addr": 0x7F00_0000_0000,
+        "size": 512,
+        "stream": 0,
+        "time_us": 1,
+    }.items():
         p.value(k)
         p.value(v)
     p.value("frames")

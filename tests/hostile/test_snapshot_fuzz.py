@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,11 @@ from tests.hostile.contract import run_nsysfrag
 from tests.hostile.pickles import with_deep_value
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_FUZZ_EXAMPLES", "6"))
-NAMES = ("training_snapshot.pickle", "inference_snapshot.pickle", "inference_expandable_snapshot.pickle")
+NAMES = (
+    "training_snapshot.pickle",
+    "inference_snapshot.pickle",
+    "inference_expandable_snapshot.pickle",
+)
 DEEP = object()  # stands for a 100,000-deep list, spliced into the pickle afterwards
 HOSTILE_VALUES = [
     None, True, False, -1, 0, 1, 2**31, 2**63, 2**70, -(2**70), 10**4999, 1.5, float("nan"),
@@ -39,12 +43,12 @@ settings_ = settings(
 )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sample_bytes(name: str) -> bytes:
     return (SAMPLES / name).read_bytes()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sample_data(name: str) -> Any:
     return load_plain_pickle(SAMPLES / name)
 
@@ -62,7 +66,9 @@ def _check(path: Path) -> None:
         max_size=6,
     ),
 )
-def test_byte_mutants_keep_the_contract(tmp_path: Path, name: str, edits: list[tuple[int, int, bytes]]) -> None:
+def test_byte_mutants_keep_the_contract(
+    tmp_path: Path, name: str, edits: list[tuple[int, int, bytes]]
+) -> None:
     data = bytearray(_sample_bytes(name))
     for kind, where, payload in edits:
         i = where % max(len(data), 1)
@@ -121,7 +127,11 @@ def _mutate(data: Any, path: list[int], action: int, value: Any) -> tuple[Any, A
     elif action == 1 and keys:
         node[keys[path[-1] % len(keys)]] = value
     elif isinstance(node, dict):
-        node[["action", "addr", "size", "frames", "state", "blocks", "time_us", "stream"][path[-1] % 8]] = value
+        node[
+            ["action", "addr", "size", "frames", "state", "blocks", "time_us", "stream"][
+                path[-1] % 8
+            ]
+        ] = value
     else:
         node.insert(path[-1] % (len(node) + 1), value)
     return root, deep_holder
@@ -129,7 +139,9 @@ def _mutate(data: Any, path: list[int], action: int, value: Any) -> tuple[Any, A
 
 @settings_
 @given(case=_structure_edits())
-def test_structure_mutants_keep_the_contract(tmp_path: Path, case: tuple[str, list[tuple[list[int], int, Any]]]) -> None:
+def test_structure_mutants_keep_the_contract(
+    tmp_path: Path, case: tuple[str, list[tuple[list[int], int, Any]]]
+) -> None:
     name, edits = case
     data = _sample_data(name)
     holder = None

@@ -30,11 +30,30 @@ def _write(tmp_path: Path, data: bytes, name: str = "hostile.pickle") -> Path:
 
 def _snapshot(**extra: Any) -> dict[str, Any]:
     """A valid small snapshot: one segment with one live block, its alloc in the trace."""
-    block = {"address": S, "size": MiB, "requested_size": MiB, "state": "active_allocated", "frames": []}
-    rest = {"address": S + MiB, "size": 19 * MiB, "requested_size": 0, "state": "inactive", "frames": []}
+    block = {
+        "address": S,
+        "size": MiB,
+        "requested_size": MiB,
+        "state": "active_allocated",
+        "frames": [],
+    }
+    rest = {
+        "address": S + MiB,
+        "size": 19 * MiB,
+        "requested_size": 0,
+        "state": "inactive",
+        "frames": [],
+    }
     seg = {"device": 0, "address": S, "total_size": 20 * MiB, "stream": 0, "segment_type": "large",
            "blocks": [block, rest]}  # fmt: skip
-    entry = {"action": "alloc", "addr": S, "size": MiB, "stream": 0, "time_us": 1_700_000_000_000_000, "frames": []}
+    entry = {
+        "action": "alloc",
+        "addr": S,
+        "size": MiB,
+        "stream": 0,
+        "time_us": 1_700_000_000_000_000,
+        "frames": [],
+    }
     return {"segments": [seg], "device_traces": [[entry]], **extra}
 
 
@@ -55,7 +74,9 @@ def test_a_2_mb_pickle_of_a_billion_trace_entries_is_refused(tmp_path: Path, com
 
 
 @pytest.mark.parametrize("command", ["analyze", "whatif"])
-def test_a_40_kb_pickle_of_a_hundred_million_blocks_is_refused(tmp_path: Path, command: str) -> None:
+def test_a_40_kb_pickle_of_a_hundred_million_blocks_is_refused(
+    tmp_path: Path, command: str
+) -> None:
     path = _write(tmp_path, blocks_bomb())
     assert path.stat().st_size < 50_000
     out = run_nsysfrag([command, path], inputs=[path])
@@ -91,14 +112,18 @@ def test_a_huge_stack_shared_by_every_entry_is_walked_once(tmp_path: Path, pytho
 
 def test_a_deep_list_as_a_block_state_is_one_line(tmp_path: Path) -> None:
     data = _snapshot()
-    path = _write(tmp_path, with_deep_value(data["segments"][0]["blocks"][0], "state", 100_000, data))
+    path = _write(
+        tmp_path, with_deep_value(data["segments"][0]["blocks"][0], "state", 100_000, data)
+    )
     out = _analyze(path)
     assert out.returncode == 2
     assert "segments[0].blocks[0].state is a list, not a block state" in out.stderr
 
 
 @pytest.mark.parametrize("key", ["frames", "name"])
-def test_a_deep_list_where_a_stack_or_frame_is_expected_is_ignored(tmp_path: Path, key: str) -> None:
+def test_a_deep_list_where_a_stack_or_frame_is_expected_is_ignored(
+    tmp_path: Path, key: str
+) -> None:
     data = _snapshot()
     entry = data["device_traces"][0][0]
     if key == "frames":
@@ -133,7 +158,9 @@ def test_integers_beyond_64_bits_name_the_field(tmp_path: Path, where: Any, fiel
 
 def test_an_oom_with_a_device_free_beyond_64_bits_names_the_field(tmp_path: Path) -> None:
     data = _snapshot()
-    data["device_traces"][0].append({"action": "oom", "device_free": 1 << 80, "size": MiB, "stream": 0})
+    data["device_traces"][0].append(
+        {"action": "oom", "device_free": 1 << 80, "size": MiB, "stream": 0}
+    )
     path = _write(tmp_path, pickle.dumps(data, protocol=4))
     out = _analyze(path)
     assert out.returncode == 2 and "device_traces[0][1].device_free" in out.stderr
@@ -165,7 +192,9 @@ def test_a_5000_digit_frame_line_and_a_deep_frame_name_are_rendered_safely(tmp_p
     data = _snapshot()
     frame = {"filename": "/home/me/model.py", "line": 10**4999, "name": "forward"}
     data["device_traces"][0][0]["frames"] = [frame]
-    data["device_traces"][0].append({"action": "oom", "device_free": MiB, "size": MiB, "stream": 0, "frames": [frame]})
+    data["device_traces"][0].append(
+        {"action": "oom", "device_free": MiB, "size": MiB, "stream": 0, "frames": [frame]}
+    )
     path = _write(tmp_path, pickle.dumps(data, protocol=4))
     out = _analyze(path)
     assert out.returncode == 0, out.stderr
