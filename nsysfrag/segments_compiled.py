@@ -112,8 +112,32 @@ class WindowStart:
     conflicts: int  # entries the final state contradicts
 
 
-class _Device:
-    """The kernel's inputs for one device, and its window's start once rebuilt."""
+@dataclass
+class _Run:
+    """The layout of one run of the kernels, from the window's start on."""
+
+    layout: tuple[np.ndarray, ...]
+    rb: I64  # the blocks live at the window's start, per slot
+    known: I64  # per entry: the size of an alloc's block where the final state has it
+    initial: int  # how many blocks are live at the window's start
+
+    @property
+    def seg(self) -> I64:
+        return self.layout[1]
+
+    @property
+    def blk(self) -> I64:
+        return self.layout[3]
+
+    @property
+    def tot(self) -> I64:
+        return self.layout[7]
+
+
+class CompiledDevice:
+    """One device of a snapshot, ready for the compiled kernels: every address ranked, the
+    entries' slots, times and folds, the final segments and blocks. Each query runs the
+    kernels afresh on these inputs (the window's start is rebuilt in one cheap pass)."""
 
     def __init__(self, columns: SnapshotColumns, device: int) -> None:
         self.columns = columns
@@ -125,70 +149,70 @@ class _Device:
         has_address = ~np.isin(act, _NO_ADDRESS)
         is_segment = np.isin(act, _SEGMENT_ACTIONS)
         blocks = [b for s in self.final for b in s.blocks]
-        self.keys = np.unique(np.concatenate([
+        keys = self.keys = np.unique(np.concatenate([
             np.fromiter((s.address for s in self.final), np.int64, len(self.final)),
             np.fromiter((b.address for b in blocks), np.int64, len(blocks)),
             trace.address[has_address],
             trace.address[is_segment] + trace.size[is_segment],
         ]))  # fmt: skip
-        self.slot_a = np.searchsorted(self.keys, trace.address)
-        self.slot_e = np.where(
-            is_segment, np.searchsorted(self.keys, trace.address + trace.size), 0
-        )
-        self.site = columns.stack_site[trace.stack]
-        self.f_slot = np.searchsorted(self.keys, [s.address for s in self.final]).astype(np.int64)
-        self.f_end = np.asarray([s.address + s.size for s in self.final], dtype=np.int64)
-        self.f_stream = np.asarray([s.stream for s in self.final], dtype=np.int64)
-        self.f_small = np.asarray(
-            [-1 if s.small_pool is None else int(s.small_pool) for s in self.final], dtype=np.int64
-        )
-        self.f_exp = np.asarray([int(s.expandable) for s in self.final], dtype=np.int64)
-        self.b_seg = np.asarray(
-            [i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64
-        )
-        self.b_slot = np.searchsorted(self.keys, [b.address for b in blocks]).astype(np.int64)
-        self.b_size = np.asarray([b.size for b in blocks], dtype=np.int64)
-        self.b_req = np.asarray([b.requested_bytes for b in blocks], dtype=np.int64)
+        slot_e = np.where(is_segment, np.searchsorted(keys, trace.address + trace.size), 0)
+        site = columns.stack_site[trace.stack]
+        self.entries = (
+            act, np.searchsorted(keys, trace.address), slot_e, trace.address, trace.size,
+            trace.stream, site,
+        )  # fmt: skip
+        self.final_segments = (
+            np.searchsorted(keys, [s.address for s in self.final]).astype(np.int64),
+            np.asarray([s.address + s.size for s in self.final], dtype=np.int64),
+            np.asarray([s.stream for s in self.final], dtype=np.int64),
+            np.asarray([-1 if s.small_pool is None else int(s.small_pool) for s in self.final],
+                       dtype=np.int64),
+            np.asarray([int(s.expandable) for s in self.final], dtype=np.int64),
+        )  # fmt: skip
         for b in blocks:
             if b.site not in codes:
                 codes[b.site] = len(names)
                 names.append(b.site)
-        self.b_site = np.asarray([codes[b.site] for b in blocks], dtype=np.int64)
-        # The window's start.
-        self.layout = new_layout(self.keys)
-        _, self.seg, _, self.blk, _, self.gap, _, self.tot = self.layout
-        self.rb = np.zeros((len(self.keys), 4), dtype=np.int64)
-        self.known = np.full(len(act), -1, dtype=np.int64)
-        self.entries = (
-            act, self.slot_a, self.slot_e, trace.address, trace.size, trace.stream, self.site,
-        )  # fmt: skip
-        self.initial = rebuild_window(
-            self.layout,
-            self.entries,
-            (self.f_slot, self.f_end, self.f_stream, self.f_small, self.f_exp),
-            (self.b_seg, self.b_slot, self.b_size, self.b_req, self.b_site),
-            self.rb,
-            self.known,
+        self.final_blocks = (
+            np.asarray([i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64),
+            np.searchsorted(keys, [b.address for b in blocks]).astype(np.int64),
+            np.asarray([b.size for b in blocks], dtype=np.int64),
+            np.asarray([b.requested_bytes for b in blocks], dtype=np.int64),
+            np.asarray([codes[b.site] for b in blocks], dtype=np.int64),
         )
+        self.fold = self._folded()
+        self.t_ns, self.timestamps = self._times()
+
+    def _rebuild(self) -> _Run:
+        """A fresh layout, at the window's start."""
+        layout = new_layout(self.keys)
+        rb = np.zeros((len(self.keys), 4), dtype=np.int64)
+        known = np.full(len(self.trace), -1, dtype=np.int64)
+        initial = rebuild_window(
+            layout, self.entries, self.final_segments, self.final_blocks, rb, known
+        )
+        return _Run(layout, rb, known, int(initial))
 
     def window_start(self) -> WindowStart:
-        on = np.flatnonzero(self.seg[:, S_ON] == 1)
-        live = np.flatnonzero(self.rb[:, R_ON] == 1)
+        run = self._rebuild()
+        seg, rb = run.seg, run.rb
+        on = np.flatnonzero(seg[:, S_ON] == 1)
+        live = np.flatnonzero(rb[:, R_ON] == 1)
         return WindowStart(
             segment_start=self.keys[on],
-            segment_end=self.seg[on, S_END].copy(),
-            segment_stream=self.seg[on, S_STREAM].copy(),
-            segment_small_pool=self.seg[on, S_SMALL].copy(),
-            segment_expandable=self.seg[on, S_EXP] == 1,
+            segment_end=seg[on, S_END].copy(),
+            segment_stream=seg[on, S_STREAM].copy(),
+            segment_small_pool=seg[on, S_SMALL].copy(),
+            segment_expandable=seg[on, S_EXP] == 1,
             block_address=self.keys[live],
-            block_size=self.rb[live, R_SIZE].copy(),
-            block_requested=self.rb[live, R_REQ].copy(),
-            block_site=self.rb[live, R_SITE].copy(),
-            known_size=self.known,
-            conflicts=int(self.tot[T_CONFLICTS]),
+            block_size=rb[live, R_SIZE].copy(),
+            block_requested=rb[live, R_REQ].copy(),
+            block_site=rb[live, R_SITE].copy(),
+            known_size=run.known,
+            conflicts=int(run.tot[T_CONFLICTS]),
         )
 
-    def times(self) -> tuple[I64, bool]:
+    def _times(self) -> tuple[I64, bool]:
         """ns since the snapshot's first time per entry, never decreasing (an entry without a
         time takes the one before it); entry numbers when the trace has no times at all."""
         t = self.trace.time_us
@@ -200,7 +224,7 @@ class _Device:
         rel[0] = max(int(rel[0]), int(rel[np.argmax(present)]))
         return np.maximum.accumulate(rel) * 1000, True
 
-    def folded(self) -> npt.NDArray[np.bool_]:
+    def _folded(self) -> npt.NDArray[np.bool_]:
         """A segment_alloc/segment_map that an alloc follows is part of that malloc: its state
         (a new, still empty segment) lasts no time, so it is not a timeline point of its own."""
         act = self.trace.action
@@ -210,22 +234,22 @@ class _Device:
         after = np.where(nxt < len(others), act[others[np.minimum(nxt, len(others) - 1)]], -1)
         return np.asarray(grows & (after == ALLOC))
 
-    def run(
+    def _run(
         self, stop: int = -1, progress: ProgressCallback | None = None
-    ) -> tuple[np.ndarray, ...]:
+    ) -> tuple[_Run, tuple[np.ndarray, ...]]:
         """The forward replay; with ``stop`` >= 0, only up to that point and nothing recorded."""
+        run = self._rebuild()
         act = self.trace.action
-        fold = self.folded()
-        t_ns, timestamps = self.times()
+        t_ns = self.t_ns
         t0 = int(t_ns[0]) if len(t_ns) else 0
-        grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~fold
-        n_points = self.initial + int(
+        grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~self.fold
+        n_points = run.initial + int(
             np.isin(act, [ALLOC, FREE_COMPLETED, FREE, OOM, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
             + grows.sum()
         )
         has_points = n_points > 0
         if not has_points:
-            n_points = int(self.tot[T_NSEG])
+            n_points = int(run.tot[T_NSEG])
         record = stop < 0
         width = n_points if record else 0
         out_i64 = np.zeros((OUTPUT_ROWS, width), dtype=np.int64)
@@ -243,38 +267,97 @@ class _Device:
                 rules[6 + key.bit_length() - 1] = count
         shown = np.zeros(1, dtype=np.int64)
         out = (out_i64, out_flags, out_event)
-        args = (self.layout, self.entries, self.known, fold, t_ns, self.rb, rules, out, ooms, shown)
+        args = (run.layout, self.entries, run.known, self.fold, t_ns, run.rb, rules, out, ooms,
+                shown)  # fmt: skip
         result = _run_reporting(args, progress, shown, len(act))
         self.initial_reserved = int(result[1])
-        self.timestamps = timestamps
-        return out_i64, out_flags, out_event, ooms, t_ns
+        return run, (out_i64, out_flags, out_event, ooms)
 
-    def free_blocks(self) -> FreeBlocks:
-        """The free blocks where ``run(stop=…)`` left the layout."""
-        leaves = int(self.tot[T_LEAVES])
-        gaps = self.gap[leaves : leaves + 2 * len(self.keys)]
+    def free_blocks_at(self, point: int) -> FreeBlocks:
+        """The free blocks right after timeline point ``point`` (replaying only that far)."""
+        run, _ = self._run(stop=point)
+        leaves = int(run.tot[T_LEAVES])
+        gaps = run.layout[5][leaves : leaves + 2 * len(self.keys)]
         sizes = gaps[gaps > 0]
         opening = gaps[0::2]
-        on = self.seg[:, S_ON] == 1
-        whole = on & (self.seg[:, S_EXP] == 0) & (opening == self.seg[:, S_END] - self.keys)
+        seg = run.seg
+        on = seg[:, S_ON] == 1
+        whole = on & (seg[:, S_EXP] == 0) & (opening == seg[:, S_END] - self.keys)
         return FreeBlocks(sizes.tolist(), int(opening[whole & (opening > 0)].sum()))
 
-    def final_mismatches(self) -> int:
+    def _final_mismatches(self, run: _Run) -> int:
         """How far the replay's end is from the snapshot: differing ranges and blocks."""
         final_segs, final_blocks = _final_segments(self.final)
-        on = np.flatnonzero(self.seg[:, S_ON] == 1)
+        seg, blk = run.seg, run.blk
+        on = np.flatnonzero(seg[:, S_ON] == 1)
         got_ranges: list[tuple[int, int]] = []
-        for start, end in zip(self.keys[on].tolist(), self.seg[on, S_END].tolist(), strict=True):
+        for start, end in zip(self.keys[on].tolist(), seg[on, S_END].tolist(), strict=True):
             if got_ranges and got_ranges[-1][1] == start:
                 got_ranges[-1] = (got_ranges[-1][0], end)
             else:
                 got_ranges.append((start, end))
-        placed = np.flatnonzero((self.blk[:, B_LIVE] == 1) & (self.blk[:, B_PLACED] == 1))
-        got_blocks = set(
-            zip(self.keys[placed].tolist(), self.blk[placed, B_SIZE].tolist(), strict=True)
-        )
+        placed = np.flatnonzero((blk[:, B_LIVE] == 1) & (blk[:, B_PLACED] == 1))
+        got_blocks = set(zip(self.keys[placed].tolist(), blk[placed, B_SIZE].tolist(), strict=True))
         want_blocks = {(a, b.size) for a, b in final_blocks.items()}
         return len(set(final_segs.ranges()) ^ set(got_ranges)) + len(want_blocks ^ got_blocks)
+
+    def replay(self, progress: ProgressCallback | None = None) -> DeviceReplay:
+        """Replay the device's trace from the window's start."""
+        run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
+        site, site_names = _local_sites(out_i64[O_SITE], out_event, self.site_names)
+        trace = self.trace
+        tot = run.tot
+        oom_events = []
+        for j, largest, free, reserved, allocated in ooms.T.tolist():
+            k = int(np.searchsorted(trace.oom_rows, j))
+            device_free = int(trace.oom_device_free[k])
+            oom_events.append(OomEvent(
+                time_ns=int(self.t_ns[j]),
+                device_free_bytes=device_free if device_free >= 0 else None,
+                requested_bytes=int(trace.size[j]),
+                largest_free_bytes=largest,
+                free_bytes=free,
+                reserved_bytes=reserved,
+                allocated_bytes=allocated,
+                stream=int(trace.stream[j]),
+                site=self.columns.site(int(trace.stack[j])),
+            ))  # fmt: skip
+        low = int(tot[T_LOW]) if tot[T_LOW] >= 0 else 0
+        return DeviceReplay(
+            time_ns=out_i64[O_TIME],
+            event=out_event,
+            address=out_i64[O_ADDRESS].view(np.uint64),
+            bytes=out_i64[O_BYTES],
+            free_bytes=out_i64[O_FREE],
+            largest_free_bytes=out_i64[O_LARGEST],
+            free_blocks=out_i64[O_BLOCKS],
+            live_bytes=out_i64[O_LIVE],
+            reserved_bytes=out_i64[O_RESERVED],
+            allocated_bytes=out_i64[O_ALLOCATED],
+            releasable_bytes=out_i64[O_RELEASABLE],
+            out_of_order=out_flags[F_OUT_OF_ORDER],
+            hole=out_flags[F_HOLE],
+            freed_alloc=out_i64[O_FREED],
+            pin_left=out_i64[O_LEFT],
+            pin_right=out_i64[O_RIGHT],
+            removed_at=out_i64[O_REMOVED],
+            overlap=out_flags[F_OVERLAP],
+            site=site,
+            site_names=site_names,
+            initial_blocks=run.initial,
+            initial_reserved_bytes=self.initial_reserved,
+            trace_entries=len(trace),
+            timestamps=self.timestamps,
+            conflicts=int(tot[T_CONFLICTS]),
+            final_mismatches=self._final_mismatches(run),
+            base_address=low,
+            end_address=max(int(tot[T_HIGH]), low),
+            peak_allocated=(int(tot[T_PEAK_ALLOC]), int(tot[T_PEAK_REQ])),
+            max_reserved_bytes=int(tot[T_MAX_RESERVED]),
+            max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
+            max_requested_bytes=int(tot[T_MAX_REQUESTED]),
+            ooms=oom_events,
+        )
 
 
 def _run_reporting(
@@ -295,68 +378,6 @@ def _run_reporting(
     return result[0]
 
 
-def replay_device(
-    columns: SnapshotColumns, device: int, progress: ProgressCallback | None = None
-) -> DeviceReplay:
-    """Replay one device's trace from the window's start, compiled."""
-    d = _Device(columns, device)
-    out_i64, out_flags, out_event, ooms, t_ns = d.run(progress=progress)
-    site, site_names = _local_sites(out_i64[O_SITE], out_event, d.site_names)
-    trace = d.trace
-    tot = d.tot
-    oom_events = []
-    for j, largest, free, reserved, allocated in ooms.T.tolist():
-        k = int(np.searchsorted(trace.oom_rows, j))
-        device_free = int(trace.oom_device_free[k])
-        oom_events.append(OomEvent(
-            time_ns=int(t_ns[j]),
-            device_free_bytes=device_free if device_free >= 0 else None,
-            requested_bytes=int(trace.size[j]),
-            largest_free_bytes=largest,
-            free_bytes=free,
-            reserved_bytes=reserved,
-            allocated_bytes=allocated,
-            stream=int(trace.stream[j]),
-            site=columns.site(int(trace.stack[j])),
-        ))  # fmt: skip
-    low = int(tot[T_LOW]) if tot[T_LOW] >= 0 else 0
-    return DeviceReplay(
-        time_ns=out_i64[O_TIME],
-        event=out_event,
-        address=out_i64[O_ADDRESS].view(np.uint64),
-        bytes=out_i64[O_BYTES],
-        free_bytes=out_i64[O_FREE],
-        largest_free_bytes=out_i64[O_LARGEST],
-        free_blocks=out_i64[O_BLOCKS],
-        live_bytes=out_i64[O_LIVE],
-        reserved_bytes=out_i64[O_RESERVED],
-        allocated_bytes=out_i64[O_ALLOCATED],
-        releasable_bytes=out_i64[O_RELEASABLE],
-        out_of_order=out_flags[F_OUT_OF_ORDER],
-        hole=out_flags[F_HOLE],
-        freed_alloc=out_i64[O_FREED],
-        pin_left=out_i64[O_LEFT],
-        pin_right=out_i64[O_RIGHT],
-        removed_at=out_i64[O_REMOVED],
-        overlap=out_flags[F_OVERLAP],
-        site=site,
-        site_names=site_names,
-        initial_blocks=d.initial,
-        initial_reserved_bytes=d.initial_reserved,
-        trace_entries=len(trace),
-        timestamps=d.timestamps,
-        conflicts=int(tot[T_CONFLICTS]),
-        final_mismatches=d.final_mismatches(),
-        base_address=low,
-        end_address=max(int(tot[T_HIGH]), low),
-        peak_allocated=(int(tot[T_PEAK_ALLOC]), int(tot[T_PEAK_REQ])),
-        max_reserved_bytes=int(tot[T_MAX_RESERVED]),
-        max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
-        max_requested_bytes=int(tot[T_MAX_REQUESTED]),
-        ooms=oom_events,
-    )
-
-
 def _local_sites(site: I64, event: npt.NDArray[np.int8], names: list[str]) -> tuple[I64, list[str]]:
     """Site codes numbered as the Python replay numbers them: by first allocation."""
     allocated = site[event == 0]
@@ -368,20 +389,18 @@ def _local_sites(site: I64, event: npt.NDArray[np.int8], names: list[str]) -> tu
     return lut[site], [NO_STACK, *(names[c] for c in order.tolist())]
 
 
+def replay_device(
+    columns: SnapshotColumns, device: int, progress: ProgressCallback | None = None
+) -> DeviceReplay:
+    """Replay one device's trace from the window's start, compiled."""
+    return CompiledDevice(columns, device).replay(progress)
+
+
 def free_blocks_at(columns: SnapshotColumns, device: int, point: int) -> FreeBlocks:
     """The free blocks right after timeline point ``point`` (replaying only that far)."""
-    d = _Device(columns, device)
-    d.run(stop=point)
-    return d.free_blocks()
+    return CompiledDevice(columns, device).free_blocks_at(point)
 
 
 def window_start(columns: SnapshotColumns, device: int) -> WindowStart:
     """The layout at the start of ``device``'s trace window, rebuilt from the final state."""
-    return _Device(columns, device).window_start()
-
-
-def warm_up() -> None:
-    """Load the compiled kernels (from numba's cache) now rather than on the first replay."""
-    from nsysfrag.snapshot_columns import snapshot_columns
-
-    replay_device(snapshot_columns({"segments": [], "device_traces": [[]]}, "warm-up"), 0)
+    return CompiledDevice(columns, device).window_start()

@@ -13,7 +13,6 @@ for a file (the two agree event for event; the property tests hold them to it).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +81,22 @@ class _Engine:
     """The compiled replay of a snapshot's columns, or the reference replay of its records."""
 
     def __init__(self, snapshot: Snapshot | SnapshotColumns, progress: ProgressCallback | None):
-        self.replay: Callable[[int], DeviceReplay]
-        self.free_blocks: Callable[[int, int], FreeBlocks]
-        if isinstance(snapshot, SnapshotColumns):
-            self.replay = lambda d: segments_compiled.replay_device(snapshot, d, progress)
-            self.free_blocks = lambda d, point: segments_compiled.free_blocks_at(snapshot, d, point)
-        else:
-            self.replay = lambda d: replay_device(snapshot, d)
-            self.free_blocks = lambda d, point: free_blocks_after(snapshot, d, point)
+        self.snapshot = snapshot
+        self.progress = progress
+        # A device's kernel inputs serve its replay, then the free blocks at its peak.
+        self.compiled: dict[int, segments_compiled.CompiledDevice] = {}
+
+    def replay(self, device: int) -> DeviceReplay:
+        if isinstance(self.snapshot, Snapshot):
+            return replay_device(self.snapshot, device)
+        compiled = self.compiled[device] = segments_compiled.CompiledDevice(self.snapshot, device)
+        return compiled.replay(self.progress)
+
+    def free_blocks(self, device: int, point: int) -> FreeBlocks:
+        """The free blocks right after timeline point ``point`` of the device just replayed."""
+        if isinstance(self.snapshot, Snapshot):
+            return free_blocks_after(self.snapshot, device, point)
+        return self.compiled.pop(device).free_blocks_at(point)
 
 
 def analyze_snapshot(

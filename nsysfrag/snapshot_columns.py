@@ -117,9 +117,13 @@ def read_snapshot_columns(
 ) -> SnapshotColumns:
     """Read the snapshot at ``path`` into columns; raise :class:`InputError` if unusable."""
     path = Path(path)
-    data = load_plain_pickle(path, progress)
-    # The only reference to the object graph is `data`: it goes when this frame returns.
-    return snapshot_columns(data, str(path), path.stat().st_size, progress)
+    # The collector stays off until the object graph is gone: turned on while millions of new
+    # containers are alive, it would scan them all once before they are freed anyway.
+    with paused_gc():
+        data = load_plain_pickle(path, progress)
+        columns = snapshot_columns(data, str(path), path.stat().st_size, progress)
+        del data  # the only reference to the object graph
+    return columns
 
 
 def snapshot_columns(

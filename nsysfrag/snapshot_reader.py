@@ -272,8 +272,8 @@ def _first_line(err: BaseException) -> str:
 def read_snapshot(path: str | Path) -> Snapshot:
     """Read the snapshot at ``path``; raise :class:`InputError` for anything unusable."""
     path = Path(path)
-    data = load_plain_pickle(path)
-    return parse_snapshot(data, str(path), file_bytes=path.stat().st_size)
+    with paused_gc():
+        return parse_snapshot(load_plain_pickle(path), str(path), path.stat().st_size)
 
 
 @dataclass(frozen=True)

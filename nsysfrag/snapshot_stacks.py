@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import cast
 
 import numpy as np
@@ -64,9 +64,7 @@ class StackTable:
         is_list = np.fromiter(
             map(operator.is_, map(type, objects), repeat(list)), dtype=np.bool_, count=len(objects)
         )
-        lists = [
-            cast(list[object], o) for o, ok in zip(objects, is_list.tolist(), strict=True) if ok
-        ]
+        lists = cast(list[list[object]], list(compress(objects, is_list.tolist())))
         distinct = np.zeros(len(objects), dtype=np.int64)  # NO_STACK for non-lists
         if lists:
             distinct[is_list] = self._intern_lists(lists)
