@@ -39,12 +39,12 @@ from nsysfrag.segments_layout import (
     T_REQUESTED,
     T_RESERVED,
     drop,
+    evict,
     expandable_page,
     free_span,
     gap_owner,
     place,
     placed_below,
-    placed_in,
     refresh,
     seg_add,
     seg_find,
@@ -308,21 +308,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                 sz = max(min(sz, seg[s, S_END] - x), 1)
                 if fe <= fs or fe < x + sz:  # the trace missed the frees of what is there
                     overlap = True
-                    for q in range(placed_in(keys, blk, bfen, tot, x, x + sz, scratch)):
-                        drop(
-                            keys,
-                            seg,
-                            sfen,
-                            blk,
-                            bfen,
-                            gap,
-                            share,
-                            tot,
-                            scratch[q],
-                            point,
-                            removed,
-                            record,
-                        )
+                    evict(keys, seg, sfen, blk, bfen, gap, share, tot, x, x + sz, scratch, point, removed, record)  # fmt: skip
                     fs, fe = free_span(keys, seg, blk, bfen, tot, s, x)
                 placed = fe > fs and fe >= x + sz
             if sz < 0:
@@ -416,24 +402,8 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
             if not fold[j]:
                 emit(gap, tot, out_i64, out_flags, out_event, record, t, a, x, size[j], 0)
         elif a == A_SEGMENT_FREE or a == A_SEGMENT_UNMAP:
-            for q in range(
-                placed_in(keys, blk, bfen, tot, x, end, scratch)
-            ):  # the trace missed their frees
-                tot[T_CONFLICTS] += 1
-                drop(
-                    keys,
-                    seg,
-                    sfen,
-                    blk,
-                    bfen,
-                    gap,
-                    share,
-                    tot,
-                    scratch[q],
-                    tot[T_POINTS],
-                    removed,
-                    record,
-                )
+            at = tot[T_POINTS]  # blocks still there: the trace missed their frees
+            tot[T_CONFLICTS] += evict(keys, seg, sfen, blk, bfen, gap, share, tot, x, end, scratch, at, removed, record)  # fmt: skip
             release(keys, seg, sfen, blk, bfen, gap, share, tot, a, slot_e[j], x, end)
             emit(gap, tot, out_i64, out_flags, out_event, record, t, a, x, size[j], 0)
         elif a == A_OOM:

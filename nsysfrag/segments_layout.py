@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.replay import _fenwick_add, _fenwick_kth, _fenwick_prefix
+from nsysfrag.replay import _fenwick_add, _fenwick_kth, _fenwick_prefix, _set_gap
 
 SMALL_BUFFER = 2 << 20  # the small pool's segment and expandable page
 LARGE_BUFFER = 20 << 20  # the large pool's expandable page
@@ -201,20 +201,10 @@ def releasable(keys, seg, s, start, end):  # type: ignore[no-untyped-def]
 @numba.njit(cache=True, nogil=True)
 def set_gap(gap, share, tot, leaf, length, r):  # type: ignore[no-untyped-def]
     """Gap ``leaf`` is now ``length`` bytes, ``r`` of them releasable."""
-    i = tot[T_LEAVES] + leaf
-    old = gap[i]
-    tot[T_FREE] += length - old
-    tot[T_NFREE] += (1 if length > 0 else 0) - (1 if old > 0 else 0)
+    tot[T_FREE] += length - gap[tot[T_LEAVES] + leaf]
+    tot[T_NFREE] += _set_gap(gap, tot[T_LEAVES], leaf, length)
     tot[T_RELEASABLE] += r - share[leaf]
     share[leaf] = r
-    gap[i] = length
-    i >>= 1
-    while i >= 1:
-        best = max(gap[2 * i], gap[2 * i + 1])
-        if gap[i] == best:  # nothing above changes either: most updates stop low in the tree
-            break
-        gap[i] = best
-        i >>= 1
 
 
 @numba.njit(cache=True, nogil=True)
@@ -322,6 +312,16 @@ def drop(keys, seg, sfen, blk, bfen, gap, share, tot, k, at, removed, record):  
     owner = gap_owner(keys, s, p)
     start, end = refresh(keys, seg, blk, bfen, gap, share, tot, owner, s)
     return start, end, owner >> 1 if owner & 1 == 1 else -1
+
+
+@numba.njit(cache=True, nogil=True)
+def evict(keys, seg, sfen, blk, bfen, gap, share, tot, start, end, scratch, at, removed, record):  # type: ignore[no-untyped-def]
+    """Drop every placed block overlapping [start, end) (the trace missed their frees), at
+    point ``at``; return how many there were."""
+    n = placed_in(keys, blk, bfen, tot, start, end, scratch)
+    for i in range(n):
+        drop(keys, seg, sfen, blk, bfen, gap, share, tot, scratch[i], at, removed, record)
+    return n
 
 
 @numba.njit(cache=True, nogil=True)

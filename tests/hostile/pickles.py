@@ -78,13 +78,17 @@ class Opcodes:
             raise TypeError(type(v))
 
     def dict(self, items: dict[str, Any]) -> int:
+        index = self.open_dict(items)
+        self.setitems()
+        return index
+
+    def open_dict(self, items: dict[str, Any]) -> int:
+        """A dict with ``items`` and its SETITEMS still to come: more items may follow."""
         index = self.empty_dict()
-        if items:
-            self.mark()
-            for k, v in items.items():
-                self.value(k)
-                self.value(v)
-            self.setitems()
+        self.mark()
+        for k, v in items.items():
+            self.value(k)
+            self.value(v)
         return index
 
     def repeat_into_list(self, index: int, times: int) -> None:
@@ -134,16 +138,14 @@ def blocks_bomb(blocks: int = 10_000, segments: int = 10_000) -> bytes:
     p.mark()
     p.value("segments")
     p.empty_list()
-    seg = p.empty_dict()
-    p.mark()
-    for k, v in {
-        "device": 0,
-        "address": 0x7F00_0000_0000,
-        "total_size": 2 << 20,
-        "stream": 0,
-    }.items():
-        p.value(k)
-        p.value(v)
+    seg = p.open_dict(
+        {
+            "device": 0,
+            "address": 0x7F00_0000_0000,
+            "total_size": 2 << 20,
+            "stream": 0,
+        }
+    )
     p.value("blocks")
     p.empty_list()
     block = p.dict(
@@ -176,17 +178,15 @@ def shared_stack_bomb(entries: int = 100_000, frames: int = 100_000, python: boo
     p.value("device_traces")
     p.empty_list()
     trace = p.empty_list()
-    entry = p.empty_dict()
-    p.mark()
-    for k, v in {
-        "action": "alloc",
-        "addr": 0x7F00_0000_0000,
-        "size": 512,
-        "stream": 0,
-        "time_us": 1,
-    }.items():
-        p.value(k)
-        p.value(v)
+    entry = p.open_dict(
+        {
+            "action": "alloc",
+            "addr": 0x7F00_0000_0000,
+            "size": 512,
+            "stream": 0,
+            "time_us": 1,
+        }
+    )
     p.value("frames")
     p.empty_list()
     frame = p.dict({"name": "at::native::op(at::Tensor const&)", "filename": "??", "line": 0})
