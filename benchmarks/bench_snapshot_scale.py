@@ -90,8 +90,8 @@ def replay_rate(path: Path, runs: int) -> tuple[float, float, int]:
     """Entries per second (wall, CPU) of the compiled replay of device 0, the columns already
     in memory: the window's start, the replay, and the outputs as the Python reference returns
     them; medians of ``runs``."""
-    from nsysfrag import segments_compiled
-    from nsysfrag.snapshot_columns import read_snapshot_columns
+    from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
+    from nsysfrag.models.segments import compiled as segments_compiled
 
     columns = read_snapshot_columns(path)
     entries = len(columns.traces[0])

@@ -1,11 +1,11 @@
 """analyze_snapshot(path) -> Analysis: a PyTorch memory snapshot in the pytorch-segments model.
 
 The same figures as the nsys path (SPEC §3–§5), per CUDA device, for the same reporters: the
-free blocks are the inactive ranges inside reserved segments (``segments_model``), and a block's
-site is the innermost Python frame of its allocation outside torch/ (``snapshot_reader``).
+free blocks are the inactive ranges inside reserved segments (``models.segments.replay``), and a block's
+site is the innermost Python frame of its allocation outside torch/ (``inputs.torch_snapshot.reader``).
 
-A file is read into columns (``snapshot_columns``) and replayed by the compiled kernel
-(``segments_compiled``); a :class:`~nsysfrag.snapshot_reader.Snapshot` of records goes
+A file is read into columns (``inputs.torch_snapshot.columns``) and replayed by the compiled kernel
+(``models.segments.compiled``); a :class:`~nsysfrag.inputs.torch_snapshot.reader.Snapshot` of records goes
 through the pure-Python reference replay, which ``NSYSFRAG_SEGMENTS_REFERENCE=1`` also selects
 for a file (the two agree event for event; the property tests hold them to it).
 """
@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from nsysfrag import segments_compiled
 from nsysfrag.analysis import (
     DEFAULT_GRANULARITY,
     Analysis,
@@ -29,16 +28,23 @@ from nsysfrag.analysis import (
     hotspots_of,
     state_after,
 )
-from nsysfrag.errors import InputError
-from nsysfrag.events import ProgressCallback
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     format_bytes,
     global_frag,
     growth_per_second,
     local_frag,
     overall_health,
 )
-from nsysfrag.replay import (
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.nsys.records import ProgressCallback
+from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns, read_snapshot_columns
+from nsysfrag.inputs.torch_snapshot.reader import (
+    Snapshot,
+    describe_actions,
+    is_snapshot,
+    read_snapshot,
+)
+from nsysfrag.models.observed.kernel import (
     ALLOCATED,
     FREED,
     UNMATCHED_FREE,
@@ -46,7 +52,8 @@ from nsysfrag.replay import (
     ReplayResult,
     SpaceEvents,
 )
-from nsysfrag.segments_model import (
+from nsysfrag.models.segments import compiled as segments_compiled
+from nsysfrag.models.segments.replay import (
     MIN_BLOCK_BYTES,
     MODEL_NAME,
     OOM,
@@ -55,8 +62,6 @@ from nsysfrag.segments_model import (
     free_blocks_after,
     replay_device,
 )
-from nsysfrag.snapshot_columns import SnapshotColumns, read_snapshot_columns
-from nsysfrag.snapshot_reader import Snapshot, describe_actions, is_snapshot, read_snapshot
 
 __all__ = ["MODEL_NAME", "analyze_snapshot", "analyze_snapshot_file", "is_snapshot"]
 

@@ -21,10 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsysfrag import segments_compiled, segments_model
-from nsysfrag.segments_model import DeviceReplay, Layout, _Replayer
-from nsysfrag.snapshot_columns import snapshot_columns
-from nsysfrag.snapshot_reader import parse_snapshot
+from nsysfrag.inputs.torch_snapshot.columns import snapshot_columns
+from nsysfrag.inputs.torch_snapshot.reader import parse_snapshot
+from nsysfrag.models.segments import compiled as segments_compiled
+from nsysfrag.models.segments import replay as segments_model
+from nsysfrag.models.segments.replay import DeviceReplay, Layout, _Replayer
 from tests.conftest import REPO, SAMPLES
 from tests.snapshot_workloads import Op, merge, perturb, run_workload
 
@@ -253,7 +254,7 @@ def _segment(
 
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.pickle")), ids=lambda p: p.name)
 def test_compiled_replay_matches_the_reference_on_the_samples(path: Path) -> None:
-    from nsysfrag.snapshot_reader import load_plain_pickle
+    from nsysfrag.inputs.torch_snapshot.reader import load_plain_pickle
 
     assert_same_replay(load_plain_pickle(path), path.name)
 
@@ -261,6 +262,6 @@ def test_compiled_replay_matches_the_reference_on_the_samples(path: Path) -> Non
 @pytest.mark.skipif(not REAL, reason="../shared/real_snapshots is absent")
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name[:50])
 def test_compiled_replay_matches_the_reference_on_real_snapshots(path: Path) -> None:
-    from nsysfrag.snapshot_reader import load_plain_pickle
+    from nsysfrag.inputs.torch_snapshot.reader import load_plain_pickle
 
     assert_same_replay(load_plain_pickle(path), path.name)

@@ -11,16 +11,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nsysfrag import snapshot_columns as sc
-from nsysfrag.snapshot_columns import (
+from nsysfrag.inputs.torch_snapshot import columns as sc
+from nsysfrag.inputs.torch_snapshot.columns import (
     ACTION_NAMES,
     NO_TIME,
     SnapshotColumns,
     read_snapshot_columns,
     snapshot_columns,
 )
-from nsysfrag.snapshot_reader import NO_STACK, Snapshot, load_plain_pickle, parse_snapshot
-from nsysfrag.snapshot_stacks import StackTable
+from nsysfrag.inputs.torch_snapshot.reader import (
+    NO_STACK,
+    Snapshot,
+    load_plain_pickle,
+    parse_snapshot,
+)
+from nsysfrag.inputs.torch_snapshot.stacks import StackTable
 from tests.conftest import REPO, SAMPLES
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"

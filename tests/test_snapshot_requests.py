@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsysfrag.snapshot_columns import read_snapshot_columns
-from nsysfrag.snapshot_requests import snapshot_requests
+from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
+from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.whatif import snapshot_sources
 from tests.conftest import REPO, SAMPLES
 

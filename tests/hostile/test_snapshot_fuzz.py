@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nsysfrag.snapshot_reader import load_plain_pickle
+from nsysfrag.inputs.torch_snapshot.reader import load_plain_pickle
 from tests.conftest import SAMPLES
 from tests.hostile.contract import run_nsysfrag
 from tests.hostile.pickles import with_deep_value

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from nsysfrag.snapshot_limits import ENV_MAX_ITEMS
+from nsysfrag.inputs.torch_snapshot.limits import ENV_MAX_ITEMS
 from tests.hostile.contract import run_nsysfrag
 from tests.hostile.pickles import blocks_bomb, entries_bomb, shared_stack_bomb, with_deep_value
 

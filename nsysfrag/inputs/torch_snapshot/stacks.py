@@ -13,7 +13,7 @@ recognised cheaply, without walking its frames in Python:
    is left is interned by its frames' identities. Lists that compare equal share a stack:
    their frames hold equal values, so they name the same site.
 
-Only one list per distinct stack is walked, to render its site (``snapshot_reader.site_of``).
+Only one list per distinct stack is walked, to render its site (``reader.site_of``).
 An OOM entry's stack is kept whole (file, line, function per frame): a report may show it.
 """
 
@@ -26,9 +26,9 @@ from typing import cast
 
 import numpy as np
 
-from nsysfrag.events import I64
-from nsysfrag.snapshot_limits import ExpansionLimit
-from nsysfrag.snapshot_reader import NO_STACK, describe, site_of
+from nsysfrag.inputs.nsys.records import I64
+from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
+from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, describe, site_of
 
 NO_STACK_ID = 0
 ROUNDS = 4  # of grouping by content before the remaining lists are interned one by one

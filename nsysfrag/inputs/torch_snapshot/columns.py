@@ -1,12 +1,12 @@
 """A PyTorch memory snapshot as columns: each device's trace parsed once into numpy arrays.
 
-``snapshot_reader`` turns every trace entry into a Python object; at a million entries that
+The record reader (``reader``) turns every trace entry into a Python object; at a million entries that
 object churn is most of the time. Here the entries go straight from the unpickled lists into
 columns (action code, address, size, stream, time, stack id), a chunk at a time and mostly in
 C (``map`` over the dicts, ``numpy.fromiter``); a chunk holding anything unusual (a missing
 key, a bool where an int belongs, an unknown action) is parsed entry by entry with the very
-checks ``snapshot_reader`` applies, so both readers accept, skip and refuse the same entries.
-Stacks become ids (``snapshot_stacks``); only the OOM entries keep their frames.
+checks the record reader applies, so both readers accept, skip and refuse the same entries.
+Stacks become ids (``stacks``); only the OOM entries keep their frames.
 
 The final ``segments`` (a few thousand blocks at most) stay records. Nothing of the unpickled
 object graph outlives :func:`read_snapshot_columns`: it is dropped as soon as the columns exist.
@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import I64, ProgressCallback
-from nsysfrag.snapshot_limits import ExpansionLimit
-from nsysfrag.snapshot_reader import (
+from nsysfrag.inputs.nsys.records import I64, ProgressCallback
+from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
+from nsysfrag.inputs.torch_snapshot.reader import (
     INT64,
     MAX_INT,
     MAX_TIME_US,
@@ -40,7 +40,7 @@ from nsysfrag.snapshot_reader import (
     paused_gc,
     snapshot_parts,
 )
-from nsysfrag.snapshot_stacks import Frame, StackTable, frames_of
+from nsysfrag.inputs.torch_snapshot.stacks import Frame, StackTable, frames_of
 
 I8 = npt.NDArray[np.int8]
 
@@ -198,7 +198,7 @@ class _TraceReader:
         return _columns(chunks, device, self.path)
 
     def _careful_chunk(self, part: list[Any], device: int, start: int) -> _Chunk:
-        """Entry by entry, with ``snapshot_reader``'s checks: skips, unknown actions, errors."""
+        """Entry by entry, with the record reader's checks: skips, unknown actions, errors."""
         rows = []
         frames = []
         ooms = []

@@ -18,7 +18,7 @@ array taken out of a tuple costs a reference count update per call):
   recomputes the one or two gaps it touches;
 * ``tot``: running totals (``T_*``).
 
-All of it O(log n) per operation. ``segments_kernel`` replays a trace on it.
+All of it O(log n) per operation. ``models.segments.kernel`` replays a trace on it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.replay import _fenwick_add, _fenwick_kth, _fenwick_prefix, _set_gap
+from nsysfrag.models.observed.kernel import _fenwick_add, _fenwick_kth, _fenwick_prefix, _set_gap
 
 SMALL_BUFFER = 2 << 20  # the small pool's segment and expandable page
 LARGE_BUFFER = 20 << 20  # the large pool's expandable page

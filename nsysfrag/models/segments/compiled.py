@@ -1,8 +1,8 @@
-"""One device of a snapshot through the compiled pytorch-segments replay (``segments_kernel``).
+"""One device of a snapshot through the compiled pytorch-segments replay (``models.segments.kernel``).
 
-This module turns the columns of ``snapshot_columns`` into the kernel's arrays (the ranked
+This module turns the columns of ``inputs.torch_snapshot.columns`` into the kernel's arrays (the ranked
 addresses, the final segments and blocks, times, which segment entries fold into the alloc
-after them) and the kernel's output into the same :class:`~nsysfrag.segments_model.
+after them) and the kernel's output into the same :class:`~nsysfrag.models.segments.replay.
 DeviceReplay` the pure-Python replay returns, so the two can be compared column for column.
 """
 
@@ -14,8 +14,23 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import I64, ProgressCallback
-from nsysfrag.segments_kernel import (
+from nsysfrag.inputs.nsys.records import I64, ProgressCallback
+from nsysfrag.inputs.torch_snapshot.columns import (
+    ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    NO_TIME,
+    OOM,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+    SNAPSHOT,
+    SnapshotColumns,
+    TraceColumns,
+)
+from nsysfrag.inputs.torch_snapshot.reader import NO_STACK
+from nsysfrag.models.segments.kernel import (
     F_HOLE,
     F_OUT_OF_ORDER,
     F_OVERLAP,
@@ -42,7 +57,7 @@ from nsysfrag.segments_kernel import (
     rebuild_window,
     replay_forward,
 )
-from nsysfrag.segments_layout import (
+from nsysfrag.models.segments.layout import (
     B_LIVE,
     B_PLACED,
     B_SIZE,
@@ -63,27 +78,12 @@ from nsysfrag.segments_layout import (
     T_PEAK_REQ,
     new_layout,
 )
-from nsysfrag.segments_model import (
+from nsysfrag.models.segments.replay import (
     DeviceReplay,
     FreeBlocks,
     OomEvent,
     _final_segments,
 )
-from nsysfrag.snapshot_columns import (
-    ALLOC,
-    FREE,
-    FREE_COMPLETED,
-    NO_TIME,
-    OOM,
-    SEGMENT_ALLOC,
-    SEGMENT_FREE,
-    SEGMENT_MAP,
-    SEGMENT_UNMAP,
-    SNAPSHOT,
-    SnapshotColumns,
-    TraceColumns,
-)
-from nsysfrag.snapshot_reader import NO_STACK
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
 _NO_ADDRESS = np.array([OOM, SNAPSHOT], np.int8)

@@ -17,9 +17,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import I64
-from nsysfrag.segments_compiled import WindowStart, window_start
-from nsysfrag.snapshot_columns import (
+from nsysfrag.inputs.nsys.records import I64
+from nsysfrag.inputs.torch_snapshot.columns import (
     ALLOC,
     FREE,
     FREE_COMPLETED,
@@ -31,6 +30,7 @@ from nsysfrag.snapshot_columns import (
     SEGMENT_UNMAP,
     SnapshotColumns,
 )
+from nsysfrag.models.segments.compiled import WindowStart, window_start
 
 EVENT_ALLOC = 0  # allocators.base.ALLOC
 EVENT_FREE = 1  # allocators.base.FREE

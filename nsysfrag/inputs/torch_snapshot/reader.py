@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import ProgressCallback
-from nsysfrag.snapshot_limits import ExpansionLimit
+from nsysfrag.inputs.nsys.records import ProgressCallback
+from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later

@@ -1,10 +1,10 @@
 """The pytorch-segments replay as compiled array code: the window's start, then the replay.
 
-The same model as ``segments_model`` (its pure-Python reference, checked against this after
-every event by the property tests), on the columns of ``snapshot_columns`` and the layout of
-``segments_layout``; O(log n) per event, without the GIL. PyTorch's allocator rules used here
+The same model as ``models.segments.replay`` (its pure-Python reference, checked against this after
+every event by the property tests), on the columns of ``inputs.torch_snapshot.columns`` and the layout of
+``models.segments.layout``; O(log n) per event, without the GIL. PyTorch's allocator rules used here
 (``round_size``, the split rule, the 512 B / 1 MiB / 2 MiB constants) are the numba twins of
-``segments_model``'s.
+``models.segments.replay``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.segments_layout import (
+from nsysfrag.models.segments.layout import (
     B_LIVE,
     B_PLACED,
     B_POINT,
@@ -55,7 +55,7 @@ from nsysfrag.segments_layout import (
     set_gap,
 )
 
-# Actions (snapshot_columns.ACTION_CODES) and timeline codes (replay / segments_model: the
+# Actions (columns.ACTION_CODES) and timeline codes (models.segments.replay: the
 # segment codes and OOM are the action codes).
 A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_FREE = 0, 1, 2, 3
 A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_OOM = 4, 5, 6, 7, 8
