@@ -1,9 +1,10 @@
 """Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) into typed records.
 
 The only module that knows the snapshot's pickle layout. A snapshot is plain data (dicts, lists,
-strings, numbers, tuples), so it is read with an unpickler that refuses every global: a pickle
-that asks to import anything (``os.system``, ``torch.Tensor``) is rejected before any of it
-runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
+strings, numbers, tuples), so it is read with an unpickler that refuses every global
+(``unpickle``): a pickle that asks to import anything (``os.system``, ``torch.Tensor``) is
+rejected before any of it runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md
+§2):
 
 * the dict of ``torch.cuda.memory._snapshot()`` from PyTorch 2.1 to current: ``segments``,
   ``device_traces`` and, in newer versions, ``allocator_settings``;
@@ -13,24 +14,20 @@ runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
 
 from __future__ import annotations
 
-import gc
-import io
-import os
-import pickle
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys.records import ProgressCallback
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
+from nsysfrag.inputs.torch_snapshot.unpickle import PICKLE_PROTO, load_plain_pickle, paused_gc
+
+__all__ = ["load_plain_pickle", "paused_gc"]  # read from here by the other snapshot readers
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
-PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later
 MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals must fit int64
 INT64 = 1 << 63
 # time_us is microseconds since the epoch; 2**53 us is the year 2255, and keeps every time
@@ -122,26 +119,12 @@ class Snapshot:
         return sorted(found)
 
 
-class _RefusedGlobal(Exception):
-    pass
-
-
 class BadField(Exception):
     """A value the model needs is out of range: ``where`` (``device_traces[0][7].time_us``)
     and what is wrong with it; the caller prefixes the file."""
 
     def __init__(self, where: str, what: str) -> None:
         super().__init__(f"{where} {what}")
-
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Builds containers and scalars only: every global (class, function) is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _RefusedGlobal(f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _RefusedGlobal("a persistent object")
 
 
 def is_snapshot(path: Path) -> bool:
@@ -153,120 +136,6 @@ def is_snapshot(path: Path) -> bool:
             return f.read(1) == bytes([PICKLE_PROTO])
     except OSError:
         return False
-
-
-def load_plain_pickle(path: Path, progress: ProgressCallback | None = None) -> Any:
-    """Unpickle ``path`` without importing anything; raise :class:`InputError` otherwise.
-
-    The file is streamed into the unpickler (never held whole beside the objects it makes),
-    with the cyclic garbage collector paused: a snapshot is millions of small containers, and
-    the collector would otherwise rescan them all, again and again, while they are built.
-    """
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .pickle written by _dump_snapshot()")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a snapshot file (.pickle)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
-    with path.open("rb") as f:
-        head = f.read(1)
-        if not head:
-            raise InputError(f"{path}: the file is empty; dump the snapshot again")
-        if head[0] != PICKLE_PROTO:
-            raise InputError(
-                f"{path}: not a pickle (no protocol header); pass the file written by"
-                " torch.cuda.memory._dump_snapshot(), or an nsys .sqlite export"
-            )
-        f.seek(0)
-        total = os.fstat(f.fileno()).st_size
-        if progress is None:
-            return _unpickle(path, f)
-        data = _unpickle(path, _Reporting(f, total, progress))
-        progress("reading the snapshot", total, total)
-        return data
-
-
-class _Reporting(io.RawIOBase):
-    """A file the unpickler reads through, reporting how far it got."""
-
-    def __init__(self, f: io.BufferedReader, total: int, progress: ProgressCallback) -> None:
-        self.f, self.total, self.progress = f, total, progress
-        self.done = self.next_report = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def _advance(self, n: int) -> None:
-        self.done += n
-        if self.done >= self.next_report:
-            self.progress("reading the snapshot", self.done, self.total)
-            self.next_report = self.done + (1 << 22)
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.f.read(n)
-        self._advance(len(data))
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        n = self.f.readinto(buffer)
-        self._advance(n)
-        return n
-
-    def readline(self, size: int | None = -1) -> bytes:
-        data = self.f.readline(-1 if size is None else size)
-        self._advance(len(data))
-        return data
-
-    def peek(self, n: int = 0) -> bytes:
-        return self.f.peek(n)
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """The cyclic collector off while plain data is built (it holds no cycles to collect)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _unpickle(path: Path, source: Any) -> Any:
-    try:
-        with paused_gc():
-            return _PlainDataUnpickler(source).load()
-    except _RefusedGlobal as err:
-        raise InputError(
-            f"{path}: the pickle references {err}, and a memory snapshot holds only plain data;"
-            " refusing to load it (never unpickle untrusted files with pickle.load)"
-        ) from None
-    except EOFError:
-        raise InputError(
-            f"{path}: the pickle is truncated; copy or dump the snapshot again"
-        ) from None
-    except pickle.UnpicklingError as err:
-        if "truncated" in str(err):
-            raise InputError(
-                f"{path}: the pickle is truncated; copy or dump the snapshot again"
-            ) from None
-        raise InputError(
-            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt"
-        ) from None
-    except RecursionError:
-        raise InputError(f"{path}: the pickle nests too deeply to be a memory snapshot") from None
-    except MemoryError:
-        raise InputError(f"{path}: the pickle does not fit in memory") from None
-    except Exception as err:  # noqa: BLE001 - any malformed opcode stream is the same user error
-        raise InputError(
-            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt or truncated"
-        ) from None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).splitlines()[0][:200] if str(err) else ""
-    return text or type(err).__name__
 
 
 def read_snapshot(path: str | Path) -> Snapshot:
