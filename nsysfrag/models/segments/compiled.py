@@ -57,7 +57,7 @@ from nsysfrag.models.segments.kernel import (
     rebuild_window,
     replay_forward,
 )
-from nsysfrag.models.segments.layout import (
+from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
     B_PLACED,
     B_SIZE,

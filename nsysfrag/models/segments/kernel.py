@@ -2,7 +2,7 @@
 
 The same model as ``models.segments.replay`` (its pure-Python reference, checked against this after
 every event by the property tests), on the columns of ``inputs.torch_snapshot.columns`` and the layout of
-``models.segments.layout``; O(log n) per event, without the GIL. PyTorch's allocator rules used here
+``models.segments.kernel_layout``; O(log n) per event, without the GIL. PyTorch's allocator rules used here
 (``round_size``, the split rule, the 512 B / 1 MiB / 2 MiB constants) are the numba twins of
 ``models.segments.replay``'s.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.models.segments.layout import (
+from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
     B_PLACED,
     B_POINT,
