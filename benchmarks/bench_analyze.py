@@ -94,11 +94,17 @@ def replay_rate(path: Path) -> tuple[float, int]:
     """Events per second of analyze() on a trace already in memory (replay, every metric after
     every event, hotspots, histograms)."""
     from nsysfrag.analysis import analyze
+    from nsysfrag.inputs import InputOptions
     from nsysfrag.inputs.nsys.reader import read_trace
+    from nsysfrag.inputs.nsys.spaces import recording_of
 
     trace = read_trace(path)
-    analyze(trace)  # compile / warm up
-    seconds = median_seconds(lambda: analyze(trace))
+
+    def run() -> None:
+        analyze(recording_of(trace, InputOptions()))
+
+    run()  # compile / warm up
+    seconds = median_seconds(run)
     return len(trace.memory) / seconds, len(trace.memory)
 
 

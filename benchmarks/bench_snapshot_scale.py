@@ -91,14 +91,21 @@ def replay_rate(path: Path, runs: int) -> tuple[float, float, int]:
     in memory: the window's start, the replay, and the outputs as the Python reference returns
     them; medians of ``runs``."""
     from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
-    from nsysfrag.models.segments import compiled as segments_compiled
+    from nsysfrag.inputs.torch_snapshot.spaces import columns_events
+    from nsysfrag.models.segments.compiled import replay_device
+    from nsysfrag.models.segments.rules import AllocatorSettings
 
     columns = read_snapshot_columns(path)
-    entries = len(columns.traces[0])
+    events, timestamps = columns_events(columns, 0)
+    final = [s for s in columns.segments if s.device == 0]
+    settings = AllocatorSettings(
+        columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
+    )
+    entries = len(events)
     wall, cpu = [], []
     for _ in range(runs):
         w, c = time.perf_counter(), time.process_time()
-        segments_compiled.replay_device(columns, 0)
+        replay_device(events, final, settings, timestamps)
         wall.append(time.perf_counter() - w)
         cpu.append(time.process_time() - c)
     return entries / statistics.median(wall), entries / statistics.median(cpu), entries

@@ -70,9 +70,10 @@ from nsysfrag.analysis.metrics import (
     overall_health,
 )
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
-from nsysfrag.models.observed.kernel import ALLOCATED
-from nsysfrag.models.segments.replay import SegmentSet, WindowStart, window_start
+from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Snapshot, read_snapshot
+from nsysfrag.models.segments.layout import SegmentSet
+from nsysfrag.models.segments.window import WindowStart, window_start
+from nsysfrag.models.series import ALLOCATED
 
 SNAPSHOT = "pytorch-snapshot"
 NSYS = "nsys-trace"
@@ -308,7 +309,7 @@ def _stream_names(names: dict[int, int]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _snapshot_times(trace: Sequence[TraceEntry]) -> list[int]:
+def _snapshot_times(trace: Sequence[HistoryEntry]) -> list[int]:
     """ns per entry, never decreasing; entry numbers when the snapshot has no timestamps."""
     stamps = [e.time_us for e in trace]
     if not any(t is not None for t in stamps):
@@ -321,7 +322,7 @@ def _snapshot_times(trace: Sequence[TraceEntry]) -> list[int]:
     return out
 
 
-def _recorded_reserved(initial: int, trace: Sequence[TraceEntry]) -> list[int]:
+def _recorded_reserved(initial: int, trace: Sequence[HistoryEntry]) -> list[int]:
     """Reserved bytes after each entry: segment_alloc/map add, segment_free/unmap subtract."""
     out, r = [], initial
     for e in trace:
@@ -348,7 +349,7 @@ def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], l
     )  # fmt: skip
     as_run = _as_run_policy(config)
     notes = [f"{snap.layout}"]
-    if not any(snap.traces.get(d) for d in snap.devices()):
+    if not any(snap.histories.get(d) for d in snap.devices()):
         notes.append(
             "the snapshot has no trace (state only): the request stream is its live blocks,"
             " allocated once in address order"
@@ -356,7 +357,7 @@ def snapshot_sources(path: Path, capacity: int | None) -> tuple[list[_Source], l
     sources = []
     for device in snap.devices():
         final = [s for s in snap.segments if s.device == device]
-        trace = snap.traces.get(device, [])
+        trace = snap.histories.get(device, [])
         start = window_start(final, trace)
         times = _snapshot_times(trace)
         t0 = times[0] if times else 0
@@ -428,7 +429,7 @@ def _same_policy(p: Policy, q: Policy) -> bool:
 
 
 def _snapshot_capacity(
-    capacity: int | None, trace: Sequence[TraceEntry], initial: int, reserved: list[int]
+    capacity: int | None, trace: Sequence[HistoryEntry], initial: int, reserved: list[int]
 ) -> tuple[int, str]:
     """--capacity; else what a recorded OOM says (reserved + free device memory then); else
     the largest capacity consistent with the recorded OOM retries; else an assumed 80 GiB."""
@@ -448,7 +449,7 @@ def _snapshot_capacity(
     return DEFAULT_SNAPSHOT_CAPACITY, "assumed: the snapshot does not record the device's memory; pass --capacity"
 
 
-def _refusals(trace: Sequence[TraceEntry], initial: int, reserved: list[int]) -> list[int]:
+def _refusals(trace: Sequence[HistoryEntry], initial: int, reserved: list[int]) -> list[int]:
     """Reserved bytes + the new segment where a malloc released cached segments and then
     allocated one: what the device (apparently) refused the first time."""
     out = []
@@ -469,9 +470,10 @@ def nsys_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.inputs.nsys.reader import read_trace
+    from nsysfrag.inputs import InputOptions
+    from nsysfrag.inputs.nsys import read_export
 
-    analysis = analyze(read_trace(path), capacity_bytes=capacity)
+    analysis = analyze(read_export(path, InputOptions(capacity_bytes=capacity)))
     notes = [
         (
             "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"
@@ -935,7 +937,7 @@ def _fill(
 
 def _validate_device(snap: Snapshot, device: int, config: TorchConfig) -> DeviceValidation | None:
     final = [s for s in snap.segments if s.device == device]
-    trace = snap.traces.get(device, [])
+    trace = snap.histories.get(device, [])
     if not trace:
         return None
     start = window_start(final, trace)
@@ -998,7 +1000,7 @@ def _validate_device(snap: Snapshot, device: int, config: TorchConfig) -> Device
     )
 
 
-def _release_paths(trace: Sequence[TraceEntry]) -> tuple[set[int], set[int]]:
+def _release_paths(trace: Sequence[HistoryEntry]) -> tuple[set[int], set[int]]:
     """Where the recorded run released memory: (entries of allocations whose malloc took the
     OOM path first, entries where an empty_cache() began).
 

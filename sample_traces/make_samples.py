@@ -3,7 +3,7 @@
 No public nsys export carries ``CUDA_GPU_MEMORY_USAGE_EVENTS`` (see ``shared/real_traces``), and
 real captures with memory tracking are large and hold private process names and paths. These
 samples are the stand-in: small synthetic workloads written through
-``nsysfrag.synthetic.write_export``, so they have nsys's own DDL, and built to follow the rules
+``nsysfrag.testing.nsys_export.write_export``, so they have nsys's own DDL, and built to follow the rules
 real captures follow, because the analyzer joins the tables and would silently mis-attribute
 anything that breaks them:
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from nsysfrag.synthetic import (
+from nsysfrag.testing.nsys_export import (
     ALLOC,
     ARRAY,
     DEVICE,

@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
 from nsysfrag.analysis.metrics import format_bytes, size_class_label
-from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.inputs.nsys import read_export
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
 from nsysfrag.reporters import figures
 from nsysfrag.reporters.figures import (
@@ -46,7 +46,7 @@ S = 1_000_000_000  # ns
 
 @cache
 def sample(name: str) -> Analysis:
-    return analyze(read_trace(SAMPLES / f"{name}.sqlite"))
+    return analyze(read_export(SAMPLES / f"{name}.sqlite"))
 
 
 def inference() -> SpaceAnalysis:
@@ -77,7 +77,7 @@ def small_space(make_trace: MakeTrace) -> SpaceAnalysis:
         memory.append(MemoryRow(t, 1, 0, BASE + offset, size, correlation_id=corr))
         api.append(ApiRow(t - 100, t + 100, 1, 7, "cudaMalloc_v3020", corr))
         nvtx.append(NvtxRow(t - 500, t + 500, 1, 7, site))
-    spaces = analyze(read_trace(make_trace(memory, api, nvtx))).spaces
+    spaces = analyze(read_export(make_trace(memory, api, nvtx))).spaces
     assert len(spaces) == 1
     return spaces[0]
 
@@ -392,7 +392,7 @@ def test_hotspots_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
 
 def test_hotspots_without_out_of_order_frees_say_so(make_trace: MakeTrace) -> None:
     memory = [MemoryRow(S, 1, 0, BASE, MiB), MemoryRow(2 * S, 1, 0, BASE, 0, op=FREE)]
-    s = analyze(read_trace(make_trace(memory))).spaces[0]
+    s = analyze(read_export(make_trace(memory))).spaces[0]
     ax = only_axes(hotspots_chart(s))
     assert not ax.containers
     assert any("no out-of-order frees" in t.get_text() for t in ax.texts)
@@ -445,9 +445,9 @@ def test_figures_never_import_pyplot(tmp_path: Path) -> None:
         "import sys\n"
         "from pathlib import Path\n"
         "from nsysfrag.analysis import analyze\n"
-        "from nsysfrag.inputs.nsys.reader import read_trace\n"
+        "from nsysfrag.inputs.nsys import read_export\n"
         "from nsysfrag.reporters.png import write_pngs\n"
-        f"write_pngs(analyze(read_trace({str(SAMPLES / 'caching_allocator.sqlite')!r})), Path({str(tmp_path)!r}))\n"
+        f"write_pngs(analyze(read_export({str(SAMPLES / 'caching_allocator.sqlite')!r})), Path({str(tmp_path)!r}))\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

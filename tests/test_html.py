@@ -24,10 +24,13 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
-from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.events import SourceInfo
+from nsysfrag.inputs.nsys import read_export
+from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
-from nsysfrag.reporters.html import percent, render, space_anchor, write
+from nsysfrag.reporters.html import render, space_anchor, write
+from nsysfrag.reporters.state_cells import percent
 from nsysfrag.testing.nsys_export import (
     FREE,
     ApiRow,
@@ -127,7 +130,7 @@ class Page(HTMLParser):
 
 @cache
 def sample(name: str) -> Analysis:
-    return analyze(read_trace(SAMPLES / f"{name}.sqlite"))
+    return analyze(read_export(SAMPLES / f"{name}.sqlite"))
 
 
 @cache
@@ -163,8 +166,8 @@ def test_page_is_html5_with_charset_viewport_and_title() -> None:
 def test_header_names_trace_version_model_and_granularity() -> None:
     a = sample("inference_serving")
     header = page("inference_serving").one("header").all_text()
-    assert a.trace_path in header
-    assert str(a.nsys_version) in header
+    assert a.source.path in header
+    assert str(a.source.version) in header
     assert "observed address space" in header
     assert f"{a.granularity_bytes} B" in header
 
@@ -345,7 +348,12 @@ def test_write_puts_the_page_in_a_file(tmp_path: Path) -> None:
 
 def test_analysis_without_spaces_says_so() -> None:
     text = render(
-        Analysis(trace_path="/x/empty.sqlite", nsys_version=None, granularity_bytes=512, spaces=[])
+        Analysis(
+            source=SourceInfo("nsys-export", "/x/empty.sqlite", None, NSYS_WORDS),
+            granularity_bytes=512,
+            spaces=[],
+            model="observed",
+        )
     )
     p = Page(text)
     assert p.one("title").all_text() == "nsysfrag — empty.sqlite"
@@ -396,7 +404,7 @@ def evil_trace(tmp_path: Path) -> Path:
 
 
 def test_trace_text_is_escaped(tmp_path: Path) -> None:
-    a = analyze(read_trace(evil_trace(tmp_path)))
+    a = analyze(read_export(evil_trace(tmp_path)))
     (s,) = a.spaces
     assert s.hotspots[0].site == EVIL and s.hole_creating_frees == 1
     text = render(a)
@@ -480,7 +488,7 @@ def test_chromium_draws_the_page(tmp_path: Path) -> None:
 @needs_chromium
 def test_chromium_shows_a_script_named_range_as_text(tmp_path: Path) -> None:
     page_path = tmp_path / "evil.html"
-    write(analyze(read_trace(evil_trace(tmp_path))), page_path)
+    write(analyze(read_export(evil_trace(tmp_path))), page_path)
     dom = run_chromium(tmp_path, "--dump-dom", page_path.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "<script" not in dom.stdout and '<img src="x"' not in dom.stdout

@@ -1,4 +1,4 @@
-"""Finding and running nsys (nsysfrag/nsys.py), against the fake nsys in tests/fake_nsys/."""
+"""Finding and running nsys (nsysfrag/inputs/nsys/runner.py), against the fake nsys in tests/fake_nsys/."""
 
 from __future__ import annotations
 

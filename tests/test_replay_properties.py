@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.analysis import EVENT_NAMES, analyze
-from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.inputs.nsys import read_export
 from nsysfrag.testing.nsys_export import FREE, ApiRow, Gpu, MemoryRow, NvtxRow, write_export
 from tests.reference import RefEvent, reference_replay
 
@@ -62,7 +62,7 @@ def _write(path: Path, stream: list[tuple[bool, int, int, str | None]], capacity
 def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None:
     path = tmp_path / "t.sqlite"
     _write(path, stream, capacity)
-    space = analyze(read_trace(path)).spaces[0]
+    space = analyze(read_export(path)).spaces[0]
     ref = reference_replay([RefEvent(f, a, b) for f, a, b, _ in stream], capacity)
     t = space.timeline
 
@@ -146,7 +146,7 @@ def test_invariants(tmp_path: Path, stream) -> None:
     # Free what is still live, newest first, so the trace ends empty.
     tail = [(True, a, b, None) for a, b in reversed(list(live.items()))]
     _write(path, stream + tail, 1 << 20)
-    space = analyze(read_trace(path)).spaces[0]
+    space = analyze(read_export(path)).spaces[0]
     t = space.timeline
     assert (t.free_bytes >= t.largest_free_bytes).all()
     assert ((t.global_frag >= 0) & (t.global_frag <= 1)).all()

@@ -6,7 +6,8 @@ import pytest
 
 from nsysfrag.analysis import SpaceAnalysis, analyze
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.inputs import InputOptions
+from nsysfrag.inputs.nsys import read_export
 from nsysfrag.testing.nsys_export import (
     FREE,
     MANAGED,
@@ -32,7 +33,7 @@ def free(t: int, offset: int, size: int = 0, pid: int = 1, device: int = 0) -> M
 
 
 def only_space(make_trace: MakeTrace, memory, **kw) -> SpaceAnalysis:  # type: ignore[no-untyped-def]
-    spaces = analyze(read_trace(make_trace(memory, **kw))).spaces
+    spaces = analyze(read_export(make_trace(memory, **kw))).spaces
     assert len(spaces) == 1
     return spaces[0]
 
@@ -123,8 +124,8 @@ def test_span_mode_when_addresses_exceed_capacity(make_trace: MakeTrace) -> None
 
 
 def test_capacity_override(make_trace: MakeTrace) -> None:
-    trace = read_trace(make_trace([alloc(10, 0, MiB)]))
-    s = analyze(trace, capacity_bytes=8 * MiB).spaces[0]
+    path = make_trace([alloc(10, 0, MiB)])
+    s = analyze(read_export(path, InputOptions(capacity_bytes=8 * MiB))).spaces[0]
     assert s.capacity_bytes == 8 * MiB and s.final.free_bytes == 7 * MiB
 
 
@@ -167,7 +168,7 @@ def test_spaces_per_process_and_device_with_cuda_device_mapping(make_trace: Make
     rows = [alloc(10, 0, MiB, pid=11), alloc(20, 0, MiB, pid=12), alloc(30, 0, MiB, pid=12, device=1)]
     gpus = [Gpu(0, "small", 16 * MiB), Gpu(1, "big", 32 * MiB)]
     opts = ExportOptions(cuda_devices=[(11, 0, 0), (12, 0, 1), (12, 1, 0)])
-    spaces = analyze(read_trace(make_trace(rows, gpus=gpus, options=opts))).spaces
+    spaces = analyze(read_export(make_trace(rows, gpus=gpus, options=opts))).spaces
     assert [(s.pid, s.device, s.capacity_bytes, s.device_name) for s in spaces] == [
         (11, 0, 16 * MiB, "small"),
         (12, 0, 32 * MiB, "big"),
@@ -176,10 +177,10 @@ def test_spaces_per_process_and_device_with_cuda_device_mapping(make_trace: Make
 
 
 def test_missing_gpu_row_asks_for_capacity(make_trace: MakeTrace) -> None:
-    trace = read_trace(make_trace([alloc(10, 0, MiB, device=3)]))
+    path = make_trace([alloc(10, 0, MiB, device=3)])
     with pytest.raises(InputError, match="--capacity"):
-        analyze(trace)
-    assert analyze(trace, capacity_bytes=CAP).spaces[0].device == 3
+        analyze(read_export(path))
+    assert analyze(read_export(path, InputOptions(capacity_bytes=CAP))).spaces[0].device == 3
 
 
 def test_failures_are_charged_to_the_threads_last_device(make_trace: MakeTrace) -> None:
@@ -195,7 +196,7 @@ def test_failures_are_charged_to_the_threads_last_device(make_trace: MakeTrace) 
         ApiRow(50, 51, 1, 7, "cudaLaunchKernel_v7000", 7, return_value=1),  # not an allocation
     ]
     gpus = [Gpu(0, total_memory=CAP), Gpu(1, total_memory=CAP)]
-    spaces = analyze(read_trace(make_trace(rows, api=api, gpus=gpus))).spaces
+    spaces = analyze(read_export(make_trace(rows, api=api, gpus=gpus))).spaces
     assert [s.counts.failed_allocations for s in spaces] == [2, 2]
     assert spaces[1].alloc_failure_rate == pytest.approx(2 / 3)
 

@@ -22,10 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.inputs.torch_snapshot.columns import snapshot_columns
-from nsysfrag.inputs.torch_snapshot.reader import parse_snapshot
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot, parse_snapshot
+from nsysfrag.inputs.torch_snapshot.spaces import columns_events, device_events
 from nsysfrag.models.segments import compiled as segments_compiled
 from nsysfrag.models.segments import replay as segments_model
-from nsysfrag.models.segments.replay import DeviceReplay, Layout, _Replayer
+from nsysfrag.models.segments.layout import Layout
+from nsysfrag.models.segments.replay import DeviceReplay, _Replayer
+from nsysfrag.models.segments.rules import AllocatorSettings
 from tests.conftest import REPO, SAMPLES
 from tests.snapshot_workloads import Op, merge, perturb, run_workload
 
@@ -49,24 +52,37 @@ SCALARS = (
 )  # fmt: skip
 
 
+def settings_of(records: Snapshot) -> AllocatorSettings:
+    return AllocatorSettings(
+        records.roundup_power2_divisions, records.max_split_size, records.expandable_segments
+    )
+
+
 def assert_same_replay(data: Any, name: str = "snapshot") -> None:
-    """Both replays of every device of ``data`` agree in every column and scalar, and on the
-    free blocks at the first, peak and last points."""
+    """The Python replay of the record reader's events and the compiled replay of the columnar
+    reader's, for every device of ``data``: the same value in every column and scalar, and the
+    same free blocks at the first, peak, middle and last points."""
     records = parse_snapshot(data, name)
     columns = snapshot_columns(data, name)
     assert records.devices() == columns.devices()
+    rules = settings_of(records)
     for device in records.devices():
-        want = segments_model.replay_device(records, device)
-        got = segments_compiled.replay_device(columns, device)
+        final = [s for s in records.segments if s.device == device]
+        entries = records.histories.get(device, [])
+        events, timestamps = device_events(entries, records.time_origin_us or 0)
+        col_events, col_timestamps = columns_events(columns, device)
+        assert timestamps == col_timestamps
+        want = segments_model.replay_device(events, final, rules, timestamps)
+        got = segments_compiled.replay_device(col_events, final, rules, col_timestamps)
         _compare(want, got, f"{name} device {device}")
         n = len(want.time_ns)
         if n == 0:
             continue
         peak = int(np.argmax(want.free_bytes - want.largest_free_bytes))
         for point in sorted({0, peak, n // 2, n - 1}):
-            a = segments_model.free_blocks_after(records, device, point)
-            b = segments_compiled.free_blocks_at(columns, device, point)
-            assert sorted(a.sizes) == sorted(b.sizes), (name, device, point)
+            a = segments_model.free_blocks_after(events, final, rules, point)
+            b = segments_compiled.free_blocks_at(col_events, final, rules, point)
+            assert sorted(a.sizes.tolist()) == sorted(b.sizes.tolist()), (name, device, point)
             assert a.releasable_bytes == b.releasable_bytes, (name, device, point)
 
 
@@ -181,9 +197,11 @@ def releasable_by_definition(layout: Layout) -> int:
 def test_releasable_bytes_are_kept_as_defined(snap: dict[str, Any]) -> None:
     records = parse_snapshot(snap, "snapshot")
     for device in records.devices():
-        replayer = segments_model._replayer(records, device)
+        final = [s for s in records.segments if s.device == device]
+        events, timestamps = device_events(records.histories.get(device, []), 0)
+        replayer = segments_model._replayer(events, final, settings_of(records), timestamps)
         checked = _CheckedReplayer(
-            replayer.snapshot, replayer.final, replayer.trace, replayer.start
+            replayer.settings, final, replayer.entries, replayer.times, timestamps, replayer.start
         )
         checked.run()
 
@@ -201,13 +219,14 @@ def test_releasable_counts_whole_free_segments_and_free_expandable_pages() -> No
         ],
         "device_traces": [[]],
     }
-    r = segments_compiled.replay_device(snapshot_columns(snap, "s"), 0)
+    records = parse_snapshot(snap, "s")
+    events, _ = columns_events(snapshot_columns(snap, "s"), 0)
+    r = segments_compiled.replay_device(events, records.segments, settings_of(records))
     # THEN R is the free small segment, plus the expandable range's whole free 20 MiB pages:
     # [0, 20 MiB) and [40, 60 MiB); the 1 MiB before the block is part of a page in use
     assert r.releasable_bytes[-1] == 2 * MiB + 40 * MiB
-    assert (
-        segments_model.replay_device(parse_snapshot(snap, "s"), 0).releasable_bytes[-1] == 42 * MiB
-    )
+    reference = segments_model.replay_device(events, records.segments, settings_of(records))
+    assert reference.releasable_bytes[-1] == 42 * MiB
 
 
 def _segment(

@@ -17,8 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from nsysfrag.analysis import EVENT_NAMES, Analysis, SpaceAnalysis
+from nsysfrag.analysis import analyze as analyze_recording
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
+from nsysfrag.inputs import InputOptions, open_input
 from nsysfrag.inputs.torch_snapshot.reader import (
     NO_PYTHON_FRAME,
     NO_STACK,
@@ -27,10 +29,12 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     read_snapshot,
     site_of,
 )
+from nsysfrag.inputs.torch_snapshot.spaces import recording_of
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
-from nsysfrag.models.segments.replay import MODEL_NAME, OOM, SEGMENT_FREE, round_size
+from nsysfrag.models.segments import MODEL_NAME
+from nsysfrag.models.segments.rules import round_size
+from nsysfrag.models.series import OOM, SEGMENT_FREE
 from nsysfrag.reporters import csv_report, json_report
-from nsysfrag.snapshot import analyze_snapshot, analyze_snapshot_file
 from tests.conftest import REPO, SAMPLES, MiB
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
@@ -120,7 +124,18 @@ def snap(
 
 
 def analyze(data: Any, capacity: int | None = 64 * MiB) -> Analysis:
-    return analyze_snapshot(parse_snapshot(data, "test.pickle"), capacity_bytes=capacity)
+    snapshot = parse_snapshot(data, "test.pickle")
+    return analyze_recording(recording_of(snapshot, InputOptions(capacity_bytes=capacity)))
+
+
+def analyze_snapshot_file(path: Path) -> Analysis:
+    return analyze_recording(open_input(path))
+
+
+def extras(s: SpaceAnalysis) -> dict[str, Any]:
+    """The snapshot's own keys of the space's JSON document."""
+    assert s.snapshot is not None
+    return json_report.snapshot_document(s.snapshot)
 
 
 def one(data: Any, capacity: int | None = 64 * MiB) -> SpaceAnalysis:
@@ -199,8 +214,8 @@ def test_free_is_reserved_minus_allocated_and_live_is_requested() -> None:
     assert s.final.free_bytes == 14 * MiB
     assert s.final.largest_free_bytes == 10 * MiB
     assert s.final.live_bytes == 5 * MiB
-    assert s.extras["reserved_bytes_final"] == 20 * MiB
-    assert s.extras["allocated_bytes_final"] == 6 * MiB
+    assert extras(s)["reserved_bytes_final"] == 20 * MiB
+    assert extras(s)["allocated_bytes_final"] == 6 * MiB
 
 
 def test_window_start_is_rebuilt_so_frees_of_older_blocks_match() -> None:
@@ -214,8 +229,8 @@ def test_window_start_is_rebuilt_so_frees_of_older_blocks_match() -> None:
     ]
     s = one(snap([final], trace))
     # THEN A is live at the start (an initial block), and its free is an ordinary, matched free
-    assert s.extras["window"]["initial_blocks"] == 1
-    assert s.extras["window"]["conflicts"] == 0 and s.extras["window"]["final_mismatches"] == 0
+    assert extras(s)["window"]["initial_blocks"] == 1
+    assert extras(s)["window"]["conflicts"] == 0 and extras(s)["window"]["final_mismatches"] == 0
     assert s.counts.unmatched_frees == 0 and s.counts.frees == 1 and s.counts.allocations == 1
     assert names(s) == ["alloc", "alloc", "free"]
     # and the free of A, below B at the segment's start, leaves no hole
@@ -262,17 +277,17 @@ def test_small_pool_blocks_split_at_512_bytes() -> None:
     trace = [ev("segment_alloc", S, 2 * MiB, 1), ev("alloc", S, 1000, 2)]
     s = one(snap([segment(S, 2 * MiB, [block(S, 1024, 1000)], kind="small")], trace))
     assert s.final.free_bytes == 2 * MiB - 1024
-    assert s.extras["window"]["final_mismatches"] == 0
+    assert extras(s)["window"]["final_mismatches"] == 0
 
 
 def test_segment_free_gives_memory_back_and_is_a_point() -> None:
     trace = [ev("alloc", S, 4 * MiB, 1), ev("free_requested", S, 4 * MiB, 2), ev("free_completed", S, 4 * MiB, 3),
              ev("segment_free", S, 20 * MiB, 4)]  # fmt: skip
     s = one(snap([], trace))
-    assert s.extras["window"]["initial_reserved_bytes"] == 20 * MiB
+    assert extras(s)["window"]["initial_reserved_bytes"] == 20 * MiB
     assert names(s) == ["alloc", "free", "segment_free"]
     assert s.timeline.free_bytes.tolist() == [16 * MiB, 20 * MiB, 0]
-    assert s.extras["reserved_bytes_peak"] == 20 * MiB and s.extras["reserved_bytes_final"] == 0
+    assert extras(s)["reserved_bytes_peak"] == 20 * MiB and extras(s)["reserved_bytes_final"] == 0
 
 
 def test_expandable_ranges_join_when_mapped_and_split_when_unmapped() -> None:
@@ -286,14 +301,14 @@ def test_expandable_ranges_join_when_mapped_and_split_when_unmapped() -> None:
     trace[1], trace[2] = trace[2], trace[1]
     final = segment(S, 40 * MiB, [block(S, 30 * MiB), block(S + 30 * MiB, MiB)], expandable=True)
     s = one(snap([final], trace))
-    assert s.extras["window"]["conflicts"] == 0 and s.extras["window"]["final_mismatches"] == 0
+    assert extras(s)["window"]["conflicts"] == 0 and extras(s)["window"]["final_mismatches"] == 0
     assert s.final.free_blocks == 1 and s.final.free_bytes == 9 * MiB
     # WHEN the middle is freed and its pages unmapped, the range splits in two
     trace += [ev("free_requested", S, 30 * MiB, 4), ev("free_completed", S, 30 * MiB, 5),
               ev("segment_unmap", S, 20 * MiB, 6)]  # fmt: skip
     final = segment(S + 20 * MiB, 20 * MiB, [block(S + 30 * MiB, MiB)], expandable=True)
     s = one(snap([final], trace))
-    assert s.extras["window"]["final_mismatches"] == 0
+    assert extras(s)["window"]["final_mismatches"] == 0
     assert names(s)[-1] == "segment_unmap"
     assert s.final.free_bytes == 19 * MiB and s.final.free_blocks == 2
 
@@ -311,9 +326,9 @@ def test_oom_sets_capacity_and_records_the_largest_free_block() -> None:
     }
     s = one(snap([seg], trace + [oom]), capacity=None)
     assert s.capacity_bytes == 64 * MiB  # reserved 20 MiB + 44 MiB CUDA had free
-    assert s.extras["capacity_source"] == "oom"
+    assert extras(s)["capacity_source"] == "oom"
     assert s.counts.failed_allocations == 1 and s.alloc_failure_rate == pytest.approx(0.5)
-    (o,) = s.extras["oom_events"]
+    (o,) = extras(s)["oom_events"]
     assert o["largest_free_bytes"] == 4 * MiB and o["requested_bytes"] == 30 * MiB
     assert o["device_free_bytes"] == 44 * MiB and o["site"] == "proj/model.py:42 forward"
     assert names(s)[-1] == "oom" and s.timeline.event[-1] == OOM
@@ -322,7 +337,7 @@ def test_oom_sets_capacity_and_records_the_largest_free_block() -> None:
 def test_without_capacity_or_oom_the_peak_reserved_is_used_with_a_warning() -> None:
     a = analyze(snap([segment(S, 20 * MiB, [block(S, MiB)])]), capacity=None)
     assert a.spaces[0].capacity_bytes == 20 * MiB
-    assert a.spaces[0].extras["capacity_source"] == "reserved_peak"
+    assert extras(a.spaces[0])["capacity_source"] == "reserved_peak"
     assert any("--capacity" in w for w in a.warnings)
 
 
@@ -356,7 +371,7 @@ def test_unknown_actions_are_counted_and_warned_about() -> None:
     assert any(
         "2 trace entries with an unknown action" in w and "'teleport' ×2" in w for w in a.warnings
     )
-    assert a.skipped_rows == 1
+    assert a.input_counts.skipped_rows == 1
 
 
 def test_a_trace_without_timestamps_uses_entry_numbers() -> None:
@@ -374,7 +389,7 @@ def test_pytorch_2_0_blocks_carry_history_instead_of_address() -> None:
                        "history": [{"addr": S + 2 * MiB, "real_size": 1_500_000, "frames": USER}]},
                       {"size": 16 * MiB, "state": "inactive"}]}  # fmt: skip
     s = one(snap([seg], [{"action": "free_completed", "addr": S, "size": MiB, "stream": 0}]))
-    assert s.extras["snapshot_layout"].startswith("PyTorch 2.0")
+    assert extras(s)["snapshot_layout"].startswith("PyTorch 2.0")
     assert s.final.live_bytes == 1_500_000
     assert s.final.free_bytes == 18 * MiB and s.final.free_blocks == 2
     assert s.timeline.site_names[s.timeline.site[1]] == "proj/model.py:42 forward"
@@ -592,7 +607,7 @@ def test_samples_are_reproducible() -> None:
 def test_samples_replay_exactly_to_their_final_state(name: str) -> None:
     a = analyze_snapshot_file(SAMPLES / name)
     (s,) = a.spaces
-    window = s.extras["window"]
+    window = extras(s)["window"]
     assert window["conflicts"] == 0 and window["final_mismatches"] == 0
     assert window["initial_blocks"] > 0 and window["trace_entries"] == 8000
     assert s.hotspots and s.size_histogram and s.free_block_histogram
@@ -603,10 +618,10 @@ def test_inference_samples_run_out_of_memory_with_and_without_expandable_segment
     expandable = analyze_snapshot_file(SAMPLES / "inference_expandable_snapshot.pickle").spaces[0]
     for s in (native, expandable):
         assert s.counts.failed_allocations == 1
-        assert s.extras["capacity_source"] == "oom"
+        assert extras(s)["capacity_source"] == "oom"
         assert s.capacity_bytes == 16 * (1 << 30) - 512 * MiB  # the device less the CUDA context
     assert "segment_free" in names(native) and "segment_unmap" in names(expandable)
-    assert expandable.extras["expandable_segments"] and not native.extras["expandable_segments"]
+    assert extras(expandable)["expandable_segments"] and not extras(native)["expandable_segments"]
 
 
 def test_cli_json_terminal_csv_and_html_on_a_sample(tmp_path: Path) -> None:
@@ -655,11 +670,11 @@ def test_real_snapshot_analyzes(path: Path) -> None:
     for s, space in zip(a.spaces, doc["spaces"], strict=True):
         assert space["model"] == MODEL_NAME
         # The layout rebuilt at the window's start replays exactly onto the final segments.
-        assert s.extras["window"]["conflicts"] == 0
-        assert s.extras["window"]["final_mismatches"] == 0
+        assert extras(s)["window"]["conflicts"] == 0
+        assert extras(s)["window"]["final_mismatches"] == 0
         assert s.counts.unmatched_frees == 0 and s.counts.overlaps == 0
         assert 0 <= s.max_local_frag <= 1 and 0 <= s.max_global_frag <= 1
-        assert s.extras["reserved_bytes_peak"] <= s.capacity_bytes
+        assert extras(s)["reserved_bytes_peak"] <= s.capacity_bytes
         assert (s.timeline.free_bytes >= s.timeline.largest_free_bytes).all()
         t = s.timeline
         assert len(t.time_ns) > 0 and (np.diff(t.time_ns) >= 0).all()
@@ -672,7 +687,7 @@ def test_real_multi_device_snapshot_with_an_oom() -> None:
     )
     assert [s.device for s in a.spaces] == [0, 1, 2]
     dev1 = a.spaces[1]
-    (o,) = dev1.extras["oom_events"]
+    (o,) = extras(dev1)["oom_events"]
     assert dev1.capacity_bytes == o["reserved_bytes"] + o["device_free_bytes"]
     assert o["largest_free_bytes"] < o["requested_bytes"]
     assert o["site"].endswith("update_nodes")
@@ -687,4 +702,4 @@ def test_real_legacy_list_and_segment_only_snapshots_are_state_only() -> None:
     legacy = analyze_snapshot_file(
         REAL_SNAPSHOTS / "Yiyi-philosophy+LLM-inference__1.3b_snapshot.pickle"
     )
-    assert legacy.spaces[0].extras["snapshot_layout"].startswith("PyTorch 2.0")
+    assert extras(legacy.spaces[0])["snapshot_layout"].startswith("PyTorch 2.0")

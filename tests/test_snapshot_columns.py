@@ -13,13 +13,13 @@ import pytest
 
 from nsysfrag.inputs.torch_snapshot import columns as sc
 from nsysfrag.inputs.torch_snapshot.columns import (
-    ACTION_NAMES,
     NO_TIME,
     SnapshotColumns,
     read_snapshot_columns,
     snapshot_columns,
 )
 from nsysfrag.inputs.torch_snapshot.reader import (
+    ACTION_KINDS,
     NO_STACK,
     Snapshot,
     load_plain_pickle,
@@ -43,9 +43,9 @@ def assert_same_entries(records: Snapshot, columns: SnapshotColumns) -> None:
                  "expandable_segments", "unknown_actions", "skipped_entries", "time_origin_us",
                  "warnings"):  # fmt: skip
         assert getattr(columns, attr) == getattr(records, attr), attr
-    for device, trace in records.traces.items():
-        col = columns.traces[device]
-        assert [ACTION_NAMES[a] for a in col.action.tolist()] == [e.action for e in trace]
+    for device, trace in records.histories.items():
+        col = columns.histories[device]
+        assert col.action.tolist() == [ACTION_KINDS[e.action] for e in trace]
         assert col.address.tolist() == [e.address for e in trace]
         assert col.size.tolist() == [e.size for e in trace]
         assert col.stream.tolist() == [e.stream for e in trace]
@@ -72,8 +72,8 @@ def test_the_careful_path_gives_the_fast_paths_columns(
     fast = snapshot_columns(data, path.name)
     monkeypatch.setattr(sc, "_fast_chunk", lambda part, start: None)
     careful = snapshot_columns(data, path.name)
-    for device, col in fast.traces.items():
-        other = careful.traces[device]
+    for device, col in fast.histories.items():
+        other = careful.histories[device]
         for name in (
             "action",
             "address",
@@ -156,7 +156,7 @@ def test_a_failed_oom_keeps_its_whole_stack() -> None:
         {"name": "fwd", "filename": "/p/m.py", "line": 10**30},
     ]
     data = {"segments": [], "device_traces": [[_entry("oom", device_free=1 << 30, frames=frames)]]}
-    (stack,) = snapshot_columns(data, "s").traces[0].oom_frames
+    (stack,) = snapshot_columns(data, "s").histories[0].oom_frames
     assert stack == (("??", "0", "malloc"), ("/p/m.py", "an integer of 100 bits", "fwd"))
 
 
@@ -168,7 +168,7 @@ def test_the_object_graph_is_gone_once_the_columns_exist(tmp_path: Path) -> None
         current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert len(columns.traces[0]) == 8000
+    assert len(columns.histories[0]) == 8000
     assert current < peak / 4, (current, peak)
 
 
@@ -186,4 +186,4 @@ def test_a_pickle_of_plain_data_round_trips(tmp_path: Path) -> None:
     data = {"segments": [], "device_traces": [[_entry()]]}
     path = tmp_path / "s.pickle"
     path.write_bytes(pickle.dumps(data, protocol=4))
-    assert read_snapshot_columns(path).traces[0].address.tolist() == [S]
+    assert read_snapshot_columns(path).histories[0].address.tolist() == [S]

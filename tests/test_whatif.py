@@ -363,7 +363,7 @@ def test_validation_detects_the_wrong_model() -> None:
 
 def _has_segment_events(path: Path) -> bool:
     snap = read_snapshot(path)
-    return any(e.action in ("segment_alloc", "segment_map") for t in snap.traces.values() for e in t)
+    return any(e.action in ("segment_alloc", "segment_map") for t in snap.histories.values() for e in t)
 
 
 @needs_real

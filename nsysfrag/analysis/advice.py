@@ -30,7 +30,7 @@ def advise(s: SpaceAnalysis) -> list[str]:
             f" {format_bytes(s.peak.free_bytes)} free — requests larger than that fail even"
             " though the total would fit."
         )
-    if s.hotspots and s.model != "observed":
+    if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
             lines.append(

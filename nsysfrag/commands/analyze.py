@@ -8,24 +8,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from nsysfrag import snapshot
 from nsysfrag.commands.report_options import (
     ReportRequest,
-    analyze_sqlite,
+    analyze_input,
     check_outputs,
     emit_reports,
-    progress_bar,
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
-from nsysfrag.inputs.nsys import runner as nsys
+from nsysfrag.inputs import format_of
+from nsysfrag.inputs.files import check_input_file
+from nsysfrag.inputs.nsys import TRACE_FILE, is_report
+
+if TYPE_CHECKING:
+    from nsysfrag.inputs.nsys.runner import Nsys
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -65,28 +68,18 @@ def analyze_command(
     """
     request = ReportRequest.from_options(options)
     check_outputs(request, trace)
-    if snapshot.is_snapshot(trace) and not nsys.is_report(trace):
-        if reexport or cache_dir is not None:
-            raise InputError(
-                f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to a PyTorch"
-                " memory snapshot; analyze it without them"
-            )
-        with progress_bar() as progress:
-            analysis = snapshot.analyze_snapshot_file(
-                trace, request.capacity, request.granularity, progress
-            )
-    elif nsys.is_report(trace):
+    if is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
         check_outputs(request, trace)
         with phase("analyzing"):
-            analysis = analyze_sqlite(trace, request)
-    elif reexport or cache_dir is not None:
-        raise InputError(
-            f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports; this is already"
-            " an export, analyze it without them"
-        )
+            analysis = analyze_input(trace, request)
     else:
-        analysis = analyze_sqlite(trace, request)
+        if reexport or cache_dir is not None:
+            raise InputError(
+                f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to"
+                f" {format_of(trace).description}; analyze it without them"
+            )
+        analysis = analyze_input(trace, request)
     code = emit_reports(analysis, request)
     if code:
         raise click.exceptions.Exit(code)
@@ -96,7 +89,11 @@ def export_report(
     report: Path, nsys_path: str | None, cache_dir: Path | None, reexport: bool
 ) -> Path:
     """The SQLite export of ``report``: reused when fresh, else written by nsys."""
-    _check_report(report)
+    check_input_file(
+        report, expected="pass an nsys report (.nsys-rep) or its .sqlite", directory=TRACE_FILE
+    )
+    from nsysfrag.inputs.nsys import runner as nsys  # only a report needs the nsys runner
+
     if cache_dir is not None:
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -126,17 +123,10 @@ def export_report(
         return nsys.export_sqlite(tool, report, plan.path)
 
 
-def _check_report(report: Path) -> None:
-    if not report.exists():
-        raise InputError(f"{report}: no such file; pass an nsys report (.nsys-rep) or its .sqlite")
-    if report.is_dir():
-        raise InputError(f"{report}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
-    if not os.access(report, os.R_OK):
-        raise InputError(f"{report}: permission denied; make the file readable")
-
-
-def locate_nsys(explicit: str | None) -> nsys.Nsys:
+def locate_nsys(explicit: str | None) -> Nsys:
     """Find nsys and say which one (and which version) does the work."""
+    from nsysfrag.inputs.nsys import runner as nsys
+
     tool = nsys.nsys_version(nsys.find_nsys(explicit))
     note(f"using {tool.version} ({tool.path})")
     return tool

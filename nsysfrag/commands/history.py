@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
 from nsysfrag.history.render import dumps, json_document, render_runs, trend_lines
@@ -19,7 +20,6 @@ TABLE_RUNS = 20
 TREND_RUNS = 50
 DEFAULT_WINDOW = 5
 DEFAULT_THRESHOLD = 0.05
-STDOUT = Path("-")
 _DATE_ONLY = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
 
 
@@ -50,77 +50,34 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
 
 
 @click.command("history")
-@click.option(
-    "--db",
-    metavar="URL",
-    help="The history database: an SQLite path or URL, or postgresql+psycopg://USER@HOST/DB"
-    " (default: $NSYSFRAG_DB, else $XDG_DATA_HOME/nsysfrag/history.sqlite).",
-)
-@click.option(
-    "--tag",
-    "tags",
-    multiple=True,
-    metavar="K=V",
-    help="Only runs with this tag (repeatable: every tag must match).",
-)
+@click.option("--db", metavar="URL",
+              help="The history database: an SQLite path or URL, or postgresql+psycopg://USER@HOST/DB"
+              " (default: $NSYSFRAG_DB, else $XDG_DATA_HOME/nsysfrag/history.sqlite).")
+@click.option("--tag", "tags", multiple=True, metavar="K=V",
+              help="Only runs with this tag (repeatable: every tag must match).")
 @click.option("--label", metavar="TEXT", help="Only runs whose label contains TEXT (any case).")
 @click.option("--since", type=Moment(), help="Only runs recorded at or after DATE (UTC).")
-@click.option(
-    "--until",
-    type=Moment(end_of_day=True),
-    help="Only runs recorded before DATE (UTC); a bare date includes that day.",
-)
-@click.option(
-    "--limit",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help=f"At most the N newest runs (default {TABLE_RUNS} in the table, {TREND_RUNS}"
-    " in a trend, all in --json).",
-)
-@click.option(
-    "--trend",
-    "trend_metric",
-    metavar="METRIC",
-    help="Draw METRIC per device over the runs as a sparkline (e.g. global_frag,"
-    " local_frag, free_blocks, peak.largest_free_bytes).",
-)
-@click.option(
-    "--png",
-    "png_path",
-    type=click.Path(path_type=Path),
-    help="With --trend: also write a line chart to this PNG file.",
-)
-@click.option(
-    "--check",
-    is_flag=True,
-    help="Exit 1 when the newest run is worse than the median of the runs before it.",
-)
-@click.option(
-    "--metric",
-    "metrics",
-    multiple=True,
-    metavar="METRIC",
-    help=f"With --check: the metric to check (repeatable; default {DEFAULT_METRIC}).",
-)
-@click.option(
-    "--window",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help=f"With --check: how many earlier runs the median is over (default {DEFAULT_WINDOW}).",
-)
-@click.option(
-    "--threshold",
-    type=click.FloatRange(min=0),
-    metavar="DELTA",
-    help=f"With --check: how much worse is a regression, absolute (default {DEFAULT_THRESHOLD},"
-    " i.e. 5 points of a ratio).",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path),
-    help="Write the matching runs and their spaces as JSON ('-' for stdout).",
-)
+@click.option("--until", type=Moment(end_of_day=True),
+              help="Only runs recorded before DATE (UTC); a bare date includes that day.")
+@click.option("--limit", type=click.IntRange(min=1), metavar="N",
+              help=f"At most the N newest runs (default {TABLE_RUNS} in the table, {TREND_RUNS}"
+              " in a trend, all in --json).")
+@click.option("--trend", "trend_metric", metavar="METRIC",
+              help="Draw METRIC per device over the runs as a sparkline (e.g. global_frag,"
+              " local_frag, free_blocks, peak.largest_free_bytes).")
+@click.option("--png", "png_path", type=click.Path(path_type=Path),
+              help="With --trend: also write a line chart to this PNG file.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 when the newest run is worse than the median of the runs before it.")
+@click.option("--metric", "metrics", multiple=True, metavar="METRIC",
+              help=f"With --check: the metric to check (repeatable; default {DEFAULT_METRIC}).")
+@click.option("--window", type=click.IntRange(min=1), metavar="N",
+              help=f"With --check: how many earlier runs the median is over (default {DEFAULT_WINDOW}).")
+@click.option("--threshold", type=click.FloatRange(min=0), metavar="DELTA",
+              help=f"With --check: how much worse is a regression, absolute (default {DEFAULT_THRESHOLD},"
+              " i.e. 5 points of a ratio).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path),
+              help="Write the matching runs and their spaces as JSON ('-' for stdout).")
 def history_command(
     db: str | None,
     tags: tuple[str, ...],
@@ -156,10 +113,7 @@ def history_command(
         raise InputError("--png goes with --trend METRIC: say which metric to draw")
     if not check and (metrics or window is not None or threshold is not None):
         raise InputError("--metric, --window and --threshold go with --check")
-    if png_path is not None and not png_path.parent.exists():
-        raise InputError(f"{png_path}: folder {png_path.parent} does not exist; create it first")
-    if json_path is not None and json_path != STDOUT and not json_path.parent.exists():
-        raise InputError(f"{json_path}: folder {json_path.parent} does not exist; create it first")
+    check_output_paths(p for p in (png_path, json_path) if p is not None)
     trend = resolve_metric(trend_metric) if trend_metric is not None else None
     checked = [resolve_metric(m) for m in metrics or (DEFAULT_METRIC,)]
     query = RunQuery(tags=parse_tags(tags), label=label, since=since, until=until)
@@ -170,7 +124,7 @@ def history_command(
         where = store.location
         if json_path is not None:
             text = dumps(json_document(store.runs(_limited(query, limit)), where))
-            _write_text(json_path, text)
+            write_text(json_path, text)
         if trend is not None:
             runs = store.runs(_limited(query, limit or TREND_RUNS))[::-1]
             all_series = series(runs, trend)
@@ -227,13 +181,3 @@ def _check(runs: list[StoredRun], metrics: list[str], window: int, threshold: fl
 
 def _note(message: str) -> None:
     click.echo(f"nsysfrag: {message}", err=True)
-
-
-def _write_text(path: Path, text: str) -> None:
-    if path == STDOUT:
-        click.echo(text, nl=False)
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None

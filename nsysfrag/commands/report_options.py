@@ -22,22 +22,28 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
+from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
+from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
 from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
-from nsysfrag.inputs.nsys.reader import read_trace
-from nsysfrag.inputs.nsys.records import ProgressCallback
-from nsysfrag.models.observed import kernel as replay
-from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
+from nsysfrag.events import ProgressCallback
+from nsysfrag.inputs import InputOptions, format_of
+from nsysfrag.models.observed import DEFAULT_GRANULARITY
+from nsysfrag.reporters import (
+    REPORTERS,
+    Reporter,
+    comparison_table,
+    json_report,
+    reporter_for_suffix,
+    terminal,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
           "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12,
           "tib": 1 << 40}
-STDOUT = Path("-")
 
 
 class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
@@ -61,10 +67,7 @@ class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic only in ne
 class ReportRequest:
     """What the user asked to compute and where to put it."""
 
-    json_path: Path | None = None
-    csv_path: Path | None = None
-    html_path: Path | None = None
-    png_dir: Path | None = None
+    reports: tuple[tuple[Reporter, Path], ...] = ()  # in REPORTERS order
     capacity: int | None = None
     granularity: int = DEFAULT_GRANULARITY
     quiet: bool = False
@@ -78,37 +81,36 @@ class ReportRequest:
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ReportRequest:
-        json_path, html_path, output = (
-            options.pop("json_path"),
-            options.pop("html_path"),
-            options.pop("output"),
-        )
+        paths: dict[str, Path] = {}
+        for r in REPORTERS:
+            if (path := options.pop(_dest(r))) is not None:
+                paths[r.name] = path
+        output = options.pop("output")
         if output is not None:
-            suffix = output.suffix.lower()
-            if suffix == ".json":
-                json_path = json_path or output
-            elif suffix in (".html", ".htm"):
-                html_path = html_path or output
-            else:
-                raise InputError(f"{output}: unknown report format; use a .json or .html path with -o")
+            chosen = reporter_for_suffix(output)
+            if chosen is None:
+                kinds = " or ".join(r.suffixes[0] for r in REPORTERS if r.suffixes)
+                raise InputError(f"{output}: unknown report format; use a {kinds} path with -o")
+            paths.setdefault(chosen.name, output)
         baseline, regression = options.pop("baseline"), options.pop("fail_on_regression")
         if regression is not None and baseline is None:
             raise InputError("--fail-on-regression needs --baseline BASE.json to compare against")
         record, label, db = options.pop("record"), options.pop("label"), options.pop("db")
-        tags = parse_tags(options.pop("tags"))
-        if not record and (label is not None or tags or db is not None):
+        raw_tags = options.pop("tags")
+        if not record and (label is not None or raw_tags or db is not None):
             raise InputError("--label, --tag and --db go with --record (store this run in the history)")
+        tags: tuple[tuple[str, str], ...] = ()
         if record:
+            from nsysfrag.history import database_url, parse_tags  # only --record needs it
+
+            tags = parse_tags(raw_tags)
             database_url(db)  # a malformed URL fails now, not after the analysis
         return cls(
+            reports=tuple((r, paths[r.name]) for r in REPORTERS if r.name in paths),
             record=record,
             label=label,
             tags=tags,
             db=db,
-            json_path=json_path,
-            csv_path=options.pop("csv_path"),
-            html_path=html_path,
-            png_dir=options.pop("png_dir"),
             capacity=options.pop("capacity"),
             granularity=options.pop("granularity"),
             quiet=options.pop("quiet"),
@@ -117,28 +119,29 @@ class ReportRequest:
             fail_on_regression=regression,
         )
 
-    def outputs(self) -> list[Path]:
-        files = (self.json_path, self.csv_path, self.html_path)
-        return [p for p in files if p is not None and p != STDOUT]
+    def writes_to_stdout(self, text_only: bool = False) -> bool:
+        """Whether a report (with ``text_only``, a text report) goes to stdout."""
+        return any(p == STDOUT and (r.render or not text_only) for r, p in self.reports)
+
+
+def _dest(r: Reporter) -> str:
+    return f"{r.name}_path"
 
 
 def report_options(f: F) -> F:
     """Decorate a command with the analysis and report options."""
+    suffixes = ", ".join(x for r in REPORTERS for x in r.suffixes)
     options = [
-        click.option("--json", "json_path", type=click.Path(path_type=Path),
-                     help="Write the SPEC JSON document here ('-' for stdout, which replaces the report)."),
+        *(
+            click.option(f"--{r.name}", _dest(r), type=click.Path(path_type=Path), help=r.help)
+            for r in REPORTERS
+        ),
         click.option("-o", "--output", "output", type=click.Path(path_type=Path),
-                     help="Write a report whose format follows the suffix (.json)."),
-        click.option("--csv", "csv_path", type=click.Path(path_type=Path),
-                     help="Write the full-resolution timeline, one row per event."),
+                     help=f"Write a report whose format follows the suffix ({suffixes})."),
         click.option("--capacity", type=ByteSize(), default=None,
                      help="Device memory per space, overriding the trace's TARGET_INFO_GPU (e.g. 80GiB)."),
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
                      help="Allocation rounding: a block's footprint is its size rounded up to this."),
-        click.option("--html", "html_path", type=click.Path(path_type=Path),
-                     help="Write a self-contained HTML report (plots inline, works offline)."),
-        click.option("--png", "png_dir", type=click.Path(path_type=Path),
-                     help="Write six PNG plots per space into this folder."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
                      help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
@@ -160,43 +163,30 @@ def report_options(f: F) -> F:
     return f
 
 
-def check_outputs(request: ReportRequest, trace: Path) -> None:
-    """Fail before any work when an output would clobber the trace or cannot be written."""
-    for path in request.outputs() + ([request.png_dir] if request.png_dir else []):
-        if path.exists() and trace.exists() and path.resolve() == trace.resolve():
-            raise InputError(f"{path}: refusing to overwrite the input trace; choose another path")
-    for path in request.outputs():
-        if not path.parent.exists():
-            raise InputError(f"{path}: folder {path.parent} does not exist; create it first")
-    if request.png_dir is not None and request.png_dir.exists() and not request.png_dir.is_dir():
-        raise InputError(f"{request.png_dir}: not a folder; --png takes a folder for the plots")
+def check_outputs(request: ReportRequest, source: Path) -> None:
+    """Fail before any work when an output would clobber the input or cannot be written."""
+    check_output_paths((p for r, p in request.reports if not r.folder), source)
+    check_output_paths((p for r, p in request.reports if r.folder), source, folders=True)
+    for r, path in request.reports:
+        if r.folder and path.exists() and not path.is_dir():
+            raise InputError(f"{path}: not a folder; --{r.name} takes a folder")
     if request.baseline is not None:
         load_document(request.baseline)  # fail now, not after a long analysis
 
 
-def _write_text(path: Path, text: str) -> None:
-    if path == STDOUT:
-        click.echo(text, nl=False)
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
-
-
-def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
-    # Loading the compiled replay takes a moment; SQLite reads without the GIL, so overlap them.
-    warming = threading.Thread(target=replay.warm_up, daemon=True)
-    warming.start()
+def analyze_input(path: Path, request: ReportRequest) -> Analysis:
+    """Read ``path`` with the input format that claims it and analyze every space."""
+    fmt = format_of(path)
+    # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
+    warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
+    if warming is not None:
+        warming.start()
     with progress_bar() as progress:
-        trace = read_trace(sqlite_path, progress=progress)
-        warming.join()
-        return analyze(
-            trace,
-            capacity_bytes=request.capacity,
-            granularity_bytes=request.granularity,
-            progress=progress,
-        )
+        options = InputOptions(request.capacity, request.granularity, progress)
+        recording = fmt.open(path, options)
+        if warming is not None:
+            warming.join()
+        return analyze(recording, progress)
 
 
 @contextmanager
@@ -228,25 +218,15 @@ def progress_bar() -> Iterator[ProgressCallback | None]:
 def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
     """Write every requested report; return the exit code (gates decide it)."""
     document = json_report.document(analysis)
-    if request.json_path is not None:
-        _write_text(request.json_path, json_report.dumps(document))
-    if request.html_path is not None:
-        from nsysfrag.reporters import html  # matplotlib is slow to import: only when asked
-
-        _write_text(request.html_path, html.render(analysis))
-    if request.png_dir is not None:
-        from nsysfrag.reporters import png
-
+    for r, path in request.reports:
+        if r.render is not None:
+            write_text(path, r.renderer()(analysis))
+            continue
         try:
-            png.write_pngs(analysis, request.png_dir)
+            r.writer()(analysis, path)
         except OSError as err:
-            raise InputError(f"{request.png_dir}: cannot write plots ({err.strerror})") from None
-    if request.csv_path is not None:
-        try:
-            csv_report.write(analysis, request.csv_path)
-        except OSError as err:
-            raise InputError(f"{request.csv_path}: cannot write ({err.strerror})") from None
-    to_screen = not request.quiet and STDOUT not in (request.json_path, request.html_path)
+            raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
+    to_screen = not request.quiet and not request.writes_to_stdout(text_only=True)
     console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
     if to_screen:
         terminal.render(analysis, console)
@@ -269,6 +249,8 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
 
 def record_run(document: dict[str, Any], request: ReportRequest) -> None:
     """Store the analysis in the history database and say under which run number."""
+    from nsysfrag.history import RunRecord, open_store
+
     run = RunRecord.from_document(
         document,
         Path(document["trace"]["path"]),

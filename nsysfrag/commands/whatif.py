@@ -9,29 +9,9 @@ import click
 from rich.console import Console
 
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
-from nsysfrag.commands.report_options import STDOUT, ByteSize
-from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys import runner as nsys
-
-
-def _write(path: Path, text: str) -> None:
-    if path == STDOUT:
-        click.echo(text, nl=False)
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
-
-
-def _check_outputs(paths: list[Path], source: Path) -> None:
-    for path in paths:
-        if path == STDOUT:
-            continue
-        if path.exists() and source.exists() and path.resolve() == source.resolve():
-            raise InputError(f"{path}: refusing to overwrite the input; choose another path")
-        if not path.parent.exists():
-            raise InputError(f"{path}: folder {path.parent} does not exist; create it first")
+from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
+from nsysfrag.commands.report_options import ByteSize
+from nsysfrag.inputs.nsys import is_report
 
 
 @click.command("whatif")
@@ -83,8 +63,8 @@ def whatif_command(
     for p in policies:
         parse_policy(p)  # a bad --policy fails before any work
     outputs = [p for p in (json_path, html_path) if p is not None]
-    _check_outputs(outputs, source)
-    if nsys.is_report(source):
+    check_output_paths(outputs, source)
+    if is_report(source):
         from nsysfrag.commands.analyze import export_report
 
         source = export_report(source, None, None, False)
@@ -93,9 +73,9 @@ def whatif_command(
         for w in space.warnings:
             click.echo(f"nsysfrag: warning: {space.label}: {w}", err=True)
     if json_path is not None:
-        _write(json_path, whatif_report.dumps(whatif_report.document(report)))
+        write_text(json_path, whatif_report.dumps(whatif_report.document(report)))
     if html_path is not None:
-        _write(html_path, whatif_report.render_html(report))
+        write_text(html_path, whatif_report.render_html(report))
     if not quiet and STDOUT not in (json_path, html_path):
         console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
         whatif_report.render_terminal(report, console)

@@ -34,7 +34,6 @@ from sqlalchemy import (
 from sqlalchemy.pool import NullPool
 
 from nsysfrag import __version__
-from nsysfrag.analysis import MODEL_NAME
 from nsysfrag.errors import InputError
 from nsysfrag.history.migrations import LATEST, current_version, migrate
 from nsysfrag.history.schema import (
@@ -45,6 +44,7 @@ from nsysfrag.history.schema import (
     run_tags,
     runs,
 )
+from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.reporters.json_report import SCHEMA
 
 ENV_VAR = "NSYSFRAG_DB"

@@ -21,14 +21,15 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import Formatter, Locator, MaxNLocator, PercentFormatter
 
-from nsysfrag.analysis import MODEL_NAME, Bucket, SpaceAnalysis, Timeline
+from nsysfrag.analysis import Bucket, SpaceAnalysis, Timeline
 from nsysfrag.analysis.metrics import F64, format_bytes, size_class_label
-from nsysfrag.inputs.nsys.records import I64
-from nsysfrag.models.observed.kernel import ALLOCATED
+from nsysfrag.events import I64
+from nsysfrag.models.observed import MODEL_NAME
+from nsysfrag.models.series import ALLOCATED
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100
-MODEL_TITLE = f"{MODEL_NAME} address space"
+MODEL_TITLE = f"{MODEL_NAME} address space"  # the history chart's runs are observed ones
 
 # One colour per quantity, the same in every figure.
 GLOBAL_COLOR = "#1f77b4"
@@ -138,7 +139,7 @@ def space_label(space: SpaceAnalysis) -> str:
 
 def _title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None:
     extra = f" · {note}" if note else ""
-    model = MODEL_TITLE if space.model == MODEL_NAME else f"{space.model} model"
+    model = space.source.words.figure_title
     fig.suptitle(f"{what} · {model}{extra}\n{space_label(space)}", fontsize=11)
 
 
@@ -223,6 +224,15 @@ def _legend_right(ax: Axes, **kw: Any) -> None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kw)
 
 
+def _time_series_done(fig: Figure, ax: Axes, ylabel: str, what: str, space: SpaceAnalysis) -> Figure:
+    """The finish every time-series figure shares: y label, grid, legend, title."""
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
+    _legend_right(ax)
+    _title(fig, what, space)
+    return fig
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -283,11 +293,7 @@ def fragmentation_timeline(space: SpaceAnalysis) -> Figure:
     if top < GLOBAL_WARN_PCT:
         _below_bands(ax, "global and local stay below their warn levels (20 %, 30 %)")
     ax.yaxis.set_major_formatter(PercentFormatter(100.0))
-    ax.set_ylabel("fragmentation (%)")
-    ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
-    _legend_right(ax)
-    _title(fig, "Fragmentation over time", space)
-    return fig
+    return _time_series_done(fig, ax, "fragmentation (%)", "Fragmentation over time", space)
 
 
 def memory_timeline(space: SpaceAnalysis) -> Figure:
@@ -326,11 +332,7 @@ def memory_timeline(space: SpaceAnalysis) -> Figure:
     top = max(cap, int(tl.free_bytes.max()), int(tl.live_bytes.max()))
     ax.set_ylim(0, top * 1.08)
     _bytes_axis(ax.yaxis)
-    ax.set_ylabel("device memory (bytes, binary units)")
-    ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
-    _legend_right(ax)
-    _title(fig, "Memory over time", space)
-    return fig
+    return _time_series_done(fig, ax, "device memory (bytes, binary units)", "Memory over time", space)
 
 
 def free_block_count(space: SpaceAnalysis) -> Figure:
@@ -348,11 +350,7 @@ def free_block_count(space: SpaceAnalysis) -> Figure:
     _time_axis(ax, space)
     ax.set_ylim(0, top)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("free blocks (count)")
-    ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
-    _legend_right(ax)
-    _title(fig, "Free blocks (gaps) over time", space)
-    return fig
+    return _time_series_done(fig, ax, "free blocks (count)", "Free blocks (gaps) over time", space)
 
 
 def _histogram(ax: Axes, buckets: list[Bucket], title: str, what: str, empty_text: str) -> None:

@@ -10,26 +10,27 @@ from __future__ import annotations
 import base64
 import io
 import re
-from html import escape
 from pathlib import Path, PurePath
 
 import matplotlib
 from matplotlib.figure import Figure
 
-from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
+from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
-from nsysfrag.analysis.metrics import (
-    Health,
-    format_bytes,
-    free_blocks_health,
-    global_frag_health,
-    local_frag_health,
-    size_class_label,
-)
+from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
 from nsysfrag.reporters.figures import figure_builders
+from nsysfrag.reporters.html_page import (
+    BASE_CSS,
+    FOOTER,
+    esc,
+    page,
+    rated_cell,
+    table,
+    warnings_box,
+)
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
 
 output_file_extension = "html"
-MODEL_TITLE = "observed address space"
 TOP_HOTSPOTS = 20
 PINNED_BY_SHOWN = 5
 # A figure whose SVG is larger than this is embedded as a PNG instead (smaller, faster to draw).
@@ -40,23 +41,7 @@ MAX_SVG_BYTES = 3_000_000
 # deterministic offline page.
 SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-_CSS = """
-:root { --ok: #2e7d32; --ok-bg: #e8f5e9; --warn: #7a5d00; --warn-bg: #fff3b0;
-  --critical: #b71c1c; --critical-bg: #ffd6d6; --muted: #5f6b7a; --rule: #d8dde3; }
-* { box-sizing: border-box; }
-body { margin: 0 auto; max-width: 1100px; padding: 1.5rem 1.25rem 3rem;
-  font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
-  color: #1d232a; background: #fff; }
-h1 { font-size: 1.6rem; margin: 0 0 .25rem; }
-h2 { font-size: 1.3rem; margin: 2.5rem 0 .4rem; padding-top: .75rem; border-top: 3px solid #1d232a; }
-h3 { font-size: 1.05rem; margin: 1.6rem 0 .4rem; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .92em; }
-dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: .1rem 1rem; margin: .5rem 0; }
-dl.meta dt { color: var(--muted); }
-dl.meta dd { margin: 0; overflow-wrap: anywhere; }
-.warnings { border-left: 4px solid var(--warn); background: #fffbe6; padding: .4rem .8rem; margin: .8rem 0; }
-.warnings li { margin: .2rem 0; }
-table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
+_CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
 thead th { border-bottom: 2px solid #9aa5b1; }
@@ -87,35 +72,14 @@ footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; }
 # ---------------------------------------------------------------- formatting
 
 
-def _e(text: object) -> str:
-    return escape(str(text), quote=True)
-
-
-def percent(value: float) -> str:
-    """The page's (and the terminal report's) ratio format: ``0.4567`` -> ``45.7%``."""
-    return f"{value:.1%}"
-
-
-def _seconds(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s"
-
-
-def _rated(text: str, level: Health) -> str:
-    return f'<td class="n {level.label}" title="{level.label}">{_e(text)}</td>'
-
-
 def _badge(level: Health) -> str:
     return f'<span class="badge {level.label}">{level.label.upper()}</span>'
 
 
-def _table(
-    head: list[str], rows: list[str], numeric: set[int] | frozenset[int] = frozenset()
-) -> str:
-    cells = "".join(
-        f'<th class="n">{_e(h)}</th>' if i in numeric else f"<th>{_e(h)}</th>"
-        for i, h in enumerate(head)
-    )
-    return f"<table><thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+def _td(cell: Cell) -> str:
+    if cell.level is not None:
+        return rated_cell(cell.text, cell.level)
+    return f'<td class="n">{esc(cell.text)}</td>'
 
 
 def space_anchor(space: SpaceAnalysis) -> str:
@@ -189,20 +153,19 @@ def figure_markup(fig: Figure, id_prefix: str, alt: str) -> str:
     svg = svg_markup(fig, id_prefix)
     if len(svg) <= MAX_SVG_BYTES:
         return svg
-    return f'<img alt="{_e(alt)}" src="{png_data_uri(fig)}" width="1000" height="450">'
+    return f'<img alt="{esc(alt)}" src="{png_data_uri(fig)}" width="1000" height="450">'
 
 
 # ---------------------------------------------------------------- sections
 
 
 def _header(analysis: Analysis) -> str:
-    version = analysis.nsys_version or (
-        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown"
-    )
+    words = analysis.source.words
+    version = analysis.source.version or words.no_version_short
     meta = [
-        ("trace", f'<span class="mono">{_e(analysis.trace_path)}</span>'),
-        ("nsys version", _e(version)),
-        ("model", f"{_e(analysis.model)} address space"),
+        ("trace", f'<span class="mono">{esc(analysis.source.path)}</span>'),
+        (esc(words.version_label), esc(version)),
+        ("model", esc(words.space_title)),
         ("granularity", f"{analysis.granularity_bytes} B"),
         ("spaces", str(len(analysis.spaces))),
     ]
@@ -210,28 +173,15 @@ def _header(analysis: Analysis) -> str:
     out += [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta]
     out.append("</dl>")
     if analysis.warnings:
-        items = "".join(f"<li>{_e(w)}</li>" for w in analysis.warnings)
-        out.append(f'<div class="warnings"><strong>Warnings</strong><ul>{items}</ul></div>')
+        out.append(warnings_box(analysis.warnings))
     if len(analysis.spaces) > 1:
         links = "".join(
-            f'<li><a href="#{space_anchor(s)}">{_e(space_title(s))}</a> {_badge(s.health)}</li>'
+            f'<li><a href="#{space_anchor(s)}">{esc(space_title(s))}</a> {_badge(s.health)}</li>'
             for s in analysis.spaces
         )
         out.append(f"<nav><ul>{links}</ul></nav>")
     out.append("</header>")
     return "".join(out)
-
-
-def _state_row(label: str, s: State) -> str:
-    return (
-        f'<tr><th>{label}</th><td class="n">{_seconds(s.time_ns)}</td>'
-        + _rated(percent(s.global_frag), global_frag_health(s.global_frag))
-        + _rated(percent(s.local_frag), local_frag_health(s.local_frag))
-        + _rated(str(s.free_blocks), free_blocks_health(s.free_blocks))
-        + f'<td class="n">{format_bytes(s.largest_free_bytes)}</td>'
-        f'<td class="n">{format_bytes(s.free_bytes)}</td>'
-        f'<td class="n">{format_bytes(s.live_bytes)}</td></tr>'
-    )
 
 
 def _summary(s: SpaceAnalysis) -> str:
@@ -248,20 +198,10 @@ def _summary(s: SpaceAnalysis) -> str:
         ("hole-creating frees", str(s.hole_creating_frees)),
     ]
     count_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in counts)
-    max_row = (
-        '<tr><th>max</th><td class="n"></td>'
-        + _rated(percent(s.max_global_frag), global_frag_health(s.max_global_frag))
-        + _rated(percent(s.max_local_frag), local_frag_health(s.max_local_frag))
-        + _rated(str(s.max_free_blocks), free_blocks_health(s.max_free_blocks))
-        + '<td class="n"></td><td class="n"></td>'
-        + f'<td class="n">{format_bytes(s.max_live_bytes)}</td></tr>'
-    )
-    head = ["", "trace time", "global frag", "local frag", "free blocks", "largest free"]
-    states = _table(
-        [*head, "free", "live"],
-        [_state_row("peak", s.peak), _state_row("final", s.final), max_row],
-        numeric={1, 2, 3, 4, 5, 6, 7},
-    )
+    rows = [
+        f"<tr><th>{label}</th>{''.join(_td(c) for c in cells)}</tr>" for label, cells in state_rows(s)
+    ]
+    states = table(["", "trace time", *HEADINGS], rows, numeric=range(1, 8))
     figures = [
         ("global frag growth", f"{s.growth_per_s * 100:+.3f} points/s"),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
@@ -271,7 +211,7 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
     return (
-        f"<h3>State ({_e(s.model)} address space)</h3>{states}"
+        f"<h3>State ({esc(s.source.words.space_title)})</h3>{states}"
         '<div class="pair"><div><h3>Events</h3>'
         f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
         "<div><h3>Growth and layout</h3>"
@@ -283,7 +223,7 @@ def _advice(s: SpaceAnalysis) -> str:
     lines = advise(s)
     if not lines:
         return ""
-    items = "".join(f"<li>{_e(line)}</li>" for line in lines)
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
     return f'<h3>Advice</h3><ul class="advice">{items}</ul>'
 
 
@@ -311,21 +251,21 @@ def _hotspots(s: SpaceAnalysis) -> str:
         if len(h.pinned_by) > PINNED_BY_SHOWN:
             pins += f", … {len(h.pinned_by) - PINNED_BY_SHOWN} more"
         rows.append(
-            f'<tr><td class="site mono">{_e(h.site)}</td><td class="n">{_e(h.size_class)}</td>'
+            f'<tr><td class="site mono">{esc(h.site)}</td><td class="n">{esc(h.size_class)}</td>'
             f'<td class="n">{h.out_of_order_frees}</td><td class="n">{h.hole_creating_frees}</td>'
             f'<td class="n">{format_bytes(h.hole_bytes)}</td>'
-            f'<td class="site mono">{_e(pins)}</td></tr>'
+            f'<td class="site mono">{esc(pins)}</td></tr>'
         )
     shown = f"top {TOP_HOTSPOTS} of {len(s.hotspots)}" if len(s.hotspots) > TOP_HOTSPOTS else ""
     note = f'<p class="sub">{shown}</p>' if shown else ""
     head = ["site", "size class", "out-of-order frees", "holes", "hole bytes", "pinned by"]
-    return title + note + _table(head, rows, numeric={1, 2, 3, 4})
+    return title + note + table(head, rows, numeric={1, 2, 3, 4})
 
 
 def _histogram(title: str, buckets: list[Bucket], empty: str) -> str:
-    out = f"<h3>{_e(title)}</h3>"
+    out = f"<h3>{esc(title)}</h3>"
     if not buckets:
-        return out + f'<p class="empty">{_e(empty)}</p>'
+        return out + f'<p class="empty">{esc(empty)}</p>'
     most_count = max(b.count for b in buckets)
     most_bytes = max(b.bytes for b in buckets) or 1
     rows = []
@@ -338,7 +278,7 @@ def _histogram(title: str, buckets: list[Bucket], empty: str) -> str:
             f'</span></td><td class="n">{format_bytes(b.bytes)}</td><td class="bars">'
             f'<span class="bar bytes" style="width:{wb}%"></span></td></tr>'
         )
-    return out + _table(["size class", "count", "", "bytes", ""], rows, numeric={0, 1, 3})
+    return out + table(["size class", "count", "", "bytes", ""], rows, numeric={0, 1, 3})
 
 
 def _space(s: SpaceAnalysis, index: int) -> str:
@@ -346,7 +286,7 @@ def _space(s: SpaceAnalysis, index: int) -> str:
     return "".join(
         [
             f'<section class="space" id="{space_anchor(s)}">',
-            f"<h2>{_e(space_title(s))} {_badge(s.health)}</h2>",
+            f"<h2>{esc(space_title(s))} {_badge(s.health)}</h2>",
             (
                 f'<p class="sub">health {s.health.label}: the worst of global frag, local frag'
                 " and free blocks, each at its maximum over the trace</p>"
@@ -476,38 +416,30 @@ TERMS: tuple[tuple[str, str], ...] = (
 
 def _definitions() -> str:
     rows = [
-        f'<tr><td><code>{_e(m)}</code></td><td>{_e(f)}</td><td class="ok">{_e(ok)}</td>'
-        f'<td class="warn">{_e(w)}</td><td class="critical">{_e(c)}</td></tr>'
+        f'<tr><td><code>{esc(m)}</code></td><td>{esc(f)}</td><td class="ok">{esc(ok)}</td>'
+        f'<td class="warn">{esc(w)}</td><td class="critical">{esc(c)}</td></tr>'
         if ok
-        else f"<tr><td><code>{_e(m)}</code></td><td>{_e(f)}</td><td></td><td></td><td></td></tr>"
+        else f"<tr><td><code>{esc(m)}</code></td><td>{esc(f)}</td><td></td><td></td><td></td></tr>"
         for m, f, ok, w, c in METRICS
     ]
-    terms = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in TERMS)
+    terms = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in TERMS)
     return (
         '<section class="definitions" id="definitions"><h2>Metric definitions</h2>'
-        + _table(["metric", "formula", "ok", "warn", "critical"], rows)
+        + table(["metric", "formula", "ok", "warn", "critical"], rows)
         + f'<dl class="meta">{terms}</dl></section>'
     )
 
 
 def render(analysis: Analysis) -> str:
     """The whole report as one HTML5 document (deterministic for a given analysis)."""
-    name = PurePath(analysis.trace_path).name or analysis.trace_path
+    name = PurePath(analysis.source.path).name or analysis.source.path
     body = [_header(analysis)]
     if not analysis.spaces:
         body.append('<p class="empty">No device-memory allocations in this trace.</p>')
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
     body.append(_definitions())
-    body.append(
-        "<footer>Generated by nsysfrag. This page is self-contained and works offline.</footer>"
-    )
-    return (
-        "<!doctype html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>nsysfrag — {_e(name)}</title>\n"
-        f"<style>{_CSS}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
-    )
+    body.append(FOOTER)
+    return page(f"nsysfrag — {name}", _CSS, body)
 
 
 def write(analysis: Analysis, path: Path) -> None:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import size_class_label
+from nsysfrag.models.segments import SnapshotSection
 
 SCHEMA = "nsysfrag/1"
 
 
-def _state(s: State) -> dict[str, Any]:
+def state_document(s: State) -> dict[str, Any]:
     return {
         "time_ns": s.time_ns,
         "global_frag": s.global_frag,
@@ -55,14 +57,14 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
             "other_kind_events": c.other_kind_events,
         },
         "alloc_failure_rate": s.alloc_failure_rate,
-        "peak": _state(s.peak),
+        "peak": state_document(s.peak),
         "max": {
             "global_frag": s.max_global_frag,
             "local_frag": s.max_local_frag,
             "free_blocks": s.max_free_blocks,
             "live_bytes": s.max_live_bytes,
         },
-        "final": _state(s.final),
+        "final": state_document(s.final),
         "internal_frag": s.internal_frag,
         "growth_per_s": s.growth_per_s,
         "health": s.health.label,
@@ -93,22 +95,46 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
             "live_bytes": t.live_bytes[idx].tolist(),
         },
     }
-    # Model-specific keys (e.g. the snapshot's reserved bytes) never replace the SPEC keys.
-    doc.update({k: v for k, v in s.extras.items() if k not in doc})
+    if s.snapshot is not None:
+        # The snapshot's own figures follow the SPEC keys and never replace one.
+        doc.update({k: v for k, v in snapshot_document(s.snapshot).items() if k not in doc})
     return doc
+
+
+def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
+    """The figures only a PyTorch snapshot has."""
+    return {
+        "snapshot_layout": x.facts.layout,
+        "allocator_conf": x.facts.allocator_conf,
+        "expandable_segments": x.facts.expandable_segments,
+        "capacity_source": x.capacity_source,
+        "time_origin_unix_us": x.facts.time_origin_unix_us,
+        "reserved_bytes_peak": x.reserved_bytes_peak,
+        "allocated_bytes_peak": x.allocated_bytes_peak,
+        "requested_bytes_peak": x.requested_bytes_peak,
+        "reserved_bytes_at_frag_peak": x.reserved_bytes_at_frag_peak,
+        "releasable_bytes_at_frag_peak": x.releasable_bytes_at_frag_peak,
+        "reserved_bytes_final": x.reserved_bytes_final,
+        "allocated_bytes_final": x.allocated_bytes_final,
+        "requested_bytes_final": x.requested_bytes_final,
+        # Both dataclasses hold their keys in the document's order.
+        "window": dataclasses.asdict(x.window),
+        "oom_events": [dataclasses.asdict(o) for o in x.oom_events],
+    }
 
 
 def document(analysis: Analysis) -> dict[str, Any]:
     """The whole analysis as JSON-ready data (keys stable; new keys may be added)."""
+    counts = analysis.input_counts
     return {
         "schema": SCHEMA,
         "trace": {
-            "path": analysis.trace_path,
-            "nsys_version": analysis.nsys_version,
-            "skipped_rows": analysis.skipped_rows,
-            "vmm_calls": analysis.vmm_calls,
-            "unattributed_failed_allocations": analysis.unattributed_failures,
-            "unassigned_other_kind_events": analysis.unassigned_other_kind_events,
+            "path": analysis.source.path,
+            "nsys_version": analysis.source.version,
+            "skipped_rows": counts.skipped_rows,
+            "vmm_calls": counts.vmm_calls,
+            "unattributed_failed_allocations": counts.unattributed_failures,
+            "unassigned_other_kind_events": counts.unassigned_other_kind_events,
             "warnings": analysis.warnings,
         },
         "model": {"name": analysis.model, "granularity_bytes": analysis.granularity_bytes},

@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from nsysfrag.analysis import Analysis, SpaceAnalysis, State
+from nsysfrag.analysis import Analysis, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import (
     Health,
@@ -17,31 +17,14 @@ from nsysfrag.analysis.metrics import (
     local_frag_health,
     size_class_label,
 )
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
-MODEL_TITLE = "observed address space"
 
 
-def _rated(text: str, level: Health) -> Text:
-    return Text(text, style=STYLE[level])
-
-
-def _seconds(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s"
-
-
-def _state_rows(table: Table, label: str, s: State) -> None:
-    table.add_row(
-        label,
-        _seconds(s.time_ns),
-        _rated(f"{s.global_frag:.1%}", global_frag_health(s.global_frag)),
-        _rated(f"{s.local_frag:.1%}", local_frag_health(s.local_frag)),
-        _rated(str(s.free_blocks), free_blocks_health(s.free_blocks)),
-        format_bytes(s.largest_free_bytes),
-        format_bytes(s.free_bytes),
-        format_bytes(s.live_bytes),
-    )
+def _shown(cell: Cell) -> str | Text:
+    return cell.text if cell.level is None else Text(cell.text, style=STYLE[cell.level])
 
 
 def _health_reason(s: SpaceAnalysis) -> str:
@@ -70,22 +53,12 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         f" ({s.alloc_failure_rate:.2%}) · other kinds {c.other_kind_events}"
     )
 
-    title = f"{s.model} address space"
+    title = s.source.words.space_title
     states = Table(title=f"State ({title})", title_justify="left", expand=False)
-    for col in ("", "at", "global frag", "local frag", "free blocks", "largest free", "free", "live"):
+    for col in ("", "at", *HEADINGS):
         states.add_column(col, justify="right" if col else "left")
-    _state_rows(states, "peak", s.peak)
-    _state_rows(states, "final", s.final)
-    states.add_row(
-        "max",
-        "",
-        _rated(f"{s.max_global_frag:.1%}", global_frag_health(s.max_global_frag)),
-        _rated(f"{s.max_local_frag:.1%}", local_frag_health(s.max_local_frag)),
-        _rated(str(s.max_free_blocks), free_blocks_health(s.max_free_blocks)),
-        "",
-        "",
-        format_bytes(s.max_live_bytes),
-    )
+    for label, cells in state_rows(s):
+        states.add_row(label, *(_shown(c) for c in cells))
     figures = Text(
         f"growth of global fragmentation: {s.growth_per_s * 100:+.3f} points/s · internal"
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
@@ -127,12 +100,10 @@ def _space(s: SpaceAnalysis) -> RenderableType:
 
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
-    version = analysis.nsys_version or (
-        "PyTorch memory snapshot" if analysis.model != "observed" else "unknown nsys version"
-    )
+    version = analysis.source.version or analysis.source.words.no_version
     console.print(
         Text(
-            f"nsysfrag · {analysis.trace_path} · {version} · model: {analysis.model},"
+            f"nsysfrag · {analysis.source.path} · {version} · model: {analysis.model},"
             f" granularity {analysis.granularity_bytes} B",
             style="bold",
         )

@@ -1,1 +1,45 @@
-"""Nsight Systems traces: the SQLite export reader, NVTX sites and the nsys runner."""
+"""Nsight Systems traces: ``reader`` reads an SQLite export (with ``sqlite_columns`` and
+``records``), ``sites`` finds each allocation's NVTX ranges, ``spaces`` turns a trace into one
+space per (process, device), and ``runner`` runs nsys itself to record or export.
+
+Only the reader loads on use, so recognising a path costs no import of SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nsysfrag.inputs import InputFormat, InputOptions, Recording
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+TRACE_FILE = "pass a trace file (.sqlite or .nsys-rep)"  # what to pass instead of a folder
+
+
+def is_report(path: Path) -> bool:
+    """True for an nsys report (``.nsys-rep``, or ``.qdrep`` from nsys before 2021.4)."""
+    return path.name.lower().endswith(REPORT_SUFFIXES)
+
+
+def read_export(path: Path, options: InputOptions | None = None) -> Recording:
+    """Read the SQLite export at ``path`` into a recording."""
+    from nsysfrag.inputs.nsys.reader import read_trace
+    from nsysfrag.inputs.nsys.spaces import recording_of
+
+    options = options or InputOptions()
+    return recording_of(read_trace(path, progress=options.progress), options)
+
+
+def _warm_up() -> None:
+    from nsysfrag.models.observed import warm_up
+
+    warm_up()
+
+
+NSYS_EXPORT = InputFormat(
+    name="nsys-export",
+    description="an nsys export",
+    # Any file no other format claims: the reader says what is wrong with one that is not.
+    matches=lambda path: True,
+    open=read_export,
+    warm_up=_warm_up,
+)

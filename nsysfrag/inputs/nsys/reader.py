@@ -7,7 +7,6 @@ than assuming them, because nsys creates tables lazily and has renamed some acro
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,14 +20,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys import sqlite_columns
+from nsysfrag.events import I64, ProgressCallback
+from nsysfrag.inputs.files import check_input_file
+from nsysfrag.inputs.nsys import TRACE_FILE, sqlite_columns
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
     DEALLOCATION_OPERATION_NAME,
     DEFAULT_ALLOCATION_ID,
     DEFAULT_DEALLOCATION_ID,
-    I64,
     MODELLED_KIND_NAMES,
     NVTX_PUSH_POP,
     NVTX_START_END,
@@ -37,7 +37,6 @@ from nsysfrag.inputs.nsys.records import (
     Gpu,
     MemoryEvents,
     NvtxRanges,
-    ProgressCallback,
     Trace,
     api_base_name,
     split_global_id,
@@ -95,14 +94,12 @@ def _reason(err: sa.exc.DBAPIError) -> str:
 
 
 def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .sqlite that `nsys export` wrote")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
-    if path.stat().st_size == 0:
-        raise InputError(f"{path}: the file is empty; record and export the trace again")
+    check_input_file(
+        path,
+        expected="pass the .sqlite that `nsys export` wrote",
+        directory=TRACE_FILE,
+        empty="record and export the trace again",
+    )
     with path.open("rb") as f:
         head = f.read(len(_SQLITE_MAGIC))
     if head != _SQLITE_MAGIC:

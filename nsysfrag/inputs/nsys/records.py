@@ -1,24 +1,13 @@
-"""The columnar values a trace is read into; no I/O here.
-
-Arrays rather than per-event objects: traces run to millions of events and the replay walks them
-in compiled code.
+"""The columnar records an nsys trace is read into (``reader``), before ``spaces`` turns them
+into the one event model; no I/O here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
-
-# progress(phase, done, total): how library code reports long work; the CLI draws the bar.
-ProgressCallback = Callable[[str, int, int], None]
-
-I64 = npt.NDArray[np.int64]
-U64 = npt.NDArray[np.uint64]
-BoolArray = npt.NDArray[np.bool_]
+from nsysfrag.events import I64, U64, BoolArray
 
 # nsys's own ENUM_CUDA_MEM_KIND names (not CUPTI's numbering) of the kinds that live in device
 # memory; the fallback ids are for schema 2.x exports, which have no ENUM tables.

@@ -33,7 +33,6 @@ INSTALL_HINT = (
     "install Nsight Systems (https://developer.nvidia.com/nsight-systems, also shipped with the"
     " CUDA toolkit) or pass --nsys /path/to/nsys"
 )
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 CAPTURE_RANGES = ("cudaProfilerApi", "nvtx", "none")
 RECORD_OPTIONS = ("--trace=cuda,nvtx,osrt", "--cuda-memory-usage=true")
 TORCH_NO_CACHING = "PYTORCH_NO_CUDA_MEMORY_CACHING"
@@ -48,11 +47,6 @@ class Nsys:
 
     path: Path
     version: str
-
-
-def is_report(path: Path) -> bool:
-    """True for an nsys report (``.nsys-rep``, or ``.qdrep`` from nsys before 2021.4)."""
-    return path.name.lower().endswith(REPORT_SUFFIXES)
 
 
 def install_dirs(root: Path | None = None) -> list[Path]:

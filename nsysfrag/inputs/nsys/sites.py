@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsysfrag.inputs.nsys.records import I64, ApiCalls, MemoryEvents, NvtxRanges
+from nsysfrag.events import I64
+from nsysfrag.inputs.nsys.records import ApiCalls, MemoryEvents, NvtxRanges
 
 NO_RANGE = "(no range)"
 NO_THREAD = -1

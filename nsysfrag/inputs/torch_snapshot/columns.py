@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys.records import I64, ProgressCallback
+from nsysfrag.events import FAILED_ALLOC, I8, I64, MARK, ProgressCallback
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 from nsysfrag.inputs.torch_snapshot.reader import (
+    ACTION_KINDS,
     INT64,
     MAX_INT,
     MAX_TIME_US,
@@ -42,35 +42,17 @@ from nsysfrag.inputs.torch_snapshot.reader import (
 )
 from nsysfrag.inputs.torch_snapshot.stacks import Frame, StackTable, frames_of
 
-I8 = npt.NDArray[np.int8]
-
-# Action codes of the `action` column, in trace order of a malloc's life.
-ALLOC = 0
-FREE_REQUESTED = 1
-FREE_COMPLETED = 2
-FREE = 3  # the name MemoryViz still accepts for a free before PyTorch split it in two
-SEGMENT_ALLOC = 4
-SEGMENT_FREE = 5
-SEGMENT_MAP = 6
-SEGMENT_UNMAP = 7
-OOM = 8
-SNAPSHOT = 9
-ACTION_CODES = {
-    "alloc": ALLOC, "free_requested": FREE_REQUESTED, "free_completed": FREE_COMPLETED,
-    "free": FREE, "segment_alloc": SEGMENT_ALLOC, "segment_free": SEGMENT_FREE,
-    "segment_map": SEGMENT_MAP, "segment_unmap": SEGMENT_UNMAP, "oom": OOM, "snapshot": SNAPSHOT,
-}  # fmt: skip
-ACTION_NAMES = tuple(sorted(ACTION_CODES, key=ACTION_CODES.__getitem__))
-_SITE_CODES = np.array(sorted(ACTION_CODES[a] for a in SITE_ACTIONS), dtype=np.int8)
+# The action column holds the event model's kinds (``nsysfrag.events``) as they are.
+_SITE_KINDS = np.array(sorted(ACTION_KINDS[a] for a in SITE_ACTIONS), dtype=np.int8)
 NO_TIME = np.iinfo(np.int64).min  # the entry has no time_us (PyTorch before 2.1)
 CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
-class TraceColumns:
-    """One device's trace, oldest first, one array element per kept entry."""
+class HistoryColumns:
+    """One device's history, oldest first, one array element per kept entry."""
 
-    action: I8  # ACTION_CODES
+    action: I8  # the event kinds of nsysfrag.events (reader.ACTION_KINDS)
     address: I64  # 0 for oom and snapshot
     size: I64  # requested bytes (alloc/free_*), segment or mapped bytes, rounded request (oom)
     stream: I64
@@ -91,7 +73,7 @@ class SnapshotColumns:
     path: str
     layout: str
     segments: list[Segment]
-    traces: dict[int, TraceColumns]
+    histories: dict[int, HistoryColumns]
     stack_site: I64  # stack id -> site code
     site_names: list[str]  # site code -> the site; 0 is "(no stack recorded)"
     allocator_conf: str | None = None
@@ -105,7 +87,7 @@ class SnapshotColumns:
 
     def devices(self) -> list[int]:
         """Devices with a segment or a trace entry, ascending."""
-        found = {s.device for s in self.segments} | {d for d, t in self.traces.items() if len(t)}
+        found = {s.device for s in self.segments} | {d for d, h in self.histories.items() if len(h)}
         return sorted(found)
 
     def site(self, stack: int) -> str:
@@ -135,14 +117,14 @@ def snapshot_columns(
         limit = ExpansionLimit.for_file(path, file_bytes) if file_bytes is not None else None
         stacks = StackTable(limit)
         reader = _TraceReader(path, stacks, progress, sum(map(len, parts.raw_traces)))
-        traces = {d: reader.device(d, entries) for d, entries in enumerate(parts.raw_traces)}
-    times = [t.time_us[t.time_us != NO_TIME] for t in traces.values()]
+        histories = {d: reader.device(d, entries) for d, entries in enumerate(parts.raw_traces)}
+    times = [h.time_us[h.time_us != NO_TIME] for h in histories.values()]
     timed = [t for t in times if len(t)]
     return SnapshotColumns(
         path=path,
         layout=parts.layout(bool(timed)),
         segments=parts.segments,
-        traces=traces,
+        histories=histories,
         stack_site=stacks.stack_site,
         site_names=stacks.site_names,
         allocator_conf=_str_or_none(parts.settings.get("PYTORCH_CUDA_ALLOC_CONF")),
@@ -179,7 +161,7 @@ class _TraceReader:
         self.unknown: Counter[str] = Counter()
         self.skipped = 0
 
-    def device(self, device: int, entries: list[Any]) -> TraceColumns:
+    def device(self, device: int, entries: list[Any]) -> HistoryColumns:
         chunks = []
         for start in range(0, len(entries), CHUNK):
             part = entries[start : start + CHUNK]
@@ -215,7 +197,7 @@ class _TraceReader:
             else:
                 self.unknown[fields] += 1
         n = len(rows)
-        codes = np.fromiter((ACTION_CODES[r[0]] for r in rows), dtype=np.int8, count=n)
+        codes = np.fromiter((ACTION_KINDS[r[0]] for r in rows), dtype=np.int8, count=n)
         times = (NO_TIME if r[4] is None else r[4] for r in rows)
         return _Chunk(
             codes,
@@ -234,7 +216,7 @@ def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
     if set(map(type, part)) != {dict}:
         return None
     get = dict.get
-    code_of: Any = ACTION_CODES.get
+    code_of: Any = ACTION_KINDS.get
     try:
         codes = np.fromiter(map(code_of, map(get, part, repeat("action")), repeat(-1)), np.int8, n)
     except TypeError:  # an unhashable action
@@ -242,7 +224,7 @@ def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
     if (codes < 0).any():
         return None
     addresses = list(map(get, part, repeat("addr")))
-    no_address = (codes == OOM) | (codes == SNAPSHOT)
+    no_address = (codes == FAILED_ALLOC) | (codes == MARK)
     for i in np.flatnonzero(no_address).tolist():  # oom and snapshot entries have none
         addresses[i] = 0
     address = _int_column(addresses, 0, MAX_INT)
@@ -262,9 +244,9 @@ def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
         )
     if address is None or size is None or stream is None or time_us is None:
         return None
-    keeps_stack = np.isin(codes, _SITE_CODES)
+    keeps_stack = np.isin(codes, _SITE_KINDS)
     frames = list(compress(map(get, part, repeat("frames")), keeps_stack.tolist()))
-    ooms = [(start + i, part[i]) for i in np.flatnonzero(codes == OOM).tolist()]
+    ooms = [(start + i, part[i]) for i in np.flatnonzero(codes == FAILED_ALLOC).tolist()]
     return _Chunk(codes, address, size, stream, time_us, frames, ooms)
 
 
@@ -282,18 +264,18 @@ def _int_column(values: list[Any], low: int, high: int, allow: int | None = None
     return None if bad.any() else out
 
 
-def _columns(chunks: list[tuple[_Chunk, I64]], device: int, path: str) -> TraceColumns:
+def _columns(chunks: list[tuple[_Chunk, I64]], device: int, path: str) -> HistoryColumns:
     def join(name: str) -> Any:
         parts = [getattr(c, name) for c, _ in chunks]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     action = join("action").astype(np.int8)
     stack = np.zeros(len(action), dtype=np.int64)
-    keeps = np.isin(action, _SITE_CODES)
+    keeps = np.isin(action, _SITE_KINDS)
     ids = [s for _, s in chunks]
     if ids:
         stack[keeps] = np.concatenate(ids)
-    oom_rows = np.flatnonzero(action == OOM)
+    oom_rows = np.flatnonzero(action == FAILED_ALLOC)
     oom_entries = [e for c, _ in chunks for e in c.oom_entries]
     free = np.full(len(oom_rows), -1, dtype=np.int64)
     frames = []
@@ -306,7 +288,7 @@ def _columns(chunks: list[tuple[_Chunk, I64]], device: int, path: str) -> TraceC
         if fields[5] is not None:
             free[k] = fields[5]
         frames.append(frames_of(fields[6]))
-    return TraceColumns(
+    return HistoryColumns(
         action=action,
         address=join("address"),
         size=join("size"),
@@ -317,3 +299,7 @@ def _columns(chunks: list[tuple[_Chunk, I64]], device: int, path: str) -> TraceC
         oom_device_free=free,
         oom_frames=tuple(frames),
     )
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+EMPTY_HISTORY = HistoryColumns(np.zeros(0, np.int8), _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, ())

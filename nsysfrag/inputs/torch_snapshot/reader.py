@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from nsysfrag import events
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 from nsysfrag.inputs.torch_snapshot.unpickle import PICKLE_PROTO, load_plain_pickle, paused_gc
@@ -39,6 +40,19 @@ MAX_TIME_US = 1 << 53
 BLOCK_ACTIONS = frozenset({"alloc", "free_requested", "free_completed", "free"})
 SEGMENT_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
 KNOWN_ACTIONS = BLOCK_ACTIONS | SEGMENT_ACTIONS | {"oom", "snapshot"}
+# Each action as a kind of the one event model; "free" is a free with nothing pending.
+ACTION_KINDS = {
+    "alloc": events.ALLOC,
+    "free": events.FREE,
+    "free_requested": events.FREE_REQUESTED,
+    "free_completed": events.FREE_COMPLETED,
+    "segment_alloc": events.SEGMENT_ALLOC,
+    "segment_free": events.SEGMENT_FREE,
+    "segment_map": events.SEGMENT_MAP,
+    "segment_unmap": events.SEGMENT_UNMAP,
+    "oom": events.FAILED_ALLOC,
+    "snapshot": events.MARK,
+}
 SITE_ACTIONS = frozenset({"alloc", "free_completed", "free", "oom"})  # entries whose stack is kept
 
 ALLOCATED = "allocated"
@@ -86,8 +100,8 @@ class Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class TraceEntry:
-    """One entry of a device's trace ring buffer."""
+class HistoryEntry:
+    """One entry of a device's history, the ring buffer PyTorch records (its ``TraceEntry``)."""
 
     action: str
     address: int  # 0 for oom and snapshot
@@ -103,19 +117,19 @@ class Snapshot:
     path: str
     layout: str  # which of the accepted layouts the file has, in words
     segments: list[Segment]
-    traces: dict[int, list[TraceEntry]]  # device -> its trace, oldest first
+    histories: dict[int, list[HistoryEntry]]  # device -> its history entries, oldest first
     allocator_conf: str | None = None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
     max_split_size: int | None = None  # bytes; None when unlimited or not recorded
     roundup_power2_divisions: dict[int, int] = field(default_factory=dict)  # MiB start -> divisions
     expandable_segments: bool = False
     unknown_actions: Counter[str] = field(default_factory=Counter)
-    skipped_entries: int = 0  # trace entries without a valid address or size for their action
+    skipped_entries: int = 0  # history entries without a valid address or size for their action
     time_origin_us: int | None = None  # the earliest time_us of any entry: time 0 of the report
     warnings: list[str] = field(default_factory=list)  # values the reader ignored, in words
 
     def devices(self) -> list[int]:
-        """Devices with a segment or a trace entry, ascending."""
-        found = {s.device for s in self.segments} | {d for d, t in self.traces.items() if t}
+        """Devices with a segment or a history entry, ascending."""
+        found = {s.device for s in self.segments} | {d for d, h in self.histories.items() if h}
         return sorted(found)
 
 
@@ -226,31 +240,31 @@ def parse_snapshot(data: Any, path: str, file_bytes: int | None = None) -> Snaps
     parts = snapshot_parts(data, path, file_bytes)
     if parts.state_only_list:
         return Snapshot(path, parts.layout(False), parts.segments, {})
-    traces: dict[int, list[TraceEntry]] = {}
+    histories: dict[int, list[HistoryEntry]] = {}
     unknown: Counter[str] = Counter()
     skipped = 0
     sites: dict[int, str] = {}  # id(frames) -> site: a stack shared through the memo, once
     for device, entries in enumerate(parts.raw_traces):
-        trace = []
+        history = []
         for index, entry in enumerate(entries):
             try:
-                parsed = _trace_entry(entry, device, index, sites)
+                parsed = _history_entry(entry, device, index, sites)
             except BadField as err:
                 raise InputError(f"{path}: not a usable PyTorch memory snapshot: {err}") from None
-            if isinstance(parsed, TraceEntry):
-                trace.append(parsed)
+            if isinstance(parsed, HistoryEntry):
+                history.append(parsed)
             elif parsed:
                 unknown[parsed] += 1
             else:
                 skipped += 1
-        traces[device] = trace
-    timed = any(e.time_us is not None for t in traces.values() for e in t)
-    times = [e.time_us for t in traces.values() for e in t if e.time_us is not None]
+        histories[device] = history
+    timed = any(e.time_us is not None for h in histories.values() for e in h)
+    times = [e.time_us for h in histories.values() for e in h if e.time_us is not None]
     return Snapshot(
         path=path,
         layout=parts.layout(timed),
         segments=parts.segments,
-        traces=traces,
+        histories=histories,
         allocator_conf=_str_or_none(parts.settings.get("PYTORCH_CUDA_ALLOC_CONF")),
         max_split_size=_max_split_size(parts.settings.get("max_split_size")),
         roundup_power2_divisions=parts.divisions(),
@@ -356,9 +370,9 @@ def entry_fields(entry: object, device: int, index: int) -> tuple[Any, ...] | st
     return action, int(address), int(size), int(stream), time_us, device_free, frames
 
 
-def _trace_entry(
+def _history_entry(
     entry: object, device: int, index: int, sites: dict[int, str]
-) -> TraceEntry | str | None:
+) -> HistoryEntry | str | None:
     """The entry, or its action name when the action is unknown, or None when malformed."""
     fields = entry_fields(entry, device, index)
     if not isinstance(fields, tuple):
@@ -369,7 +383,7 @@ def _trace_entry(
         site = sites.get(id(frames)) if frames is not None else None  # type: ignore[assignment]
         if site is None:
             site = sites[id(frames)] = site_of(frames)
-    return TraceEntry(action, address, size, stream, time_us, site, device_free)
+    return HistoryEntry(action, address, size, stream, time_us, site, device_free)
 
 
 class _Shape:

@@ -26,7 +26,7 @@ from typing import cast
 
 import numpy as np
 
-from nsysfrag.inputs.nsys.records import I64
+from nsysfrag.events import I64
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, describe, site_of
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys.records import ProgressCallback
+from nsysfrag.events import ProgressCallback
+from nsysfrag.inputs.files import check_input_file
 
 PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later
 
@@ -44,12 +45,11 @@ def load_plain_pickle(path: Path, progress: ProgressCallback | None = None) -> A
     with the cyclic garbage collector paused: a snapshot is millions of small containers, and
     the collector would otherwise rescan them all, again and again, while they are built.
     """
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .pickle written by _dump_snapshot()")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; pass a snapshot file (.pickle)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
+    check_input_file(
+        path,
+        expected="pass the .pickle written by _dump_snapshot()",
+        directory="pass a snapshot file (.pickle)",
+    )
     with path.open("rb") as f:
         head = f.read(1)
         if not head:

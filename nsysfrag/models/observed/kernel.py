@@ -14,27 +14,26 @@ and records the state after every event. Per-event cost is O(log n):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.inputs.nsys.records import I64, BoolArray
+from nsysfrag.events import I64, BoolArray
+from nsysfrag.models.series import (
+    ALLOCATED,
+    FREED,
+    NO_BLOCK,
+    UNMATCHED_FREE,
+    ZERO_SIZE_ALLOC,
+    IndexArray,
+)
 
-# What each event did, per SPEC §2.
-ALLOCATED = 0
-FREED = 1
-UNMATCHED_FREE = 2
-ZERO_SIZE_ALLOC = 3
-NO_BLOCK = -1
 
-
-@dataclass(frozen=True, slots=True)
-class SpaceEvents:
+class KernelEvents(NamedTuple):
     """One space's replayable events in order; offsets are relative to the arena base B."""
 
-    start_ns: I64
     is_free: BoolArray
     offset: I64  # address - B; meaningless for frees below B (their slot is NO_BLOCK)
     bytes: I64
@@ -44,40 +43,50 @@ class SpaceEvents:
     arena_bytes: int  # E - B
 
 
-@dataclass(frozen=True, slots=True)
-class ReplayResult:
+class KernelOutput(NamedTuple):
     """The state after every event (arrays of the event count) and what each event did."""
 
-    outcome: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
+    event: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
     overlap: BoolArray
     free_bytes: I64
     largest_free_bytes: I64
-    free_blocks: I64
+    free_blocks: IndexArray
     live_bytes: I64
     peak_footprint: I64  # [footprint, live bytes] at the first maximum of footprint bytes
     out_of_order: BoolArray  # frees only
     hole: BoolArray  # frees only
-    freed_alloc: I64  # event index of the freed block's allocation, or NO_BLOCK
-    pin_left: I64  # event index of the allocation bounding the hole on the left, or NO_BLOCK
-    pin_right: I64
-    removed_at: I64  # for allocations: the event that freed or evicted the block, or NO_BLOCK
+    freed_alloc: IndexArray  # event index of the freed block's allocation, or NO_BLOCK
+    pin_left: IndexArray  # event index of the allocation bounding the hole on the left, or NO_BLOCK
+    pin_right: IndexArray
+    removed_at: IndexArray  # for allocations: the event that freed or evicted the block, or NO_BLOCK
 
 
-def replay(events: SpaceEvents) -> ReplayResult:
+class _Blocks(NamedTuple):
+    """The live blocks, by slot: a doubly linked list in address order (-1 at the ends), and a
+    Fenwick tree over the slots that finds where a new block joins that list."""
+
+    live: BoolArray
+    prev: I64
+    next: I64
+    end: I64  # end offset of the block's footprint
+    bytes: I64
+    alloc: I64  # event index of its allocation
+    fenwick: I64
+
+
+class _Gaps(NamedTuple):
+    """Every free block is the gap after a live block (leaf s + 1) or after the arena base
+    (leaf 0), in a max segment tree whose root is the largest free block."""
+
+    tree: I64
+    size: int  # leaves
+
+
+def replay(events: KernelEvents) -> KernelOutput:
     """Replay ``events`` and return the state after each one."""
-    n = len(events.start_ns)
-    out = _allocate_outputs(n)
-    _replay_kernel(
-        events.is_free,
-        events.offset,
-        events.bytes,
-        events.footprint,
-        events.slot,
-        events.slot_offset,
-        np.int64(events.arena_bytes),
-        *out,
-    )
-    return ReplayResult(*out)
+    out = _allocate_outputs(len(events.is_free))
+    _replay_kernel(events, out)
+    return out
 
 
 def assign_slots(offset: I64, is_block: BoolArray, is_free: BoolArray) -> tuple[I64, I64]:
@@ -162,26 +171,26 @@ def warm_up() -> None:
     """Load the compiled kernel (from numba's cache) now, e.g. on a thread while a trace is
     read, rather than on the first replay."""
     empty = np.zeros(0, dtype=np.int64)
-    replay(SpaceEvents(empty, empty.astype(np.bool_), empty, empty, empty, empty, empty, 1))
+    replay(KernelEvents(empty.astype(np.bool_), empty, empty, empty, empty, empty, 1))
 
 
-def _allocate_outputs(n: int) -> tuple[np.ndarray, ...]:
+def _allocate_outputs(n: int) -> KernelOutput:
     # Event indices fit 32 bits for any trace up to two billion events: half the memory.
     index = np.int32 if n < 2**31 - 1 else np.int64
-    return (
-        np.zeros(n, dtype=np.int8),
-        np.zeros(n, dtype=np.bool_),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=index),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(2, dtype=np.int64),
-        np.zeros(n, dtype=np.bool_),
-        np.zeros(n, dtype=np.bool_),
-        np.full(n, NO_BLOCK, dtype=index),
-        np.full(n, NO_BLOCK, dtype=index),
-        np.full(n, NO_BLOCK, dtype=index),
-        np.full(n, NO_BLOCK, dtype=index),
+    return KernelOutput(
+        event=np.zeros(n, dtype=np.int8),
+        overlap=np.zeros(n, dtype=np.bool_),
+        free_bytes=np.zeros(n, dtype=np.int64),
+        largest_free_bytes=np.zeros(n, dtype=np.int64),
+        free_blocks=np.zeros(n, dtype=index),
+        live_bytes=np.zeros(n, dtype=np.int64),
+        peak_footprint=np.zeros(2, dtype=np.int64),
+        out_of_order=np.zeros(n, dtype=np.bool_),
+        hole=np.zeros(n, dtype=np.bool_),
+        freed_alloc=np.full(n, NO_BLOCK, dtype=index),
+        pin_left=np.full(n, NO_BLOCK, dtype=index),
+        pin_right=np.full(n, NO_BLOCK, dtype=index),
+        removed_at=np.full(n, NO_BLOCK, dtype=index),
     )
 
 
@@ -228,98 +237,105 @@ def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _set_gap(gaps: np.ndarray, size: int, leaf: int, value: int) -> int:
+def _set_gap(gaps: _Gaps, leaf: int, value: int) -> int:
     """Set free block ``leaf`` (0: after the base, s + 1: after slot s); return the change in
     the number of non-empty free blocks."""
-    i = size + leaf
-    old = gaps[i]
-    gaps[i] = value
+    tree = gaps.tree
+    i = gaps.size + leaf
+    old = tree[i]
+    tree[i] = value
     i >>= 1
     while i >= 1:
-        best = max(gaps[2 * i], gaps[2 * i + 1])
-        if gaps[i] == best:  # nothing above changes either: most updates stop low in the tree
+        best = max(tree[2 * i], tree[2 * i + 1])
+        if tree[i] == best:  # nothing above changes either: most updates stop low in the tree
             break
-        gaps[i] = best
+        tree[i] = best
         i >>= 1
     return (1 if value > 0 else 0) - (1 if old > 0 else 0)
 
 
 @numba.njit(cache=True, nogil=True)
-def _unlink(  # type: ignore[no-untyped-def]
-    s, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
-):
+def _unlink(blocks, gaps, s, slot_offset, arena):  # type: ignore[no-untyped-def]
     """Remove live block ``s``; return the change in the number of non-empty free blocks."""
-    p = prev_live[s]
-    q = next_live[s]
-    left_end = 0 if p < 0 else block_end[p]
+    p = blocks.prev[s]
+    q = blocks.next[s]
+    left_end = 0 if p < 0 else blocks.end[p]
     right_start = arena if q < 0 else slot_offset[q]
-    change = _set_gap(gaps, size, p + 1, right_start - left_end)
-    change += _set_gap(gaps, size, s + 1, 0)
+    change = _set_gap(gaps, p + 1, right_start - left_end)
+    change += _set_gap(gaps, s + 1, 0)
     if p >= 0:
-        next_live[p] = q
+        blocks.next[p] = q
     if q >= 0:
-        prev_live[q] = p
-    _fenwick_add(fenwick, s, -1)
-    live[s] = False
+        blocks.prev[q] = p
+    _fenwick_add(blocks.fenwick, s, -1)
+    blocks.live[s] = False
     return change
 
 
 @numba.njit(cache=True, nogil=True)
-def _replay_kernel(  # type: ignore[no-untyped-def]
-    is_free,
-    offset,
-    nbytes,
-    footprint,
-    slot_of,
-    slot_offset,
-    arena,
-    outcome,
-    overlap,
-    free_bytes,
-    largest,
-    free_blocks,
-    live_bytes,
-    peak_footprint,
-    out_of_order,
-    hole,
-    freed_alloc,
-    pin_left,
-    pin_right,
-    removed_at,
-):
+def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
+    is_free = events.is_free
+    nbytes = events.bytes
+    slot_of = events.slot
+    slot_offset = events.slot_offset
+    arena = events.arena_bytes
     n = len(is_free)
     k = len(slot_offset)
-    # Live blocks form a list in address order (prev/next by slot, -1 at the ends); the Fenwick
-    # tree over slots only serves to find where a new block goes in that list.
-    fenwick = np.zeros(k + 1, dtype=np.int64)
     top_bit = 1
     while top_bit * 2 <= k:
         top_bit *= 2
     size = 1
     while size < k + 1:
         size *= 2
-    gaps = np.zeros(2 * size, dtype=np.int64)
-    live = np.zeros(k, dtype=np.bool_)
-    prev_live = np.full(k, -1, dtype=np.int64)
-    next_live = np.full(k, -1, dtype=np.int64)
-    first_live = -1  # lowest live slot
-    block_end = np.zeros(k, dtype=np.int64)
-    block_bytes = np.zeros(k, dtype=np.int64)
-    block_alloc = np.zeros(k, dtype=np.int64)
+    gaps = _Gaps(np.zeros(2 * size, dtype=np.int64), size)
+    blocks = _Blocks(
+        np.zeros(k, dtype=np.bool_),
+        np.full(k, -1, dtype=np.int64),
+        np.full(k, -1, dtype=np.int64),
+        np.zeros(k, dtype=np.int64),
+        np.zeros(k, dtype=np.int64),
+        np.zeros(k, dtype=np.int64),
+        np.zeros(k + 1, dtype=np.int64),
+    )
+    live = blocks.live
+    prev_live = blocks.prev
+    next_live = blocks.next
+    block_end = blocks.end
+    block_alloc = blocks.alloc
     # Allocation event indices, oldest first; an entry is stale once its block is gone.
-    stack = np.zeros(n + 1, dtype=removed_at.dtype)
+    stack = np.zeros(n + 1, dtype=out.removed_at.dtype)
     stack_top = 0
-    n_free = _set_gap(gaps, size, 0, arena)
+    n_free = _set_gap(gaps, 0, arena)
     used = 0
     ubytes = 0
+    # The loop reads every array through a local: field access on the tuples in the loop itself
+    # costs a fifth of the replay's time.
+    event = out.event
+    overlap = out.overlap
+    free_bytes = out.free_bytes
+    largest = out.largest_free_bytes
+    free_blocks = out.free_blocks
+    live_bytes = out.live_bytes
+    peak = out.peak_footprint
+    out_of_order = out.out_of_order
+    hole = out.hole
+    freed_alloc = out.freed_alloc
+    pin_left = out.pin_left
+    pin_right = out.pin_right
+    removed_at = out.removed_at
+    footprint_of = events.footprint
+    block_bytes = blocks.bytes
+    fenwick = blocks.fenwick
+    tree = gaps.tree
+    first_live = -1  # lowest live slot
 
     for i in range(n):
         s = slot_of[i]
         if is_free[i]:
             if s < 0 or not live[s]:
-                outcome[i] = UNMATCHED_FREE
+                event[i] = UNMATCHED_FREE
             else:
-                outcome[i] = FREED
+                event[i] = FREED
                 while stack_top > 0 and (
                     not live[slot_of[stack[stack_top - 1]]]
                     or block_alloc[slot_of[stack[stack_top - 1]]] != stack[stack_top - 1]
@@ -330,23 +346,21 @@ def _replay_kernel(  # type: ignore[no-untyped-def]
                 q = next_live[s]
                 if first_live == s:
                     first_live = q
-                n_free += _unlink(
-                    s, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
-                )
+                n_free += _unlink(blocks, gaps, s, slot_offset, arena)
                 used -= block_end[s] - slot_offset[s]
                 ubytes -= block_bytes[s]
-                freed_alloc[i] = block_alloc[s]
                 removed_at[block_alloc[s]] = i
+                freed_alloc[i] = block_alloc[s]
                 if p >= 0 and q >= 0:
                     hole[i] = True
                     pin_left[i] = block_alloc[p]
                     pin_right[i] = block_alloc[q]
         elif nbytes[i] == 0:
-            outcome[i] = ZERO_SIZE_ALLOC
+            event[i] = ZERO_SIZE_ALLOC
         else:
-            outcome[i] = ALLOCATED
+            event[i] = ALLOCATED
             a = slot_offset[s]
-            e = a + footprint[i]
+            e = a + footprint_of[i]
             p = _previous_live(fenwick, s, top_bit)
             q = first_live if p < 0 else next_live[p]
             # Live blocks the new footprint overlaps (the trace missed their frees): the one
@@ -358,9 +372,7 @@ def _replay_kernel(  # type: ignore[no-untyped-def]
                     nxt = next_live[r]
                     if first_live == r:
                         first_live = nxt
-                    n_free += _unlink(
-                        r, prev_live, next_live, fenwick, gaps, size, block_end, slot_offset, arena, live
-                    )
+                    n_free += _unlink(blocks, gaps, r, slot_offset, arena)
                     used -= block_end[r] - slot_offset[r]
                     ubytes -= block_bytes[r]
                     removed_at[block_alloc[r]] = i
@@ -369,8 +381,8 @@ def _replay_kernel(  # type: ignore[no-untyped-def]
                 q = first_live if p < 0 else next_live[p]
             left_end = 0 if p < 0 else block_end[p]
             right_start = arena if q < 0 else slot_offset[q]
-            n_free += _set_gap(gaps, size, p + 1, a - left_end)
-            n_free += _set_gap(gaps, size, s + 1, right_start - e)
+            n_free += _set_gap(gaps, p + 1, a - left_end)
+            n_free += _set_gap(gaps, s + 1, right_start - e)
             _fenwick_add(fenwick, s, 1)
             live[s] = True
             prev_live[s] = p
@@ -390,9 +402,9 @@ def _replay_kernel(  # type: ignore[no-untyped-def]
             ubytes += nbytes[i]
 
         free_bytes[i] = arena - used
-        largest[i] = gaps[1]
+        largest[i] = tree[1]
         free_blocks[i] = n_free
         live_bytes[i] = ubytes
-        if used > peak_footprint[0]:
-            peak_footprint[0] = used
-            peak_footprint[1] = ubytes
+        if used > peak[0]:
+            peak[0] = used
+            peak[1] = ubytes

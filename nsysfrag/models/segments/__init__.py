@@ -1,1 +1,194 @@
-"""The ``pytorch-segments`` model: caching-allocator blocks inside their segments."""
+"""The ``pytorch-segments`` model: caching-allocator blocks inside their segments.
+
+``replay`` runs the model from the layout at the start of the window (``window``) through the
+segments and blocks of ``layout``, with the allocator's ``rules``: the pure-Python reference.
+``compiled`` runs the same model as compiled array code (``kernel``, ``kernel_layout``), event
+for event the same (the property tests hold it to the reference); it is the one used, unless
+``NSYSFRAG_SEGMENTS_REFERENCE=1``. This module turns a run into the one state series and the
+figures only a snapshot has: reserved memory, the window, OOMs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.events import ProgressCallback
+from nsysfrag.inputs.torch_snapshot.reader import Segment
+from nsysfrag.models.segments.compiled import CompiledDevice
+from nsysfrag.models.segments.replay import (
+    DeviceReplay,
+    OomEvent,
+    free_blocks_after,
+    replay_device,
+)
+from nsysfrag.models.segments.rules import AllocatorSettings
+from nsysfrag.models.series import FreeBlocks, StateSeries, series_of
+
+if TYPE_CHECKING:
+    from nsysfrag.inputs import RecordedSpace
+
+MODEL_NAME = "pytorch-segments"
+REFERENCE_ENV = "NSYSFRAG_SEGMENTS_REFERENCE"  # =1: the pure-Python replay, for comparison
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFacts:
+    """What the snapshot says about itself."""
+
+    layout: str  # which of the snapshot layouts the file has, in words
+    allocator_conf: str | None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
+    expandable_segments: bool
+    time_origin_unix_us: int | None  # time 0 of the report
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """How the window of the snapshot's history was rebuilt."""
+
+    trace_entries: int
+    initial_blocks: int  # blocks live when the window opens
+    initial_reserved_bytes: int
+    timestamps: bool  # False: times are entry numbers
+    conflicts: int  # entries the rebuilt layout could not fit
+    final_mismatches: int  # segments or blocks the replay's end differs from the snapshot in
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotSection:
+    """The figures only a snapshot has, in the order the JSON document lists them."""
+
+    facts: SnapshotFacts
+    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    reserved_bytes_peak: int
+    allocated_bytes_peak: int
+    requested_bytes_peak: int
+    reserved_bytes_at_frag_peak: int
+    # Free blocks that are whole cudaMalloc segments: PyTorch can return them to CUDA.
+    releasable_bytes_at_frag_peak: int
+    reserved_bytes_final: int
+    allocated_bytes_final: int
+    requested_bytes_final: int
+    window: WindowFigures
+    oom_events: tuple[OomEvent, ...]
+
+
+@dataclass(frozen=True)
+class SegmentsModel:
+    """The model of one device: its segments at the snapshot and its allocator's settings."""
+
+    final_segments: tuple[Segment, ...]
+    settings: AllocatorSettings
+    facts: SnapshotFacts
+    name: str = MODEL_NAME
+    progress: ProgressCallback | None = field(default=None, compare=False)
+
+    def run(self, space: RecordedSpace) -> SegmentsRun:
+        compiled = None
+        if os.environ.get(REFERENCE_ENV, "") in ("", "0"):
+            compiled = CompiledDevice(
+                space.events, self.final_segments, self.settings, space.timestamps
+            )
+            r = compiled.replay(self.progress)
+        else:
+            r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
+        series = series_of(
+            r,
+            held_peak=r.peak_allocated,
+            base_address=r.base_address,
+            end_address=r.end_address,
+            initial_blocks=r.initial_blocks,
+        )
+        warnings: list[str] = []
+        if len(r.time_ns) == 0:
+            return SegmentsRun(self, space, r, series, 0, "", warnings, compiled)
+        capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
+        device = space.device
+        if r.conflicts:
+            warnings.append(
+                f"device {device}: {r.conflicts} trace entr{'y' if r.conflicts == 1 else 'ies'}"
+                " did not fit the layout rebuilt from the final segments (the snapshot is"
+                " inconsistent or edited); the layout there is approximate"
+            )
+        elif r.final_mismatches:
+            warnings.append(
+                f"device {device}: the replay ends {r.final_mismatches} segment(s) or block(s)"
+                " away from the snapshot's final state; the layout is approximate"
+            )
+        if not r.timestamps and r.trace_entries:
+            warnings.append(
+                f"device {device}: the trace has no timestamps (PyTorch before 2.1), so times"
+                " are entry numbers, 1 ns apart, and growth_per_s is 0"
+            )
+        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings, compiled)
+
+
+@dataclass(frozen=True)
+class SegmentsRun:
+    model: SegmentsModel
+    space: RecordedSpace
+    replay: DeviceReplay
+    series: StateSeries
+    capacity_bytes: int
+    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    warnings: list[str]
+    compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
+
+    def free_blocks_after(self, point: int) -> FreeBlocks:
+        if self.compiled is not None:
+            return self.compiled.free_blocks_at(point)
+        m = self.model
+        return free_blocks_after(self.space.events, m.final_segments, m.settings, point)
+
+    def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection:
+        r = self.replay
+        return SnapshotSection(
+            facts=self.model.facts,
+            capacity_source=self.capacity_source,
+            reserved_bytes_peak=r.max_reserved_bytes,
+            allocated_bytes_peak=r.max_allocated_bytes,
+            requested_bytes_peak=r.max_requested_bytes,
+            reserved_bytes_at_frag_peak=int(r.reserved_bytes[peak]),
+            releasable_bytes_at_frag_peak=at_peak.releasable_bytes,
+            reserved_bytes_final=int(r.reserved_bytes[-1]),
+            allocated_bytes_final=int(r.allocated_bytes[-1]),
+            requested_bytes_final=int(r.live_bytes[-1]),
+            window=WindowFigures(
+                trace_entries=r.trace_entries,
+                initial_blocks=r.initial_blocks,
+                initial_reserved_bytes=r.initial_reserved_bytes,
+                timestamps=r.timestamps,
+                conflicts=r.conflicts,
+                final_mismatches=r.final_mismatches,
+            ),
+            oom_events=tuple(r.ooms),
+        )
+
+
+def _capacity(
+    r: DeviceReplay, device: int, override: int | None, warnings: list[str]
+) -> tuple[int, str]:
+    if override is not None:
+        if r.max_reserved_bytes > override:
+            warnings.append(
+                f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+                f" more than --capacity {format_bytes(override)}; global_frag can exceed 1"
+            )
+        return override, "--capacity"
+    estimates = [
+        o.reserved_bytes + o.device_free_bytes for o in r.ooms if o.device_free_bytes is not None
+    ]
+    if estimates:
+        # What this process could reach at the OOM: its own reserve plus what CUDA had free.
+        # Other processes and the CUDA context are not in it, so it is a lower bound.
+        return max(max(estimates), r.max_reserved_bytes, 1), "oom"
+    cap = max(r.max_reserved_bytes, 1)
+    warnings.append(
+        f"device {device}: the snapshot does not say how much memory the device has (no OOM"
+        f" entry), so capacity C is the peak reserved memory, {format_bytes(cap)}, and global_frag"
+        " is a share of that; pass --capacity (e.g. 80GiB) for the device's memory"
+    )
+    return cap, "reserved_peak"
+

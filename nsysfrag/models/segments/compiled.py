@@ -1,35 +1,36 @@
-"""One device of a snapshot through the compiled pytorch-segments replay (``models.segments.kernel``).
+"""One device of a snapshot through the compiled pytorch-segments replay (``kernel``).
 
-This module turns the columns of ``inputs.torch_snapshot.columns`` into the kernel's arrays (the ranked
-addresses, the final segments and blocks, times, which segment entries fold into the alloc
-after them) and the kernel's output into the same :class:`~nsysfrag.models.segments.replay.
-DeviceReplay` the pure-Python replay returns, so the two can be compared column for column.
+This module turns a device's events (the one event model) and its final segments into the
+kernel's arrays (the ranked addresses, the final segments and blocks, which segment entries
+fold into the alloc after them) and the kernel's output into the same
+:class:`~nsysfrag.models.segments.replay.DeviceReplay` the pure-Python replay returns, so the
+two can be compared column for column.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.inputs.nsys.records import I64, ProgressCallback
-from nsysfrag.inputs.torch_snapshot.columns import (
+from nsysfrag.events import (
     ALLOC,
+    FAILED_ALLOC,
     FREE,
     FREE_COMPLETED,
-    NO_TIME,
-    OOM,
+    I64,
+    MARK,
     SEGMENT_ALLOC,
     SEGMENT_FREE,
     SEGMENT_MAP,
     SEGMENT_UNMAP,
-    SNAPSHOT,
-    SnapshotColumns,
-    TraceColumns,
+    AllocationEvents,
+    ProgressCallback,
 )
-from nsysfrag.inputs.torch_snapshot.reader import NO_STACK
+from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment
 from nsysfrag.models.segments.kernel import (
     F_HOLE,
     F_OUT_OF_ORDER,
@@ -78,24 +79,18 @@ from nsysfrag.models.segments.kernel_layout import (
     T_PEAK_REQ,
     new_layout,
 )
-from nsysfrag.models.segments.replay import (
-    DeviceReplay,
-    FreeBlocks,
-    OomEvent,
-    _final_segments,
-)
+from nsysfrag.models.segments.replay import DeviceReplay, OomEvent
+from nsysfrag.models.segments.rules import AllocatorSettings
+from nsysfrag.models.segments.window import _final_segments
+from nsysfrag.models.series import FreeBlocks
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
-_NO_ADDRESS = np.array([OOM, SNAPSHOT], np.int8)
-_NONE = np.zeros(0, dtype=np.int64)
-_EMPTY = TraceColumns(
-    np.zeros(0, dtype=np.int8), _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, ()
-)
+_NO_ADDRESS = np.array([FAILED_ALLOC, MARK], np.int8)
 
 
 @dataclass(frozen=True)
-class WindowStart:
-    """A device's layout at the first trace entry, rebuilt from the final state (arrays)."""
+class WindowLayout:
+    """A device's layout at its first history entry, rebuilt from the final state (arrays)."""
 
     segment_start: I64
     segment_end: I64
@@ -105,7 +100,7 @@ class WindowStart:
     block_address: I64  # the blocks live at the window's start, by address
     block_size: I64  # -1 where only the final state could have said (it was freed in the window)
     block_requested: I64
-    block_site: I64  # code into SnapshotColumns.site_names (+ the names of final blocks' sites)
+    block_site: I64  # code into the CompiledDevice's site_names
     known_size: (
         I64  # per trace entry: the size of an alloc's block where the final state has it, else -1
     )
@@ -139,27 +134,38 @@ class CompiledDevice:
     entries' slots, times and folds, the final segments and blocks. Each query runs the
     kernels afresh on these inputs (the window's start is rebuilt in one cheap pass)."""
 
-    def __init__(self, columns: SnapshotColumns, device: int) -> None:
-        self.columns = columns
-        trace = self.trace = columns.traces.get(device, _EMPTY)
-        self.final = [s for s in columns.segments if s.device == device]
-        names = self.site_names = list(columns.site_names)
-        codes = {name: code for code, name in enumerate(names)}
-        act = trace.action
+    def __init__(
+        self,
+        events: AllocationEvents,
+        final: Sequence[Segment],
+        settings: AllocatorSettings,
+        timestamps: bool = True,
+    ) -> None:
+        n = len(events)
+        self.events = events
+        self.final = list(final)
+        self.settings = settings
+        self.timestamps = timestamps
+        act = events.kind
+        address = events.address.view(np.int64)  # a snapshot's addresses are below 2**62
+        size = events.bytes
+        codes, names = events.sites.codes(np.arange(n, dtype=np.int64))
+        self.site_codes = codes
+        names = self.site_names = list(names)
+        code_of = {name: code for code, name in enumerate(names)}
         has_address = ~np.isin(act, _NO_ADDRESS)
         is_segment = np.isin(act, _SEGMENT_ACTIONS)
         blocks = [b for s in self.final for b in s.blocks]
         keys = self.keys = np.unique(np.concatenate([
             np.fromiter((s.address for s in self.final), np.int64, len(self.final)),
             np.fromiter((b.address for b in blocks), np.int64, len(blocks)),
-            trace.address[has_address],
-            trace.address[is_segment] + trace.size[is_segment],
+            address[has_address],
+            address[is_segment] + size[is_segment],
         ]))  # fmt: skip
-        slot_e = np.where(is_segment, np.searchsorted(keys, trace.address + trace.size), 0)
-        site = columns.stack_site[trace.stack]
+        slot_e = np.where(is_segment, np.searchsorted(keys, address + size), 0)
+        stream = events.stream if events.stream is not None else np.zeros(n, dtype=np.int64)
         self.entries = (
-            act, np.searchsorted(keys, trace.address), slot_e, trace.address, trace.size,
-            trace.stream, site,
+            act, np.searchsorted(keys, address), slot_e, address, size, stream, codes,
         )  # fmt: skip
         self.final_segments = (
             np.searchsorted(keys, [s.address for s in self.final]).astype(np.int64),
@@ -170,35 +176,34 @@ class CompiledDevice:
             np.asarray([int(s.expandable) for s in self.final], dtype=np.int64),
         )  # fmt: skip
         for b in blocks:
-            if b.site not in codes:
-                codes[b.site] = len(names)
+            if b.site not in code_of:
+                code_of[b.site] = len(names)
                 names.append(b.site)
         self.final_blocks = (
             np.asarray([i for i, s in enumerate(self.final) for _ in s.blocks], dtype=np.int64),
             np.searchsorted(keys, [b.address for b in blocks]).astype(np.int64),
             np.asarray([b.size for b in blocks], dtype=np.int64),
             np.asarray([b.requested_bytes for b in blocks], dtype=np.int64),
-            np.asarray([codes[b.site] for b in blocks], dtype=np.int64),
+            np.asarray([code_of[b.site] for b in blocks], dtype=np.int64),
         )
         self.fold = self._folded()
-        self.t_ns, self.timestamps = self._times()
 
     def _rebuild(self) -> _Run:
         """A fresh layout, at the window's start."""
         layout = new_layout(self.keys)
         rb = np.zeros((len(self.keys), 4), dtype=np.int64)
-        known = np.full(len(self.trace), -1, dtype=np.int64)
+        known = np.full(len(self.events), -1, dtype=np.int64)
         initial = rebuild_window(
             layout, self.entries, self.final_segments, self.final_blocks, rb, known
         )
         return _Run(layout, rb, known, int(initial))
 
-    def window_start(self) -> WindowStart:
+    def window_start(self) -> WindowLayout:
         run = self._rebuild()
         seg, rb = run.seg, run.rb
         on = np.flatnonzero(seg[:, S_ON] == 1)
         live = np.flatnonzero(rb[:, R_ON] == 1)
-        return WindowStart(
+        return WindowLayout(
             segment_start=self.keys[on],
             segment_end=seg[on, S_END].copy(),
             segment_stream=seg[on, S_STREAM].copy(),
@@ -212,22 +217,10 @@ class CompiledDevice:
             conflicts=int(run.tot[T_CONFLICTS]),
         )
 
-    def _times(self) -> tuple[I64, bool]:
-        """ns since the snapshot's first time per entry, never decreasing (an entry without a
-        time takes the one before it); entry numbers when the trace has no times at all."""
-        t = self.trace.time_us
-        present = t != NO_TIME
-        if not present.any():
-            return np.arange(len(t), dtype=np.int64), False
-        origin = self.columns.time_origin_us or 0
-        rel = np.where(present, t - origin, np.iinfo(np.int64).min)
-        rel[0] = max(int(rel[0]), int(rel[np.argmax(present)]))
-        return np.maximum.accumulate(rel) * 1000, True
-
     def _folded(self) -> npt.NDArray[np.bool_]:
         """A segment_alloc/segment_map that an alloc follows is part of that malloc: its state
         (a new, still empty segment) lasts no time, so it is not a timeline point of its own."""
-        act = self.trace.action
+        act = self.events.kind
         grows = (act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)
         others = np.flatnonzero(~grows)
         nxt = np.searchsorted(others, np.arange(len(act)))
@@ -239,12 +232,12 @@ class CompiledDevice:
     ) -> tuple[_Run, tuple[np.ndarray, ...]]:
         """The forward replay; with ``stop`` >= 0, only up to that point and nothing recorded."""
         run = self._rebuild()
-        act = self.trace.action
-        t_ns = self.t_ns
+        act = self.events.kind
+        t_ns = self.events.time_ns
         t0 = int(t_ns[0]) if len(t_ns) else 0
         grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~self.fold
         n_points = run.initial + int(
-            np.isin(act, [ALLOC, FREE_COMPLETED, FREE, OOM, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
+            np.isin(act, [ALLOC, FREE_COMPLETED, FREE, FAILED_ALLOC, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
             + grows.sum()
         )
         has_points = n_points > 0
@@ -256,13 +249,14 @@ class CompiledDevice:
         out_i64[O_REMOVED] = -1
         out_flags = np.zeros((3, width), dtype=np.bool_)
         out_event = np.zeros(width, dtype=np.int8)
-        ooms = np.zeros((5, int((act == OOM).sum()) if record else 0), dtype=np.int64)
+        ooms = np.zeros((5, int((act == FAILED_ALLOC).sum()) if record else 0), dtype=np.int64)
         rules = np.zeros(6 + 16, dtype=np.int64)
+        settings = self.settings
         rules[:6] = (
-            t0, has_points, self.columns.max_split_size or -1,
-            self.columns.expandable_segments, stop, record,
+            t0, has_points, settings.max_split_size or -1, settings.expandable_segments, stop,
+            record,
         )  # fmt: skip
-        for key, count in self.columns.roundup_power2_divisions.items():
+        for key, count in settings.roundup_power2_divisions.items():
             if key & (key - 1) == 0 and key <= 1 << 15:  # the start of interval i is 2**i MiB
                 rules[6 + key.bit_length() - 1] = count
         shown = np.zeros(1, dtype=np.int64)
@@ -283,7 +277,7 @@ class CompiledDevice:
         seg = run.seg
         on = seg[:, S_ON] == 1
         whole = on & (seg[:, S_EXP] == 0) & (opening == seg[:, S_END] - self.keys)
-        return FreeBlocks(sizes.tolist(), int(opening[whole & (opening > 0)].sum()))
+        return FreeBlocks(sizes.copy(), int(opening[whole & (opening > 0)].sum()))
 
     def _final_mismatches(self, run: _Run) -> int:
         """How far the replay's end is from the snapshot: differing ranges and blocks."""
@@ -305,22 +299,23 @@ class CompiledDevice:
         """Replay the device's trace from the window's start."""
         run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
         site, site_names = _local_sites(out_i64[O_SITE], out_event, self.site_names)
-        trace = self.trace
+        events = self.events
         tot = run.tot
+        device_free = events.device_free_bytes
+        stream = self.entries[5]
         oom_events = []
         for j, largest, free, reserved, allocated in ooms.T.tolist():
-            k = int(np.searchsorted(trace.oom_rows, j))
-            device_free = int(trace.oom_device_free[k])
+            recorded = int(device_free[j]) if device_free is not None else -1
             oom_events.append(OomEvent(
-                time_ns=int(self.t_ns[j]),
-                device_free_bytes=device_free if device_free >= 0 else None,
-                requested_bytes=int(trace.size[j]),
+                time_ns=int(events.time_ns[j]),
+                device_free_bytes=recorded if recorded >= 0 else None,
+                requested_bytes=int(events.bytes[j]),
                 largest_free_bytes=largest,
                 free_bytes=free,
                 reserved_bytes=reserved,
                 allocated_bytes=allocated,
-                stream=int(trace.stream[j]),
-                site=self.columns.site(int(trace.stack[j])),
+                stream=int(stream[j]),
+                site=self.site_names[int(self.site_codes[j])],
             ))  # fmt: skip
         low = int(tot[T_LOW]) if tot[T_LOW] >= 0 else 0
         return DeviceReplay(
@@ -346,7 +341,7 @@ class CompiledDevice:
             site_names=site_names,
             initial_blocks=run.initial,
             initial_reserved_bytes=self.initial_reserved,
-            trace_entries=len(trace),
+            trace_entries=len(events),
             timestamps=self.timestamps,
             conflicts=int(tot[T_CONFLICTS]),
             final_mismatches=self._final_mismatches(run),
@@ -390,17 +385,25 @@ def _local_sites(site: I64, event: npt.NDArray[np.int8], names: list[str]) -> tu
 
 
 def replay_device(
-    columns: SnapshotColumns, device: int, progress: ProgressCallback | None = None
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    timestamps: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> DeviceReplay:
-    """Replay one device's trace from the window's start, compiled."""
-    return CompiledDevice(columns, device).replay(progress)
+    """Replay one device's events from the window's start, compiled."""
+    return CompiledDevice(events, final, settings, timestamps).replay(progress)
 
 
-def free_blocks_at(columns: SnapshotColumns, device: int, point: int) -> FreeBlocks:
+def free_blocks_at(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, point: int
+) -> FreeBlocks:
     """The free blocks right after timeline point ``point`` (replaying only that far)."""
-    return CompiledDevice(columns, device).free_blocks_at(point)
+    return CompiledDevice(events, final, settings).free_blocks_at(point)
 
 
-def window_start(columns: SnapshotColumns, device: int) -> WindowStart:
-    """The layout at the start of ``device``'s trace window, rebuilt from the final state."""
-    return CompiledDevice(columns, device).window_start()
+def window_start(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings
+) -> WindowLayout:
+    """The layout at the start of the device's history window, rebuilt from the final state."""
+    return CompiledDevice(events, final, settings).window_start()

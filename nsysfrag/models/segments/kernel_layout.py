@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from nsysfrag.models.observed.kernel import _fenwick_add, _fenwick_kth, _fenwick_prefix, _set_gap
+from nsysfrag.models.observed.kernel import _fenwick_add, _fenwick_kth, _fenwick_prefix
 
 SMALL_BUFFER = 2 << 20  # the small pool's segment and expandable page
 LARGE_BUFFER = 20 << 20  # the large pool's expandable page
@@ -201,10 +201,22 @@ def releasable(keys, seg, s, start, end):  # type: ignore[no-untyped-def]
 @numba.njit(cache=True, nogil=True)
 def set_gap(gap, share, tot, leaf, length, r):  # type: ignore[no-untyped-def]
     """Gap ``leaf`` is now ``length`` bytes, ``r`` of them releasable."""
-    tot[T_FREE] += length - gap[tot[T_LEAVES] + leaf]
-    tot[T_NFREE] += _set_gap(gap, tot[T_LEAVES], leaf, length)
+    i = tot[T_LEAVES] + leaf
+    old = gap[i]
+    tot[T_FREE] += length - old
+    tot[T_NFREE] += (1 if length > 0 else 0) - (1 if old > 0 else 0)
     tot[T_RELEASABLE] += r - share[leaf]
     share[leaf] = r
+    gap[i] = length
+    # The max tree over the gaps, as the observed kernel keeps its own (whose helper takes its
+    # own gap record): most updates stop low in the tree, where nothing above changes.
+    i >>= 1
+    while i >= 1:
+        best = max(gap[2 * i], gap[2 * i + 1])
+        if gap[i] == best:
+            break
+        gap[i] = best
+        i >>= 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,448 +1,56 @@
 """The ``pytorch-segments`` model: PyTorch caching-allocator blocks inside their segments.
 
-A snapshot's trace is a ring buffer: it covers a window that ends at the snapshot, and the
-snapshot's ``segments`` are the layout at that end. As PyTorch's own viewer does
-(``MemoryViz.js``, ``process_alloc_data``/``simulate_memory``), the layout at the *start* of
-the window is rebuilt by walking the trace backwards from the final state and undoing every
-action; the replay then runs forwards from that layout, so frees of blocks allocated before the
-window are ordinary frees, not anomalies.
+The replay runs forwards from the layout at the start of the snapshot's window (``window``),
+so frees of blocks allocated before the window are ordinary frees, not anomalies.
 
-Free memory is the inactive ranges inside reserved segments; a free block never crosses a
-segment boundary (an expandable segment's contiguous mapped range is one segment). After every
-event the model reports ``F`` = reserved − allocated, ``L`` the largest free block, ``N`` the
-number of free blocks and ``U`` the requested bytes of live blocks, plus reserved, allocated
-and requested bytes. A block stays allocated until ``free_completed``: a block freed by the
-program but still in use on another stream (``free_requested``) cannot be reused yet.
+Free memory is the inactive ranges inside reserved segments (``layout``). After every event the
+model reports ``F`` = reserved − allocated, ``L`` the largest free block, ``N`` the number of
+free blocks and ``U`` the requested bytes of live blocks, plus reserved, allocated and
+requested bytes. A block stays allocated until ``free_completed``: a block freed by the program
+but still in use on another stream (``free_requested``) cannot be reused yet.
 
-Block sizes: a block live at the snapshot has its recorded size. Otherwise the trace gives only
-the requested bytes, so the block takes ``round_size(requested)`` (ALLOCATORS.md §1.2), or the
-whole free block it was carved from when PyTorch would not split that (§1.5 ``should_split``).
+Block sizes: a block live at the snapshot has its recorded size. Otherwise the history gives
+only the requested bytes, so the block takes ``round_size(requested)`` (``rules``), or the whole
+free block it was carved from when PyTorch would not split that (its ``should_split``).
 """
-
 from __future__ import annotations
 
-import heapq
-from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsysfrag.inputs.nsys.records import I64, BoolArray
-from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment, Snapshot, TraceEntry
-from nsysfrag.models.observed.kernel import (
+from nsysfrag.events import I64, AllocationEvents, BoolArray
+from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
+from nsysfrag.models.segments.layout import Layout, _Block, _Seg
+from nsysfrag.models.segments.rules import (
+    MIN_BLOCK_BYTES,
+    SMALL_BUFFER_BYTES,
+    SMALL_SIZE_BYTES,
+    AllocatorSettings,
+    round_size,
+)
+from nsysfrag.models.segments.window import WindowStart, _final_segments, window_start
+from nsysfrag.models.series import (
     ALLOCATED,
     FREED,
     NO_BLOCK,
+    OOM,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
+    FreeBlocks,
 )
 
-MODEL_NAME = "pytorch-segments"
-
-# Timeline event codes beyond the replay outcomes (analysis.EVENT_NAMES names them).
-SEGMENT_ALLOC = 4
-SEGMENT_FREE = 5
-SEGMENT_MAP = 6
-SEGMENT_UNMAP = 7
-OOM = 8
 _SEGMENT_CODES = {
     "segment_alloc": SEGMENT_ALLOC,
     "segment_free": SEGMENT_FREE,
     "segment_map": SEGMENT_MAP,
     "segment_unmap": SEGMENT_UNMAP,
 }
-
-# CUDACachingAllocator constants (ALLOCATORS.md §1.1).
-MIN_BLOCK_BYTES = 512
-SMALL_BUFFER_BYTES = 2 << 20
-SMALL_SIZE_BYTES = 1 << 20
-LARGE_BUFFER_BYTES = 20 << 20  # also the large pool's expandable page
-
-
-def round_size(size: int, divisions: dict[int, int] | None = None) -> int:
-    """PyTorch's ``round_size``: at least 512 B, a multiple of 512 B, or the next of
-    ``roundup_power2_divisions`` steps between powers of two where that is configured."""
-    if size < MIN_BLOCK_BYTES:
-        return MIN_BLOCK_BYTES
-    d = _divisions_for(size, divisions) if divisions else 0
-    if d > 1 and size > MIN_BLOCK_BYTES * d:
-        if size & (size - 1) == 0:
-            return size
-        p = 1 << (size.bit_length() - 1)
-        step = p // d
-        if step == 0:
-            return 2 * p
-        floor = size & ~(step - 1)
-        return size if floor == size else floor + step
-    return -(-size // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
-
-
-def _divisions_for(size: int, divisions: dict[int, int]) -> int:
-    # Interval i covers [2**i MiB, 2**(i+1) MiB), clamped to [0, 15]; keys are interval starts.
-    idx = min(max(size.bit_length() - 1 - 20, 0), 15)
-    return divisions.get(1 << idx, 0)
-
-
-@dataclass(slots=True)
-class _Seg:
-    end: int
-    stream: int
-    small_pool: bool | None
-    expandable: bool
-    # Expandable ranges: pages of `page` bytes counted from `origin`, for the releasable bytes.
-    page: int = 0
-    origin: int = 0
-
-
-def expandable_page(small_pool: bool | None, mapped_bytes: int) -> int:
-    """The page an expandable range is mapped in: 2 MiB in the small pool, 20 MiB in the large.
-    Where the snapshot does not name the pool, the size of the range (or of the map that made
-    it) tells: a small-pool map is one 2 MiB page, a large-pool map whole 20 MiB pages."""
-    if small_pool is None:
-        small_pool = mapped_bytes % LARGE_BUFFER_BYTES != 0
-    return SMALL_BUFFER_BYTES if small_pool else LARGE_BUFFER_BYTES
-
-
-def releasable_in(start: int, end: int, seg_start: int, seg: _Seg | None) -> int:
-    """The bytes of free block ``[start, end)`` that could go back to the driver (SPEC §9 R):
-    a non-expandable segment entirely, if the block is all of it; in an expandable range, the
-    whole pages inside the block (a range's pages start at its ``origin``: the start of the
-    first map of the range, and unmapping whole pages keeps the grid)."""
-    if seg is None:
-        return 0
-    if not seg.expandable:
-        return end - start if start == seg_start and end == seg.end else 0
-    first = -((seg.origin - start) // seg.page)  # ceil((start - origin) / page)
-    last = (end - seg.origin) // seg.page
-    return max(last - first, 0) * seg.page
-
-
-class SegmentSet:
-    """A device's segments: disjoint address ranges, by start."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.seg: dict[int, _Seg] = {}
-
-    def find(self, address: int) -> int | None:
-        """The start of the segment containing ``address``."""
-        i = bisect_right(self.starts, address) - 1
-        if i >= 0 and address < self.seg[self.starts[i]].end:
-            return self.starts[i]
-        return None
-
-    def overlaps(self, start: int, end: int) -> bool:
-        if self.find(start) is not None:
-            return True
-        i = bisect_left(self.starts, start)
-        return i < len(self.starts) and self.starts[i] < end
-
-    def add(self, start: int, seg: _Seg) -> None:
-        insort(self.starts, start)
-        self.seg[start] = seg
-
-    def remove(self, start: int) -> _Seg:
-        del self.starts[bisect_left(self.starts, start)]
-        return self.seg.pop(start)
-
-    def map_range(self, start: int, end: int, stream: int) -> None:
-        """Add a mapped range of an expandable segment, joining contiguous ranges of the stream."""
-        left = self.find(start - 1)
-        if left is not None and self.seg[left].end == start and self._joins(left, stream):
-            self.seg[left].end = end
-            base = left
-        else:
-            base = start
-            page = expandable_page(None, end - start)
-            self.add(start, _Seg(end, stream, None, True, page, start))
-        right = self.seg.get(end)
-        if right is not None and self._joins(end, stream):
-            self.seg[base].end = self.remove(end).end
-
-    def _joins(self, start: int, stream: int) -> bool:
-        s = self.seg[start]
-        return s.expandable and s.stream == stream
-
-    def unmap_range(self, start: int, end: int) -> bool:
-        """Remove ``[start, end)`` from the segment that contains it; False if none does."""
-        base = self.find(start)
-        if base is None or self.seg[base].end < end:
-            return False
-        seg = self.remove(base)
-        if base < start:
-            self.add(base, replace(seg, end=start))
-        if end < seg.end:
-            self.add(end, replace(seg))
-        return True
-
-    def ranges(self) -> list[tuple[int, int]]:
-        """The covered address ranges, contiguous segments joined."""
-        out: list[tuple[int, int]] = []
-        for s in self.starts:
-            e = self.seg[s].end
-            if out and out[-1][1] == s:
-                out[-1] = (out[-1][0], e)
-            else:
-                out.append((s, e))
-        return out
-
-
-# ---------------------------------------------------------------- the window's start
-
-
-@dataclass(slots=True)
-class _Recreated:
-    size: int | None  # known only for blocks still live at the snapshot
-    requested: int
-    pending: bool
-    site: str
-
-
-@dataclass
-class WindowStart:
-    """The layout at the first trace entry, and what the backward walk learnt on the way."""
-
-    segments: SegmentSet
-    blocks: dict[int, _Recreated]  # address -> block live at the start of the window
-    known_sizes: dict[int, int]  # trace index of an alloc -> its block's size, where known
-    conflicts: int  # entries the final state contradicts (e.g. an alloc of no live block)
-
-
-def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, _Recreated]]:
-    segs = SegmentSet()
-    blocks: dict[int, _Recreated] = {}
-    for s in segments:
-        if s.size <= 0 or segs.overlaps(s.address, s.address + s.size):
-            continue
-        page = expandable_page(s.small_pool, s.size) if s.expandable else 0
-        seg = _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable, page, s.address)
-        segs.add(s.address, seg)
-        for b in s.blocks:
-            blocks[b.address] = _Recreated(b.size, b.requested_bytes, b.pending_free, b.site)
-    return segs, blocks
-
-
-def window_start(segments: Sequence[Segment], trace: Sequence[TraceEntry]) -> WindowStart:
-    """Undo ``trace`` (newest first) from the final ``segments`` of one device."""
-    segs, blocks = _final_segments(segments)
-    known: dict[int, int] = {}
-    conflicts = 0
-    for j in range(len(trace) - 1, -1, -1):
-        e = trace[j]
-        a = e.action
-        if a == "alloc":
-            if e.size == 0:
-                continue
-            b = blocks.pop(e.address, None)
-            if b is None:
-                conflicts += 1
-            elif b.size is not None:
-                known[j] = b.size
-        elif a in ("free_completed", "free"):
-            if e.address in blocks:
-                conflicts += 1
-            else:
-                blocks[e.address] = _Recreated(None, e.size, a == "free_completed", e.site)
-        elif a == "free_requested":
-            b = blocks.get(e.address)
-            if b is None:
-                conflicts += 1
-            else:
-                b.pending = False
-        elif a == "segment_alloc":
-            seg = segs.seg.get(e.address)
-            if seg is None or seg.end != e.address + e.size:
-                conflicts += 1
-            else:
-                segs.remove(e.address)
-        elif a == "segment_free":
-            if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
-                conflicts += 1
-            else:
-                small = e.size == SMALL_BUFFER_BYTES
-                segs.add(e.address, _Seg(e.address + e.size, e.stream, small, False))
-        elif a == "segment_map":
-            if not segs.unmap_range(e.address, e.address + e.size):
-                conflicts += 1
-        elif a == "segment_unmap":
-            if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
-                conflicts += 1
-            else:
-                segs.map_range(e.address, e.address + e.size, e.stream)
-    return WindowStart(segs, blocks, known, conflicts)
-
-
-# ---------------------------------------------------------------- the forward replay
-
-
-@dataclass(slots=True)
-class _Block:
-    address: int
-    size: int
-    requested: int
-    point: int  # timeline index of its allocation
-    placed: bool  # False when it fell outside every segment (not modelled)
-    live: bool = True
-
-
-class Layout:
-    """Segments, the live blocks in them and the free blocks between, with running totals."""
-
-    def __init__(self, segments: SegmentSet) -> None:
-        self.segs = segments
-        self.free_starts: list[int] = []
-        self.free_end: dict[int, int] = {}
-        self._heap: list[tuple[int, int]] = []  # (-size, start), stale entries dropped lazily
-        self.blocks: dict[int, _Block] = {}
-        self.block_starts: list[int] = []
-        self.block_ending: dict[int, int] = {}  # end -> start of the live block ending there
-        self.reserved = 0
-        self.allocated = 0
-        self.requested = 0
-        self.free_total = 0
-        # R (SPEC §9), kept incrementally: each free block's share, fixed when it is added.
-        self.free_releasable: dict[int, int] = {}
-        self.releasable_total = 0
-        for start in segments.starts:
-            self.reserved += segments.seg[start].end - start
-            self._add_free(start, segments.seg[start].end)
-
-    # -- free blocks
-
-    def _add_free(self, start: int, end: int) -> None:
-        insort(self.free_starts, start)
-        self.free_end[start] = end
-        self.free_total += end - start
-        heapq.heappush(self._heap, (start - end, start))
-        seg_start = self.segs.find(start)
-        seg = self.segs.seg[seg_start] if seg_start is not None else None
-        share = releasable_in(start, end, seg_start or 0, seg)
-        self.free_releasable[start] = share
-        self.releasable_total += share
-
-    def _remove_free(self, start: int) -> int:
-        del self.free_starts[bisect_left(self.free_starts, start)]
-        end = self.free_end.pop(start)
-        self.free_total -= end - start
-        self.releasable_total -= self.free_releasable.pop(start)
-        return end
-
-    def free_containing(self, address: int) -> tuple[int, int] | None:
-        i = bisect_right(self.free_starts, address) - 1
-        if i >= 0:
-            s = self.free_starts[i]
-            if address < self.free_end[s]:
-                return s, self.free_end[s]
-        return None
-
-    def largest_free(self) -> int:
-        heap = self._heap
-        while heap and self.free_end.get(heap[0][1]) != heap[0][1] - heap[0][0]:
-            heapq.heappop(heap)
-        if len(heap) > 2 * len(self.free_end) + 64:
-            self._heap = [(s - e, s) for s, e in self.free_end.items()]
-            heapq.heapify(self._heap)
-            heap = self._heap
-        return -heap[0][0] if heap else 0
-
-    def free_sizes(self) -> list[int]:
-        return [e - s for s, e in self.free_end.items()]
-
-    def releasable(self) -> int:
-        """Bytes of wholly free cudaMalloc segments: empty_cache() (or the OOM path) would
-        give them back to CUDA, so a large request could still be served from them."""
-        return sum(
-            e - s
-            for s, e in self.free_end.items()
-            if (seg := self.segs.seg.get(s)) is not None and seg.end == e and not seg.expandable
-        )
-
-    def release(self, start: int, end: int) -> tuple[int, int]:
-        """Make ``[start, end)`` free, joined with free neighbours in the same segment."""
-        if start not in self.segs.seg:  # not a segment boundary: may join the free block below
-            i = bisect_left(self.free_starts, start) - 1
-            if i >= 0 and self.free_end[self.free_starts[i]] == start:
-                start = self.free_starts[i]
-                self._remove_free(start)
-        if end in self.free_end and end not in self.segs.seg:
-            end = self._remove_free(end)
-        self._add_free(start, end)
-        return start, end
-
-    # -- blocks
-
-    def occupy(self, address: int, size: int) -> None:
-        """Carve ``[address, address + size)`` out of the free block that holds it."""
-        span = self.free_containing(address)
-        if span is None:
-            return
-        start, end = span
-        self._remove_free(start)
-        if start < address:
-            self._add_free(start, address)
-        if address + size < end:
-            self._add_free(address + size, end)
-
-    def add_block(self, block: _Block) -> None:
-        self.blocks[block.address] = block
-        self.requested += block.requested
-        if block.placed:
-            insort(self.block_starts, block.address)
-            self.block_ending[block.address + block.size] = block.address
-            self.allocated += block.size
-            self.occupy(block.address, block.size)
-
-    def drop_block(self, block: _Block) -> tuple[int, int] | None:
-        """Remove a live block; return the free block it joined, if it was placed."""
-        del self.blocks[block.address]
-        block.live = False
-        self.requested -= block.requested
-        if not block.placed:
-            return None
-        del self.block_starts[bisect_left(self.block_starts, block.address)]
-        del self.block_ending[block.address + block.size]
-        self.allocated -= block.size
-        return self.release(block.address, block.address + block.size)
-
-    def blocks_in(self, start: int, end: int) -> list[_Block]:
-        """Placed live blocks overlapping ``[start, end)``."""
-        i = bisect_right(self.block_starts, start) - 1
-        if i >= 0:
-            b = self.blocks[self.block_starts[i]]
-            if b.address + b.size <= start:
-                i += 1
-        else:
-            i = 0
-        out = []
-        while i < len(self.block_starts) and self.block_starts[i] < end:
-            out.append(self.blocks[self.block_starts[i]])
-            i += 1
-        return out
-
-    # -- segments
-
-    def add_segment(self, start: int, size: int, seg: _Seg) -> None:
-        self.segs.add(start, seg)
-        self.reserved += size
-        self.release(start, start + size)
-
-    def map_range(self, start: int, size: int, stream: int) -> None:
-        self.segs.map_range(start, start + size, stream)
-        self.reserved += size
-        self.release(start, start + size)
-
-    def remove_free_range(self, start: int, end: int) -> None:
-        """``[start, end)`` must be free: take it out of the free blocks."""
-        span = self.free_containing(start)
-        if span is None:
-            return
-        s, e = span
-        self._remove_free(s)
-        if s < start:
-            self._add_free(s, start)
-        if end < e:
-            self._add_free(end, e)
 
 
 @dataclass(frozen=True)
@@ -510,39 +118,68 @@ class _Sites:
         return c
 
 
-def replay_device(snapshot: Snapshot, device: int) -> DeviceReplay:
-    """Replay one device's trace from the window's start."""
-    return _replayer(snapshot, device).run()
+def replay_device(
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    timestamps: bool = True,
+) -> DeviceReplay:
+    """Replay one device's events from the window's start; ``final`` are its segments at the
+    window's end."""
+    return _replayer(events, final, settings, timestamps).run()
 
 
-@dataclass(frozen=True)
-class FreeBlocks:
-    sizes: list[int]
-    releasable_bytes: int  # wholly free (non-expandable) segments among them
+def free_blocks_after(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, point: int
+) -> FreeBlocks:
+    """The free blocks right after timeline point ``point`` (replaying only that far); with
+    the bytes of wholly free (non-expandable) segments among them."""
+    return _replayer(events, final, settings, True).free_blocks_after(point)
 
 
-def free_blocks_after(snapshot: Snapshot, device: int, point: int) -> FreeBlocks:
-    """The free blocks right after timeline point ``point`` (replaying only that far)."""
-    return _replayer(snapshot, device).free_blocks_after(point)
+_ACTIONS = {kind: action for action, kind in ACTION_KINDS.items()}
 
 
-def _replayer(snapshot: Snapshot, device: int) -> _Replayer:
-    final = [s for s in snapshot.segments if s.device == device]
-    trace = snapshot.traces.get(device, [])
-    return _Replayer(snapshot, final, trace, window_start(final, trace))
+def _entries(events: AllocationEvents) -> list[HistoryEntry]:
+    """The events as the history entries this replay walks (the entries' own times are not
+    needed: the events carry them)."""
+    n = len(events)
+    codes, names = events.sites.codes(np.arange(n, dtype=np.int64))
+    none = np.full(n, -1, dtype=np.int64)
+    stream = events.stream if events.stream is not None else np.zeros(n, dtype=np.int64)
+    free = events.device_free_bytes if events.device_free_bytes is not None else none
+    return [
+        HistoryEntry(_ACTIONS[k], a, b, st, None, names[c], f if f >= 0 else None)
+        for k, a, b, st, c, f in zip(
+            events.kind.tolist(), events.address.tolist(), events.bytes.tolist(),
+            stream.tolist(), codes.tolist(), free.tolist(), strict=True,
+        )
+    ]  # fmt: skip
+
+
+def _replayer(
+    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, timestamps: bool
+) -> _Replayer:
+    entries = _entries(events)
+    start = window_start(final, entries)
+    return _Replayer(settings, final, entries, events.time_ns.tolist(), timestamps, start)
 
 
 class _Replayer:
     def __init__(
         self,
-        snapshot: Snapshot,
-        final: list[Segment],
-        trace: Sequence[TraceEntry],
+        settings: AllocatorSettings,
+        final: Sequence[Segment],
+        entries: Sequence[HistoryEntry],
+        times: list[int],
+        timestamps: bool,
         start: WindowStart,
     ) -> None:
-        self.snapshot = snapshot
+        self.settings = settings
         self.final = final
-        self.trace = trace
+        self.entries = entries
+        self.times = times
+        self.timestamps = timestamps
         self.start = start
         self.sites = _Sites()
         self.cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
@@ -559,24 +196,26 @@ class _Replayer:
 
     def run(self) -> DeviceReplay:
         times, timestamps, fold, initial, initial_reserved = self._begin()
-        for j, e in enumerate(self.trace):
+        for j, e in enumerate(self.entries):
             self._apply(j, e, times[j], fold[j])
             self._track()
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         times, _, fold, _, _ = self._begin()
-        for j, e in enumerate(self.trace):
+        for j, e in enumerate(self.entries):
             if len(self.cols["time"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
-        return FreeBlocks(self.layout.free_sizes(), self.layout.releasable())
+        return FreeBlocks(
+            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
+        )
 
     def _begin(self) -> tuple[list[int], bool, list[bool], int, int]:
         """The layout at the window's start, and its points; the entries' times and folds."""
         segs = self.start.segments
         layout = self.layout = Layout(segs)
-        times, timestamps = _times(self.trace, self.snapshot.time_origin_us or 0)
+        times, timestamps = self.times, self.timestamps
         t0 = times[0] if times else 0
         initial_reserved = layout.reserved
         initial = self._place_initial_blocks()
@@ -585,11 +224,11 @@ class _Replayer:
             b.point = len(self.cols["time"])
             self._point(t0, ALLOCATED, b.address, b.requested or b.size, site=site)
             self.stack.append(b)
-        fold = _folded(self.trace)
+        fold = _folded(self.entries)
         has_points = bool(initial) or any(
             e.action in ("alloc", "free_completed", "free", "oom")
             or (e.action in _SEGMENT_CODES and not fold[j])
-            for j, e in enumerate(self.trace)
+            for j, e in enumerate(self.entries)
         )
         if not has_points:  # a state-only snapshot with no live block: its segments, once
             for s in segs.starts:
@@ -606,7 +245,7 @@ class _Replayer:
         for k, (address, r) in enumerate(items):
             size = r.size
             if size is None:
-                size = round_size(max(r.requested, 1), self.snapshot.roundup_power2_divisions)
+                size = round_size(max(r.requested, 1), self.settings.roundup_power2_divisions)
             seg_start = layout.segs.find(address)
             if seg_start is not None:
                 limit = layout.segs.seg[seg_start].end
@@ -627,9 +266,9 @@ class _Replayer:
             out.append((b, self.sites.code(r.site)))
         return out
 
-    # -- one trace entry
+    # -- one history entry
 
-    def _apply(self, j: int, e: TraceEntry, t: int, folded: bool) -> None:
+    def _apply(self, j: int, e: HistoryEntry, t: int, folded: bool) -> None:
         layout = self.layout
         a = e.action
         if a == "alloc":
@@ -688,7 +327,7 @@ class _Replayer:
             pass  # the block stays allocated until free_completed
         # "snapshot" entries change nothing
 
-    def _alloc(self, j: int, e: TraceEntry, t: int) -> None:
+    def _alloc(self, j: int, e: HistoryEntry, t: int) -> None:
         layout = self.layout
         point = len(self.cols["time"])
         overlap = False
@@ -711,7 +350,7 @@ class _Replayer:
                 span = layout.free_containing(e.address)
             placed = span is not None and span[1] >= e.address + size
         if size is None:
-            size = round_size(e.size, self.snapshot.roundup_power2_divisions)
+            size = round_size(e.size, self.settings.roundup_power2_divisions)
         if not placed:  # outside every segment: counted, live, but not in the layout
             overlap = True
             self.conflicts += 1
@@ -720,9 +359,9 @@ class _Replayer:
         self.stack.append(b)
         self._point(t, ALLOCATED, e.address, e.size, site=self.sites.code(e.site), overlap=overlap)
 
-    def _block_size(self, e: TraceEntry, seg: _Seg, seg_start: int) -> int:
+    def _block_size(self, e: HistoryEntry, seg: _Seg, seg_start: int) -> int:
         """The block PyTorch carved: rounded, or the whole free block when it would not split."""
-        size = round_size(e.size, self.snapshot.roundup_power2_divisions)
+        size = round_size(e.size, self.settings.roundup_power2_divisions)
         span = self.layout.free_containing(e.address)
         if span is None:
             return size
@@ -733,14 +372,14 @@ class _Replayer:
         small = seg.small_pool
         if small is None:
             small = not seg.expandable and seg.end - seg_start == SMALL_BUFFER_BYTES
-        if small or seg.expandable or self.snapshot.expandable_segments:
+        if small or seg.expandable or self.settings.expandable_segments:
             split = remaining >= MIN_BLOCK_BYTES
         else:
-            max_split = self.snapshot.max_split_size
+            max_split = self.settings.max_split_size
             split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
         return size if split else available
 
-    def _free(self, e: TraceEntry, t: int) -> None:
+    def _free(self, e: HistoryEntry, t: int) -> None:
         layout = self.layout
         b = layout.blocks.get(e.address)
         if b is None:
@@ -865,7 +504,7 @@ class _Replayer:
             site_names=self.sites.names,
             initial_blocks=initial,
             initial_reserved_bytes=initial_reserved,
-            trace_entries=len(self.trace),
+            trace_entries=len(self.entries),
             timestamps=timestamps,
             conflicts=self.conflicts,
             final_mismatches=self._final_mismatches(),
@@ -894,27 +533,13 @@ _COLUMNS = (
 )  # fmt: skip
 
 
-def _times(trace: Sequence[TraceEntry], origin_us: int) -> tuple[list[int], bool]:
-    """ns since ``origin_us`` per entry, never decreasing (an entry without a time takes the
-    one before it); entry numbers when the trace has no timestamps at all."""
-    if not any(e.time_us is not None for e in trace):
-        return list(range(len(trace))), False
-    out = []
-    last = next(e.time_us for e in trace if e.time_us is not None) - origin_us
-    for e in trace:
-        if e.time_us is not None:
-            last = max(last, e.time_us - origin_us)
-        out.append(last * 1000)
-    return out, True
-
-
-def _folded(trace: Sequence[TraceEntry]) -> list[bool]:
+def _folded(entries: Sequence[HistoryEntry]) -> list[bool]:
     """A segment_alloc/segment_map that an alloc follows is part of that malloc: its state
     (a new, still empty segment) lasts no time, so it is not a timeline point of its own."""
-    out = [False] * len(trace)
+    out = [False] * len(entries)
     next_is_alloc = False
-    for j in range(len(trace) - 1, -1, -1):
-        a = trace[j].action
+    for j in range(len(entries) - 1, -1, -1):
+        a = entries[j].action
         if a in ("segment_alloc", "segment_map"):
             out[j] = next_is_alloc
         else:

@@ -17,20 +17,21 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.inputs.nsys.records import I64
-from nsysfrag.inputs.torch_snapshot.columns import (
+from nsysfrag.events import (
     ALLOC,
+    FAILED_ALLOC,
     FREE,
     FREE_COMPLETED,
-    NO_TIME,
-    OOM,
+    I64,
     SEGMENT_ALLOC,
     SEGMENT_FREE,
     SEGMENT_MAP,
     SEGMENT_UNMAP,
-    SnapshotColumns,
 )
-from nsysfrag.models.segments.compiled import WindowStart, window_start
+from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
+from nsysfrag.inputs.torch_snapshot.spaces import columns_events
+from nsysfrag.models.segments.compiled import WindowLayout, window_start
+from nsysfrag.models.segments.rules import AllocatorSettings
 
 EVENT_ALLOC = 0  # allocators.base.ALLOC
 EVENT_FREE = 1  # allocators.base.FREE
@@ -51,18 +52,19 @@ class SnapshotRequests:
     entry_time_ns: I64  # per trace entry: its time as above
     timestamps: bool  # False: times are entry numbers
     recorded_reserved: I64  # per trace entry: reserved bytes after it, from the segment entries
-    window: WindowStart  # the layout at the window's start
+    window: WindowLayout  # the layout at the window's start
 
 
 def snapshot_requests(columns: SnapshotColumns, device: int) -> SnapshotRequests:
     """The request stream of ``device`` (empty arrays for a device without any)."""
-    trace = columns.traces.get(device)
-    window = window_start(columns, device)
-    action = trace.action if trace is not None else np.zeros(0, np.int8)
-    address = trace.address if trace is not None else np.zeros(0, np.int64)
-    size = trace.size if trace is not None else np.zeros(0, np.int64)
-    stream = trace.stream if trace is not None else np.zeros(0, np.int64)
-    times, timestamps = _times(trace.time_us if trace is not None else np.zeros(0, np.int64))
+    history = columns.histories.get(device, EMPTY_HISTORY)
+    settings = AllocatorSettings(
+        columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
+    )
+    final = [s for s in columns.segments if s.device == device]
+    window = window_start(columns_events(columns, device)[0], final, settings)
+    action, address, size, stream = history.action, history.address, history.size, history.stream
+    times, timestamps = _times(history.time_us)
     # Addresses -> slots, so the kernel keys live requests by a dense index.
     keys = np.unique(np.concatenate([window.block_address, address]))
     initial_size = np.where(
@@ -145,7 +147,7 @@ def _requests(  # type: ignore[no-untyped-def]
         a = action[j]
         k = slot[j]
         t = times[j]
-        if (a == ALLOC or a == OOM) and size[j] > 0:
+        if (a == ALLOC or a == FAILED_ALLOC) and size[j] > 0:
             if a == ALLOC and live[k] >= 0:  # its free went missing
                 kind[events], request[events], time_ns[events], entry[events] = (
                     EVENT_FREE,

@@ -1,0 +1,135 @@
+"""The analysis as values: what ``analyze`` computes and every reporter reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nsysfrag.analysis.metrics import F64, Health, size_class_label
+from nsysfrag.events import I64, InputCounts, SourceInfo
+
+if TYPE_CHECKING:
+    from nsysfrag.models.segments import SnapshotSection
+
+TIMELINE_POINTS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """The space right after one event."""
+
+    time_ns: int
+    global_frag: float
+    local_frag: float
+    free_blocks: int
+    largest_free_bytes: int
+    free_bytes: int
+    live_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    allocations: int = 0
+    frees: int = 0
+    unmatched_frees: int = 0
+    overlaps: int = 0
+    zero_size_allocs: int = 0
+    failed_allocations: int = 0
+    other_kind_events: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hotspot:
+    """Out-of-order frees of one (site, size class) of freed block."""
+
+    site: str
+    size_lo_bytes: int
+    out_of_order_frees: int
+    hole_creating_frees: int
+    hole_bytes: int
+    pinned_by: tuple[str, ...]  # sites of the blocks that bounded the holes, most frequent first
+
+    @property
+    def size_class(self) -> str:
+        return size_class_label(self.size_lo_bytes.bit_length() - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    lo_bytes: int
+    hi_bytes: int
+    count: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Full resolution: one entry per point of the space's state series, in order."""
+
+    time_ns: I64
+    event: np.ndarray  # outcome codes; nsysfrag.models.series.EVENT_NAMES names them
+    address: np.ndarray
+    bytes: I64
+    global_frag: F64
+    local_frag: F64
+    free_blocks: I64
+    largest_free_bytes: I64
+    free_bytes: I64
+    live_bytes: I64
+    removed_at: I64  # allocations: index of the event that freed or evicted the block, or -1
+    site: I64  # allocations: code into site_names; 0 (no site) for other events
+    site_names: list[str]
+
+    def sample_indices(self, peak_index: int, points: int = TIMELINE_POINTS) -> I64:
+        """At most ``points`` evenly spread indices, always with the first, peak and last."""
+        n = len(self.time_ns)
+        if n <= points:
+            return np.arange(n, dtype=np.int64)
+        spread = np.linspace(0, n - 1, points - 1).round().astype(np.int64)
+        return np.unique(np.concatenate([spread, [0, peak_index, n - 1]]))[:points]
+
+
+@dataclass(frozen=True)
+class SpaceAnalysis:
+    pid: int
+    device: int
+    device_name: str
+    process_name: str | None
+    capacity_bytes: int
+    base_address: int
+    arena_end: int
+    span_mode: bool
+    counts: Counts
+    alloc_failure_rate: float
+    peak: State
+    peak_index: int
+    final: State
+    max_global_frag: float
+    max_local_frag: float
+    max_free_blocks: int
+    max_live_bytes: int
+    internal_frag: float
+    growth_per_s: float
+    health: Health
+    out_of_order_frees: int
+    hole_creating_frees: int
+    hotspots: list[Hotspot]
+    size_histogram: list[Bucket]
+    free_block_histogram: list[Bucket]
+    timeline: Timeline
+    caching_allocator_suspected: bool
+    source: SourceInfo  # the input, and the words reports use for it
+    model: str  # which model produced these figures
+    snapshot: SnapshotSection | None = None  # the figures only a PyTorch snapshot has
+
+
+@dataclass(frozen=True)
+class Analysis:
+    source: SourceInfo
+    granularity_bytes: int
+    spaces: list[SpaceAnalysis]
+    model: str
+    input_counts: InputCounts = field(default_factory=InputCounts)
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,175 @@
+"""summarize(space, run) -> SpaceAnalysis: one model's state series turned into the SPEC §3–§5
+figures. The one place a space's figures are computed, whichever input and model gave them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.analysis.histograms import histogram
+from nsysfrag.analysis.hotspots import hotspots_of
+from nsysfrag.analysis.metrics import (
+    F64,
+    Health,
+    global_frag,
+    growth_per_second,
+    local_frag,
+    overall_health,
+)
+from nsysfrag.analysis.results import Counts, SpaceAnalysis, State, Timeline
+from nsysfrag.events import FAILED_ALLOC, I64, SourceInfo
+from nsysfrag.inputs import RecordedSpace
+from nsysfrag.models import ModelRun
+from nsysfrag.models.series import ALLOCATED, FREED, UNMATCHED_FREE, ZERO_SIZE_ALLOC
+
+CACHING_SEGMENT_BYTES = 2 << 20
+
+
+class StateColumns(Protocol):
+    """The state after every event, as any model (or simulated allocator) gives it."""
+
+    @property
+    def free_bytes(self) -> I64: ...
+
+    @property
+    def largest_free_bytes(self) -> I64: ...
+
+    @property
+    def free_blocks(self) -> npt.NDArray[np.integer]: ...
+
+    @property
+    def live_bytes(self) -> I64: ...
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    """The rated figures of one state series on a device of C bytes (SPEC §3, §5)."""
+
+    global_frag: F64  # per event
+    local_frag: F64
+    peak_index: int  # the first event at which global_frag is at its maximum
+    peak: State
+    final: State
+    max_global_frag: float
+    max_local_frag: float
+    max_free_blocks: int
+    max_live_bytes: int
+    health: Health
+    growth_per_s: float
+
+
+def fragmentation(
+    states: StateColumns, time_ns: I64, capacity_bytes: int, timed: bool = True
+) -> Fragmentation:
+    """Peak, final and maximum state, health and growth of a non-empty series; ``timed=False``
+    when the times are entry numbers (growth is then 0)."""
+    g = global_frag(states.free_bytes, states.largest_free_bytes, capacity_bytes)
+    loc = local_frag(states.free_bytes, states.largest_free_bytes)
+    peak = int(np.argmax(g))
+    max_global, max_local = float(g.max()), float(loc.max())
+    max_blocks = int(states.free_blocks.max())
+
+    def state(i: int) -> State:
+        return State(
+            time_ns=int(time_ns[i]),
+            global_frag=float(g[i]),
+            local_frag=float(loc[i]),
+            free_blocks=int(states.free_blocks[i]),
+            largest_free_bytes=int(states.largest_free_bytes[i]),
+            free_bytes=int(states.free_bytes[i]),
+            live_bytes=int(states.live_bytes[i]),
+        )
+
+    return Fragmentation(
+        global_frag=g,
+        local_frag=loc,
+        peak_index=peak,
+        peak=state(peak),
+        final=state(len(g) - 1),
+        max_global_frag=max_global,
+        max_local_frag=max_local,
+        max_free_blocks=max_blocks,
+        max_live_bytes=int(states.live_bytes.max()),
+        health=overall_health(max_global, max_local, max_blocks),
+        growth_per_s=growth_per_second(time_ns, g) if timed else 0.0,
+    )
+
+
+def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: str) -> SpaceAnalysis:
+    """The figures of one space from its model run (which must have points)."""
+    series = run.series
+    capacity = run.capacity_bytes
+    f = fragmentation(series, series.time_ns, capacity, space.timestamps)
+    event = series.event
+    allocations = int((event[series.initial_blocks :] == ALLOCATED).sum())
+    failed = int((space.events.kind == FAILED_ALLOC).sum())
+    counts = Counts(
+        allocations=allocations,
+        frees=int((event == FREED).sum()),
+        unmatched_frees=int((event == UNMATCHED_FREE).sum()),
+        overlaps=int(series.overlap.sum()),
+        zero_size_allocs=int((event == ZERO_SIZE_ALLOC).sum()),
+        failed_allocations=failed,
+        other_kind_events=space.other_kind_events,
+    )
+    held, live_at_held = series.held_peak
+    block_sizes = series.bytes[event == ALLOCATED]
+    at_peak = run.free_blocks_after(f.peak_index)
+    return SpaceAnalysis(
+        pid=space.pid,
+        device=space.device,
+        device_name=space.device_name,
+        process_name=space.process_name,
+        capacity_bytes=capacity,
+        base_address=series.base_address,
+        arena_end=series.end_address,
+        span_mode=series.span_mode,
+        counts=counts,
+        alloc_failure_rate=failed / (failed + allocations) if failed + allocations else 0.0,
+        peak=f.peak,
+        peak_index=f.peak_index,
+        final=f.final,
+        max_global_frag=f.max_global_frag,
+        max_local_frag=f.max_local_frag,
+        max_free_blocks=f.max_free_blocks,
+        max_live_bytes=f.max_live_bytes,
+        internal_frag=(held - live_at_held) / held if held > 0 else 0.0,
+        growth_per_s=f.growth_per_s,
+        health=f.health,
+        out_of_order_frees=int(series.out_of_order.sum()),
+        hole_creating_frees=int(series.hole.sum()),
+        hotspots=hotspots_of(series),
+        size_histogram=histogram(block_sizes),
+        free_block_histogram=histogram(at_peak.sizes),
+        timeline=Timeline(
+            time_ns=series.time_ns,
+            event=event,
+            address=series.address,
+            bytes=series.bytes,
+            global_frag=f.global_frag,
+            local_frag=f.local_frag,
+            free_blocks=series.free_blocks,
+            largest_free_bytes=series.largest_free_bytes,
+            free_bytes=series.free_bytes,
+            live_bytes=series.live_bytes,
+            removed_at=series.removed_at,
+            site=series.site,
+            site_names=series.site_names,
+        ),
+        caching_allocator_suspected=source.driver_allocations and _looks_like_segments(block_sizes),
+        source=source,
+        model=model,
+        snapshot=run.snapshot_section(f.peak_index, at_peak),
+    )
+
+
+def _looks_like_segments(block_sizes: I64) -> bool:
+    """Every block a multiple of 2 MiB: a caching allocator's segments, not its tensors."""
+    return bool(
+        len(block_sizes) > 0
+        and (block_sizes >= CACHING_SEGMENT_BYTES).all()
+        and (block_sizes % CACHING_SEGMENT_BYTES == 0).all()
+    )

@@ -1,0 +1,221 @@
+"""An nsys trace as a recording: one space per (process, device), in the ``observed`` model.
+
+A space's events are its device-memory allocations and frees in trace order, with its failed
+allocation calls among them (SPEC §3); a block's site is its NVTX ranges (``sites``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nsysfrag.errors import InputError
+from nsysfrag.events import (
+    ALLOC,
+    FAILED_ALLOC,
+    FREE,
+    I64,
+    AllocationEvents,
+    InputCounts,
+    SourceInfo,
+    Words,
+)
+from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
+from nsysfrag.inputs.nsys.records import Trace
+from nsysfrag.inputs.nsys.sites import SiteResolver
+from nsysfrag.models.observed import MODEL_NAME, ObservedModel
+
+WORDS = Words(space_title=f"{MODEL_NAME} address space", figure_title=f"{MODEL_NAME} address space")
+
+SpaceKey = tuple[int, int]  # (pid, CUDA device id as the process saw it)
+
+
+def recording_of(trace: Trace, options: InputOptions) -> Recording:
+    """Every (process, device) space of ``trace`` with device-memory events."""
+    if options.granularity_bytes < 1:
+        raise InputError("--granularity must be a positive number of bytes")
+    if options.capacity_bytes is not None and options.capacity_bytes < 1:
+        raise InputError("--capacity must be a positive number of bytes")
+    mem = trace.memory
+    groups = _group_by_space(mem.pid, mem.device, np.flatnonzero(mem.modelled))
+    resolver = SiteResolver(mem, trace.api, trace.nvtx)
+    failures, unattributed = _charge_failures(trace, resolver, set(groups))
+    other = {
+        k: len(v)
+        for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()
+    }
+    model = ObservedModel(options.granularity_bytes)
+    spaces = [
+        RecordedSpace(
+            pid=key[0],
+            device=key[1],
+            device_name=_device_name(trace, key),
+            process_name=trace.process_names.get(key[0]),
+            events=_space_events(trace, resolver, groups[key], failures.get(key, [])),
+            model=model,
+            capacity_bytes=_capacity(trace, key, options.capacity_bytes),
+            other_kind_events=other.get(key, 0),
+        )
+        for key in sorted(groups)
+    ]
+    warnings = []
+    if trace.vmm_calls:
+        warnings.append(
+            f"{trace.vmm_calls} virtual-memory-management call(s) (cuMemCreate/cuMemMap) were"
+            " traced; nsys may not record their memory, so the layout can be incomplete"
+            " (PyTorch expandable_segments and NCCL use them)"
+        )
+    if trace.skipped_rows:
+        warnings.append(
+            f"{trace.skipped_rows} memory event row(s) had NULL or malformed values and were skipped"
+        )
+    if unattributed:
+        warnings.append(
+            f"{unattributed} failed allocation call(s) came from processes with no device-memory"
+            " events and are not charged to any space"
+        )
+    return Recording(
+        source=SourceInfo(
+            kind="nsys-export",
+            path=trace.path,
+            version=trace.nsys_version,
+            words=WORDS,
+            driver_allocations=True,
+        ),
+        model=MODEL_NAME,
+        granularity_bytes=options.granularity_bytes,
+        spaces=spaces,
+        warnings=warnings,
+        counts=InputCounts(
+            skipped_rows=trace.skipped_rows,
+            vmm_calls=trace.vmm_calls,
+            unattributed_failures=unattributed,
+            unassigned_other_kind_events=sum(v for k, v in other.items() if k not in groups),
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _SpaceSites:
+    """A space's sites: those of the memory-event rows behind its events."""
+
+    resolver: SiteResolver
+    memory_row: I64  # per event of the space; -1 for a failed call (no memory event)
+
+    def codes(self, events: I64) -> tuple[I64, list[str]]:
+        return self.resolver.site_codes(self.memory_row[events])
+
+
+def _space_events(
+    trace: Trace, resolver: SiteResolver, rows: I64, failed_calls: list[int]
+) -> AllocationEvents:
+    """The space's memory events (rows of the trace's memory table) and its failed calls."""
+    mem = trace.memory
+    # One space holding every event (the usual case) needs views, not copies.
+    whole = len(rows) == len(mem) and (len(rows) == 0 or rows[-1] == len(rows) - 1)
+    time_ns = mem.start_ns if whole else mem.start_ns[rows]
+    kind = np.where(mem.is_free if whole else mem.is_free[rows], np.int8(FREE), np.int8(ALLOC))
+    address = mem.address if whole else mem.address[rows]
+    nbytes = mem.bytes if whole else mem.bytes[rows]
+    memory_row = rows
+    if failed_calls:
+        calls = np.asarray(failed_calls, dtype=np.int64)
+        times = trace.api.start_ns[calls]
+        times = times[np.argsort(times, kind="stable")]
+        # A failed call goes after the memory events at or before its start.
+        at = np.searchsorted(time_ns, times, side="right")
+        time_ns = np.insert(time_ns, at, times)
+        kind = np.insert(kind, at, np.int8(FAILED_ALLOC))
+        address = np.insert(address, at, np.uint64(0))
+        nbytes = np.insert(nbytes, at, 0)
+        memory_row = np.insert(rows, at, -1)
+    return AllocationEvents(
+        time_ns=time_ns,
+        kind=kind,
+        address=address,
+        bytes=nbytes,
+        sites=_SpaceSites(resolver, memory_row),
+    )
+
+
+def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[SpaceKey, I64]:
+    """Event indices (in order) of each (pid, device) among ``rows``."""
+    if len(rows) == 0:
+        return {}
+    keys = (pid[rows] << 32) | device[rows]
+    if (keys == keys[0]).all():  # the common case: one process on one device
+        return {(int(pid[rows[0]]), int(device[rows[0]])): rows}
+    order = np.argsort(keys, kind="stable")
+    uniq, first = np.unique(keys[order], return_index=True)
+    bounds = np.append(first, len(rows))
+    return {
+        (int(k >> 32), int(k & 0xFFFFFFFF)): rows[order[bounds[j] : bounds[j + 1]]]
+        for j, k in enumerate(uniq.tolist())
+    }
+
+
+def _capacity(trace: Trace, key: SpaceKey, override: int | None) -> int:
+    if override is not None:
+        return override
+    pid, device = key
+    gpu_id = trace.cuda_devices.get((pid, device), device)
+    gpu = trace.gpus.get(gpu_id)
+    if gpu is None or gpu.total_memory is None:
+        raise InputError(
+            f"{trace.path}: process {pid} allocated on device {device}, but the trace has no"
+            " TARGET_INFO_GPU row with that device's memory size; pass --capacity BYTES"
+        )
+    return gpu.total_memory
+
+
+def _device_name(trace: Trace, key: SpaceKey) -> str:
+    pid, device = key
+    gpu = trace.gpus.get(trace.cuda_devices.get((pid, device), device))
+    return gpu.name if gpu is not None else f"device {device}"
+
+
+def _charge_failures(
+    trace: Trace, resolver: SiteResolver, spaces: set[SpaceKey]
+) -> tuple[dict[SpaceKey, list[int]], int]:
+    """SPEC §3: a failed allocation call goes to the device of its thread's most recent
+    successful allocation, else to its process's lowest device. Returns the calls (rows of
+    ``trace.api``) charged to each space, and how many no space takes."""
+    api = trace.api
+    failed = np.flatnonzero(api.is_failed_allocation)
+    if len(failed) == 0:
+        return {}, 0
+    mem = trace.memory
+    allocs = np.flatnonzero(mem.modelled & ~mem.is_free & (mem.bytes > 0))
+    tid, _ = resolver.calling_threads(allocs)
+    called = tid >= 0
+    allocs, tid = allocs[called], tid[called]
+    # For each failure, the latest allocation on the same thread strictly before it: sort the
+    # allocations by (thread, time) and binary-search each failure's (thread, time).
+    threads = (mem.pid[allocs] << 24) | tid
+    order = np.lexsort((mem.start_ns[allocs], threads))
+    threads, times, devices = threads[order], mem.start_ns[allocs][order], mem.device[allocs][order]
+    fail_threads = (api.pid[failed] << 24) | api.tid[failed]
+    fail_times = api.start_ns[failed]
+    lo = np.searchsorted(threads, fail_threads, side="left")
+    hi = np.searchsorted(threads, fail_threads, side="right")
+    charged_device = np.full(len(failed), -1, dtype=np.int64)
+    for j in range(len(failed)):
+        before = lo[j] + np.searchsorted(times[lo[j] : hi[j]], fail_times[j], side="left") - 1
+        if before >= lo[j]:
+            charged_device[j] = devices[before]
+    lowest: dict[int, int] = {}
+    for pid, device in sorted(spaces):
+        lowest.setdefault(pid, device)
+    out: dict[SpaceKey, list[int]] = {}
+    unattributed = 0
+    for row, pid, device in zip(
+        failed.tolist(), api.pid[failed].tolist(), charged_device.tolist(), strict=True
+    ):
+        if device >= 0:  # the thread had allocated before
+            out.setdefault((pid, device), []).append(row)
+        elif pid in lowest:
+            out.setdefault((int(pid), lowest[pid]), []).append(row)
+        else:
+            unattributed += 1
+    return out, unattributed

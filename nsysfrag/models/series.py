@@ -1,0 +1,90 @@
+"""What every model produces: the state of an address space after each of its points.
+
+A point is an event the model placed on its timeline: what it did is an outcome code below.
+The observed model has one point per allocation or free; the segments model also has points for
+segment events, OOMs and the blocks already live when its window opens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.events import I64, U64, BoolArray
+
+# What a point did (the ``event`` column of a series; EVENT_NAMES names them in reports).
+ALLOCATED = 0
+FREED = 1
+UNMATCHED_FREE = 2  # a free of no live block
+ZERO_SIZE_ALLOC = 3
+SEGMENT_ALLOC = 4
+SEGMENT_FREE = 5
+SEGMENT_MAP = 6
+SEGMENT_UNMAP = 7
+OOM = 8  # an allocation the allocator could not serve
+EVENT_NAMES: tuple[str, ...] = (
+    "alloc", "free", "unmatched_free", "zero_size_alloc",
+    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+)  # fmt: skip
+NO_BLOCK = -1
+
+IndexArray = npt.NDArray[np.signedinteger]  # int32 where every index fits, else int64
+
+
+@dataclass(frozen=True)
+class StateSeries:
+    """The state after every point (arrays of the point count), and what each point did."""
+
+    time_ns: I64
+    event: npt.NDArray[np.int8]  # outcome codes above
+    address: U64
+    bytes: I64
+    free_bytes: I64  # F
+    largest_free_bytes: I64  # L
+    free_blocks: I64  # N
+    live_bytes: I64  # U: the requested bytes of the live blocks
+    overlap: BoolArray  # allocations that overlapped live blocks (their frees went missing)
+    out_of_order: BoolArray  # frees of a block that was not the newest live one
+    hole: BoolArray  # frees whose free block has live blocks on both sides
+    freed_alloc: IndexArray  # frees: the point that allocated the freed block, or NO_BLOCK
+    pin_left: IndexArray  # hole-creating frees: the allocation bounding the hole on the left
+    pin_right: IndexArray
+    removed_at: IndexArray  # allocations: the point that freed or evicted the block, or NO_BLOCK
+    site: I64  # allocations: a code into site_names; 0 for other points
+    site_names: list[str]
+    # (held, live bytes) at the first maximum of the bytes the blocks hold (footprints, or
+    # allocated blocks): held - live is the rounding waste, internal fragmentation.
+    held_peak: tuple[int, int]
+    base_address: int  # the arena [base, end) the model laid the blocks out in
+    end_address: int
+    initial_blocks: int = 0  # the first points stand for blocks live before the recording
+    span_mode: bool = False  # the arena is wider than the device: free space is over-stated
+
+    def __len__(self) -> int:
+        return len(self.time_ns)
+
+
+# The per-point columns of a series, by the names the models' replays use for them too.
+REPLAY_COLUMNS = (
+    "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
+    "live_bytes", "overlap", "out_of_order", "hole", "freed_alloc", "pin_left", "pin_right",
+    "removed_at", "site", "site_names",
+)  # fmt: skip
+
+
+def series_of(replayed: object, **rest: Any) -> StateSeries:
+    """A state series from the ``rest`` of the fields and, for the :data:`REPLAY_COLUMNS` not
+    among them, the attributes of that name of a replay's outputs."""
+    columns = {name: getattr(replayed, name) for name in REPLAY_COLUMNS if name not in rest}
+    return StateSeries(**columns, **rest)
+
+
+@dataclass(frozen=True, slots=True)
+class FreeBlocks:
+    """The free blocks at one moment."""
+
+    sizes: I64
+    releasable_bytes: int = 0  # of them, wholly free segments an allocator could give back
