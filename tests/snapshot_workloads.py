@@ -43,13 +43,16 @@ class Op:
 
 
 def run_workload(
-    ops: list[Op], *, expandable: bool, capacity: int, keep: int, device: int = 0
+    ops: list[Op], *, expandable: bool, capacity: int, keep: int, device: int = 0,
+    gc: bool = False,
 ) -> dict[str, Any]:
     """The snapshot the allocator would dump after ``ops``, its trace cut to the last
-    ``keep`` entries."""
+    ``keep`` entries; with ``gc``, a memory fraction and a garbage-collection threshold set
+    (the allocator then frees cached segments on its own)."""
     ms = make_snapshots()
     va = 0x7F00_0000_0000 + device * (1 << 40)
-    a = ms.CachingAllocator(capacity, 4 * MiB, expandable=expandable, va_base=va)
+    pressure = {"memory_fraction": 0.8, "gc_threshold": 0.5} if gc else {}
+    a = ms.CachingAllocator(capacity, 4 * MiB, expandable=expandable, va_base=va, **pressure)
     stacks = ms.Stacks(f"/work/project{device}")
     sites = [
         stacks.py(("model.py", 10, "forward")),

@@ -130,8 +130,9 @@ def snapshots(draw: st.DrawFn, corrupt: bool) -> dict[str, Any]:
     capacity = draw(st.sampled_from([48 * MiB, 96 * MiB, 1 << 30]))
     expandable = draw(st.booleans())
     snap = run_workload(
-        workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400))
-    )
+        workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400)),
+        gc=draw(st.booleans()),
+    )  # fmt: skip
     if draw(st.integers(0, 4)) == 0:
         other = run_workload(draw(ops()), expandable=not expandable, capacity=capacity,
                              keep=draw(st.integers(0, 400)), device=1)  # fmt: skip

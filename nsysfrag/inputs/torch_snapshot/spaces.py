@@ -24,7 +24,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     describe_actions,
 )
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
-from nsysfrag.models.segments.rules import MIN_BLOCK_BYTES, AllocatorSettings
+from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
@@ -50,7 +50,7 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
     if options.granularity_bytes != DEFAULT_GRANULARITY:
         warnings.append(
             f"--granularity {options.granularity_bytes} is ignored for a PyTorch snapshot: block"
-            f" sizes are recorded (the caching allocator rounds to {MIN_BLOCK_BYTES} B itself)"
+            f" sizes are recorded (the caching allocator rounds to {K_MIN_BLOCK} B itself)"
         )
     if snapshot.unknown_actions:
         n = sum(snapshot.unknown_actions.values())
@@ -118,7 +118,7 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
     return Recording(
         source=SourceInfo(kind="torch-snapshot", path=snapshot.path, version=None, words=WORDS),
         model=MODEL_NAME,
-        granularity_bytes=MIN_BLOCK_BYTES,
+        granularity_bytes=K_MIN_BLOCK,
         spaces=spaces,
         warnings=warnings,
         counts=InputCounts(skipped_rows=snapshot.skipped_entries),

@@ -1,10 +1,8 @@
 """The pytorch-segments replay as compiled array code: the window's start, then the replay.
 
-The same model as ``models.segments.replay`` (its pure-Python reference, checked against this after
-every event by the property tests), on the columns of ``inputs.torch_snapshot.columns`` and the layout of
-``models.segments.kernel_layout``; O(log n) per event, without the GIL. PyTorch's allocator rules used here
-(``round_size``, the split rule, the 512 B / 1 MiB / 2 MiB constants) are the numba twins of
-``models.segments.replay``'s.
+The same model as ``replay`` (its pure-Python reference, checked against this after every event
+by the property tests), on a device's events and the layout of ``kernel_layout``; O(log n) per
+event, without the GIL. PyTorch's allocator rules are ``rules``' own functions, compiled.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from nsysfrag.models.segments.kernel_layout import (
     S_EXP,
     S_ON,
     S_SMALL,
-    SMALL_BUFFER,
     T_ALLOCATED,
     T_CONFLICTS,
     T_FREE,
@@ -54,6 +51,7 @@ from nsysfrag.models.segments.kernel_layout import (
     seg_unmap,
     set_gap,
 )
+from nsysfrag.models.segments.rules import K_SMALL_BUFFER, division_interval, rounded, split_rule
 
 # Actions (columns.ACTION_CODES) and timeline codes (models.segments.replay: the
 # segment codes and OOM are the action codes).
@@ -61,8 +59,6 @@ A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_FREE = 0, 1, 2, 3
 A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_OOM = 4, 5, 6, 7, 8
 E_ALLOCATED, E_FREED, E_UNMATCHED_FREE, E_ZERO_SIZE_ALLOC = 0, 1, 2, 3
 NO_BLOCK = -1
-MIN_BLOCK = 512
-SMALL_SIZE = 1 << 20
 # Blocks live at the window's start, per slot (R_SIZE -1: not recorded).
 R_ON, R_SIZE, R_REQ, R_SITE = range(4)
 # Output rows.
@@ -72,51 +68,35 @@ OUTPUT_ROWS = 15
 F_OVERLAP, F_OUT_OF_ORDER, F_HOLE = range(3)
 
 
-@numba.njit(cache=True, nogil=True)
-def bit_length(x):  # type: ignore[no-untyped-def]
-    n = 0
-    while x > 0:
-        x >>= 1
-        n += 1
-    return n
+# PyTorch's rules (``rules``), compiled from the very functions the Python replay and the
+# what-if ``torch`` kernel use (as ``allocators.torch.compiled_rules`` compiles them; not
+# imported from there: ``analyze`` does not load the what-if models).
+_interval = numba.njit(cache=True)(division_interval)
+_rounded = numba.njit(cache=True)(rounded)
+_split = numba.njit(cache=True)(split_rule)
+UNLIMITED_SPLIT = 1 << 62  # max_split_size when none is set
 
 
 @numba.njit(cache=True, nogil=True)
 def round_size(size, divisions):  # type: ignore[no-untyped-def]
     """PyTorch's round_size; ``divisions[i]`` for sizes in [2**i MiB, 2**(i+1) MiB)."""
-    if size < MIN_BLOCK:
-        return MIN_BLOCK
-    bits = bit_length(size)
-    d = divisions[min(max(bits - 1 - 20, 0), 15)]
-    if d > 1 and size > MIN_BLOCK * d:
-        if size & (size - 1) == 0:
-            return size
-        p = np.int64(1) << (bits - 1)
-        step = p // d
-        if step == 0:
-            return 2 * p
-        floor = size & ~(step - 1)
-        return size if floor == size else floor + step
-    return (size + MIN_BLOCK - 1) // MIN_BLOCK * MIN_BLOCK
+    return _rounded(size, divisions[_interval(max(size, 1))])
 
 
 @numba.njit(cache=True, nogil=True)
 def block_size(keys, seg, s, x, fs, fe, requested, divisions, max_split, expandable_all):  # type: ignore[no-untyped-def]
     """The block PyTorch carved from free block [fs, fe) (none: fe <= fs) of segment ``s``:
     rounded, or the whole free block when it would not split."""
-    rounded = round_size(requested, divisions)
-    if fe <= fs or fe - x <= rounded:
-        return rounded
+    size = round_size(requested, divisions)
+    if fe <= fs or fe - x <= size:
+        return size
     available = fe - x
-    remaining = available - rounded
     small = seg[s, S_SMALL]
     if small < 0:
-        small = 1 if seg[s, S_EXP] == 0 and seg[s, S_END] - keys[s] == SMALL_BUFFER else 0
-    if small == 1 or seg[s, S_EXP] == 1 or expandable_all != 0:
-        split = remaining >= MIN_BLOCK
-    else:
-        split = (max_split < 0 or rounded < max_split) and remaining > SMALL_SIZE
-    return rounded if split else available
+        small = 1 if seg[s, S_EXP] == 0 and seg[s, S_END] - keys[s] == K_SMALL_BUFFER else 0
+    expandable = seg[s, S_EXP] == 1 or expandable_all != 0
+    limit = max_split if max_split >= 0 else UNLIMITED_SPLIT
+    return size if _split(available - size, size, small == 1, expandable, limit) else available
 
 
 # ---------------------------------------------------------------- the window's start
@@ -182,7 +162,16 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
                 tot[T_CONFLICTS] += 1
             elif a == A_SEGMENT_FREE:
                 seg_add(
-                    seg, sfen, tot, k, end, stream[j], 1 if size[j] == SMALL_BUFFER else 0, 0, 0, x
+                    seg,
+                    sfen,
+                    tot,
+                    k,
+                    end,
+                    stream[j],
+                    1 if size[j] == K_SMALL_BUFFER else 0,
+                    0,
+                    0,
+                    x,
                 )
             else:
                 seg_map(keys, seg, sfen, tot, k, slot_e[j], x, end, stream[j])
@@ -374,7 +363,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                         k,
                         end,
                         stream[j],
-                        1 if size[j] == SMALL_BUFFER else 0,
+                        1 if size[j] == K_SMALL_BUFFER else 0,
                         0,
                         0,
                         x,

@@ -27,9 +27,7 @@ import numba
 import numpy as np
 
 from nsysfrag.models.observed.kernel import _fenwick_add, _fenwick_kth, _fenwick_prefix
-
-SMALL_BUFFER = 2 << 20  # the small pool's segment and expandable page
-LARGE_BUFFER = 20 << 20  # the large pool's expandable page
+from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
 
 # Segment table columns (S_SMALL: 1 small pool, 0 large, -1 not recorded).
 S_ON, S_END, S_STREAM, S_SMALL, S_EXP, S_PAGE, S_ORIGIN = range(7)
@@ -72,10 +70,10 @@ def new_layout(keys: np.ndarray) -> tuple[np.ndarray, ...]:
 
 @numba.njit(cache=True, nogil=True)
 def expandable_page(small, mapped):  # type: ignore[no-untyped-def]
-    """2 MiB in the small pool, 20 MiB in the large; an unnamed pool by the mapped size."""
+    """``rules.expandable_page`` with the pool as 1 (small), 0 (large) or -1 (not named)."""
     if small < 0:
-        small = 1 if mapped % LARGE_BUFFER != 0 else 0
-    return SMALL_BUFFER if small == 1 else LARGE_BUFFER
+        small = 1 if mapped % K_LARGE_BUFFER != 0 else 0
+    return K_SMALL_BUFFER if small == 1 else K_LARGE_BUFFER
 
 
 # ---------------------------------------------------------------- slots

@@ -24,11 +24,10 @@ from nsysfrag.events import I64, AllocationEvents, BoolArray
 from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
-    MIN_BLOCK_BYTES,
-    SMALL_BUFFER_BYTES,
-    SMALL_SIZE_BYTES,
+    K_SMALL_BUFFER,
     AllocatorSettings,
     round_size,
+    should_split,
 )
 from nsysfrag.models.segments.window import WindowStart, _final_segments, window_start
 from nsysfrag.models.series import (
@@ -281,7 +280,7 @@ class _Replayer:
         elif a == "segment_alloc" or a == "segment_map":
             if not layout.segs.overlaps(e.address, e.address + e.size) and e.size > 0:
                 if a == "segment_alloc":
-                    small = e.size == SMALL_BUFFER_BYTES
+                    small = e.size == K_SMALL_BUFFER
                     layout.add_segment(
                         e.address, e.size, _Seg(e.address + e.size, e.stream, small, False)
                     )
@@ -371,12 +370,9 @@ class _Replayer:
         remaining = available - size
         small = seg.small_pool
         if small is None:
-            small = not seg.expandable and seg.end - seg_start == SMALL_BUFFER_BYTES
-        if small or seg.expandable or self.settings.expandable_segments:
-            split = remaining >= MIN_BLOCK_BYTES
-        else:
-            max_split = self.settings.max_split_size
-            split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
+            small = not seg.expandable and seg.end - seg_start == K_SMALL_BUFFER
+        expandable = seg.expandable or self.settings.expandable_segments
+        split = should_split(remaining, size, small, expandable, self.settings.max_split_size)
         return size if split else available
 
     def _free(self, e: HistoryEntry, t: int) -> None:

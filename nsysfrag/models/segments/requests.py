@@ -11,6 +11,7 @@ decreasing), or entry numbers for a trace without times. This is, array for arra
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numba
@@ -35,13 +36,14 @@ from nsysfrag.models.segments.rules import AllocatorSettings
 
 EVENT_ALLOC = 0  # allocators.base.ALLOC
 EVENT_FREE = 1  # allocators.base.FREE
+EVENT_EMPTY_CACHE = 2  # allocators.base.EMPTY_CACHE
 
 
 @dataclass(frozen=True)
 class SnapshotRequests:
     """One device's requests and their events, in order."""
 
-    kind: npt.NDArray[np.int8]  # per event: EVENT_ALLOC or EVENT_FREE
+    kind: npt.NDArray[np.int8]  # per event: EVENT_ALLOC, EVENT_FREE or EVENT_EMPTY_CACHE
     request: I64  # per event: the request it allocates or frees
     time_ns: I64  # per event
     entry: I64  # per event: the trace entry behind it, -1 for a block live at the window's start
@@ -55,8 +57,12 @@ class SnapshotRequests:
     window: WindowLayout  # the layout at the window's start
 
 
-def snapshot_requests(columns: SnapshotColumns, device: int) -> SnapshotRequests:
-    """The request stream of ``device`` (empty arrays for a device without any)."""
+def snapshot_requests(
+    columns: SnapshotColumns, device: int, empty_cache_at: Iterable[int] = ()
+) -> SnapshotRequests:
+    """The request stream of ``device`` (empty arrays for a device without any);
+    ``empty_cache_at``: the history entries before which the program called empty_cache()
+    (an EMPTY_CACHE event, request 0, there)."""
     history = columns.histories.get(device, EMPTY_HISTORY)
     settings = AllocatorSettings(
         columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
@@ -75,16 +81,18 @@ def snapshot_requests(columns: SnapshotColumns, device: int) -> SnapshotRequests
     inside = (k >= 0) & (window.block_address < window.segment_end[np.maximum(k, 0)])
     initial_stream = np.where(inside, window.segment_stream[np.maximum(k, 0)], 0)
     n = len(action)
-    cap = len(window.block_address) + 2 * n + 1
-    out = [np.zeros(cap, np.int64) for _ in range(4)]  # kind, request, time, entry
-    req = [np.zeros(cap, np.int64) for _ in range(2)]  # size, raw stream
+    cap = len(window.block_address) + 3 * n + 1
+    out = np.zeros((4, cap), np.int64)  # kind, request, time, entry
+    req = np.zeros((2, cap), np.int64)  # size, raw stream
+    empty_at = np.zeros(n, dtype=np.bool_)
+    empty_at[np.asarray(list(empty_cache_at), dtype=np.int64)] = True
     counts = _requests(
         np.searchsorted(keys, window.block_address), initial_size, initial_stream,
         times[0] if n else 0, action, np.searchsorted(keys, address), size, stream, times,
-        len(keys), *out, *req,
+        empty_at, len(keys), out, req,
     )  # fmt: skip
     events, requests, unmatched = (int(c) for c in counts)
-    raw = req[1][:requests]
+    raw = req[1, :requests]
     # Streams numbered by the first request on each, as whatif numbers them.
     values, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
     by_first = np.argsort(first, kind="stable")
@@ -95,11 +103,11 @@ def snapshot_requests(columns: SnapshotColumns, device: int) -> SnapshotRequests
     shrinks = np.isin(action, [SEGMENT_FREE, SEGMENT_UNMAP])
     reserved = initial_reserved + np.cumsum(np.where(grows, size, 0) - np.where(shrinks, size, 0))
     return SnapshotRequests(
-        kind=out[0][:events].astype(np.int8),
-        request=out[1][:events].copy(),
-        time_ns=out[2][:events].copy(),
-        entry=out[3][:events].copy(),
-        size=req[0][:requests].copy(),
+        kind=out[0, :events].astype(np.int8),
+        request=out[1, :events].copy(),
+        time_ns=out[2, :events].copy(),
+        entry=out[3, :events].copy(),
+        size=req[0, :requests].copy(),
         stream=rank[inverse.reshape(-1)],
         stream_values=values[by_first],
         unmatched_frees=unmatched,
@@ -122,69 +130,47 @@ def _times(time_us: I64) -> tuple[I64, bool]:
 
 
 @numba.njit(cache=True, nogil=True)
+def _event(out, i, kind, request, t, entry):  # type: ignore[no-untyped-def]
+    """Write event ``i`` into ``out`` (kind, request, time, entry rows); return i + 1."""
+    out[0, i], out[1, i], out[2, i], out[3, i] = kind, request, t, entry
+    return i + 1
+
+
+@numba.njit(cache=True, nogil=True)
 def _requests(  # type: ignore[no-untyped-def]
-    initial_slot, initial_size, initial_stream, t0, action, slot, size, stream, times, n_keys,
-    kind, request, time_ns, entry, req_size, req_stream,
+    initial_slot, initial_size, initial_stream, t0, action, slot, size, stream, times,
+    empty_at, n_keys, out, req,
 ):  # fmt: skip
     live = np.full(n_keys, -1, dtype=np.int64)
     events = 0
     requests = 0
     unmatched = 0
     for i in range(len(initial_slot)):
-        if initial_size[i] <= 0:
-            continue
-        req_size[requests], req_stream[requests] = initial_size[i], initial_stream[i]
-        live[initial_slot[i]] = requests
-        kind[events], request[events], time_ns[events], entry[events] = (
-            EVENT_ALLOC,
-            requests,
-            t0,
-            -1,
-        )
-        events += 1
-        requests += 1
+        if initial_size[i] > 0:
+            req[0, requests], req[1, requests] = initial_size[i], initial_stream[i]
+            live[initial_slot[i]] = requests
+            events = _event(out, events, EVENT_ALLOC, requests, t0, -1)
+            requests += 1
     for j in range(len(action)):
         a = action[j]
         k = slot[j]
         t = times[j]
+        if empty_at[j]:  # the program called empty_cache() here
+            events = _event(out, events, EVENT_EMPTY_CACHE, 0, t, j)
         if (a == ALLOC or a == FAILED_ALLOC) and size[j] > 0:
             if a == ALLOC and live[k] >= 0:  # its free went missing
-                kind[events], request[events], time_ns[events], entry[events] = (
-                    EVENT_FREE,
-                    live[k],
-                    t,
-                    j,
-                )
-                events += 1
-            req_size[requests], req_stream[requests] = size[j], stream[j]
-            kind[events], request[events], time_ns[events], entry[events] = (
-                EVENT_ALLOC,
-                requests,
-                t,
-                j,
-            )
-            events += 1
+                events = _event(out, events, EVENT_FREE, live[k], t, j)
+            req[0, requests], req[1, requests] = size[j], stream[j]
+            events = _event(out, events, EVENT_ALLOC, requests, t, j)
             if a == ALLOC:
                 live[k] = requests
             else:  # the run could not place it: other policies try, and it lives no longer
-                kind[events], request[events], time_ns[events], entry[events] = (
-                    EVENT_FREE,
-                    requests,
-                    t,
-                    j,
-                )
-                events += 1
+                events = _event(out, events, EVENT_FREE, requests, t, j)
             requests += 1
         elif a == FREE_COMPLETED or a == FREE:
             if live[k] < 0:
                 unmatched += 1
             else:
-                kind[events], request[events], time_ns[events], entry[events] = (
-                    EVENT_FREE,
-                    live[k],
-                    t,
-                    j,
-                )
-                events += 1
+                events = _event(out, events, EVENT_FREE, live[k], t, j)
                 live[k] = -1
     return events, requests, unmatched

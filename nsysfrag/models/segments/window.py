@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Segment
 from nsysfrag.models.segments.layout import SegmentSet, _Seg
-from nsysfrag.models.segments.rules import SMALL_BUFFER_BYTES, expandable_page
+from nsysfrag.models.segments.rules import K_SMALL_BUFFER, expandable_page
 
 
 @dataclass(slots=True)
@@ -86,7 +86,7 @@ def window_start(segments: Sequence[Segment], entries: Sequence[HistoryEntry]) -
             if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
                 conflicts += 1
             else:
-                small = e.size == SMALL_BUFFER_BYTES
+                small = e.size == K_SMALL_BUFFER
                 segs.add(e.address, _Seg(e.address + e.size, e.stream, small, False))
         elif a == "segment_map":
             if not segs.unmap_range(e.address, e.address + e.size):
