@@ -269,6 +269,17 @@ def _segment(
             "is_expandable": expandable, "blocks": out}  # fmt: skip
 
 
+def test_a_history_of_segment_allocations_only() -> None:
+    # GIVEN a history that only reserves segments (no alloc follows them: none folds into one)
+    seg = 0x7F00_0000_0000
+    history = [
+        {"action": "segment_alloc", "addr": seg + k * (2 << 20), "size": 2 << 20, "stream": 0}
+        for k in range(3)
+    ]
+    # THEN both replays give the same three segment points
+    assert_same_replay({"segments": [], "device_traces": [history]})
+
+
 # ---------------------------------------------------------------- samples and real snapshots
 
 

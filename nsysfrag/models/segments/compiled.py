@@ -223,6 +223,8 @@ class CompiledDevice:
         act = self.events.kind
         grows = (act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)
         others = np.flatnonzero(~grows)
+        if len(others) == 0:  # nothing but segment allocations: no alloc follows any of them
+            return np.zeros(len(act), dtype=np.bool_)
         nxt = np.searchsorted(others, np.arange(len(act)))
         after = np.where(nxt < len(others), act[others[np.minimum(nxt, len(others) - 1)]], -1)
         return np.asarray(grows & (after == ALLOC))
