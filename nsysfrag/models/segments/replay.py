@@ -79,6 +79,7 @@ class DeviceReplay:
     live_bytes: I64
     reserved_bytes: I64
     allocated_bytes: I64
+    releasable_bytes: I64  # R (SPEC §9): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
     freed_alloc: I64
@@ -299,13 +300,11 @@ class _Replayer:
             if base is None or layout.segs.seg[base].end < end:
                 self.conflicts += 1
             else:
+                if a == "segment_free" and (base != e.address or layout.segs.seg[base].end != end):
+                    self.conflicts += 1
+                # The segments first: what is left of the free block belongs to the new ones.
+                layout.segs.unmap_range(e.address, end)
                 layout.remove_free_range(e.address, end)
-                if a == "segment_free":
-                    if base != e.address or layout.segs.seg[base].end != end:
-                        self.conflicts += 1
-                    layout.segs.unmap_range(e.address, end)
-                else:
-                    layout.segs.unmap_range(e.address, end)
                 layout.reserved -= e.size
             self._point(t, _SEGMENT_CODES[a], e.address, e.size)
         elif a == "oom":
@@ -454,6 +453,7 @@ class _Replayer:
         c["live"].append(layout.requested)
         c["reserved"].append(layout.reserved)
         c["allocated"].append(layout.allocated)
+        c["releasable"].append(layout.releasable_total)
         c["site"].append(site)
         c["overlap"].append(overlap)
         c["out_of_order"].append(out_of_order)
@@ -488,6 +488,7 @@ class _Replayer:
             live_bytes=i64("live"),
             reserved_bytes=i64("reserved"),
             allocated_bytes=i64("allocated"),
+            releasable_bytes=i64("releasable"),
             out_of_order=flag("out_of_order"),
             hole=flag("hole"),
             freed_alloc=i64("freed"),
@@ -524,7 +525,7 @@ class _Replayer:
 
 _COLUMNS = (
     "time", "event", "address", "bytes", "free", "largest", "blocks", "live", "reserved",
-    "allocated", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
+    "allocated", "releasable", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
 )  # fmt: skip
 
 

@@ -105,6 +105,15 @@ def should_split(remaining: int, size: int, small_pool: bool, expandable: bool,
     return split_rule(remaining, size, small_pool, expandable, limit)
 
 
+def expandable_page(small_pool: bool | None, mapped_bytes: int) -> int:
+    """The page an expandable range is mapped in: 2 MiB in the small pool, 20 MiB in the large.
+    Where the snapshot does not name the pool, the size of the range (or of the map that made
+    it) tells: a small-pool map is one 2 MiB page, a large-pool map whole 20 MiB pages."""
+    if small_pool is None:
+        small_pool = mapped_bytes % K_LARGE_BUFFER != 0
+    return K_SMALL_BUFFER if small_pool else K_LARGE_BUFFER
+
+
 @dataclass(frozen=True, slots=True)
 class AllocatorSettings:
     """The settings of a caching allocator that change where its blocks go."""
