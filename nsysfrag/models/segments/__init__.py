@@ -139,7 +139,9 @@ class SegmentsRun:
             inside = self.compiled.free_blocks_at(point)
         else:
             m = self.model
-            inside = free_blocks_after(self.space.events, m.final_segments, m.settings, point)
+            inside = free_blocks_after(
+                self.space.events, m.final_segments, m.settings, point, self.replay.repairs
+            )
         pool = self.series.pool
         device_free = int(pool.device_free_bytes[point]) if pool is not None else 0
         if device_free <= 0:

@@ -51,10 +51,13 @@ from nsysfrag.models.segments.kernel import (
     O_SITE,
     O_TIME,
     OUTPUT_ROWS,
+    R_FOUND,
+    R_KNOWN,
     R_ON,
     R_REQ,
     R_SITE,
     R_SIZE,
+    START_COLUMNS,
     rebuild_window,
     replay_forward,
 )
@@ -79,7 +82,7 @@ from nsysfrag.models.segments.kernel_layout import (
     T_PEAK_REQ,
     new_layout,
 )
-from nsysfrag.models.segments.replay import DeviceReplay, OomEvent
+from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS, DeviceReplay, OomEvent
 from nsysfrag.models.segments.rules import AllocatorSettings
 from nsysfrag.models.segments.window import _final_segments
 from nsysfrag.models.series import FreeBlocks
@@ -187,15 +190,22 @@ class CompiledDevice:
             np.asarray([code_of[b.site] for b in blocks], dtype=np.int64),
         )
         self.fold = self._folded()
+        # Sizes of blocks live at the window's start that an allocation showed too short (slot
+        # -> size), and whether the replay has settled them (``replay`` docs the repairs).
+        self.repairs: dict[int, int] = {}
+        self.settled = False
 
     def _rebuild(self) -> _Run:
         """A fresh layout, at the window's start."""
         layout = new_layout(self.keys)
-        rb = np.zeros((len(self.keys), 4), dtype=np.int64)
+        rb = np.zeros((len(self.keys), START_COLUMNS), dtype=np.int64)
         known = np.full(len(self.events), -1, dtype=np.int64)
         initial = rebuild_window(
             layout, self.entries, self.final_segments, self.final_blocks, rb, known
         )
+        rb[:, R_KNOWN] = rb[:, R_FOUND] = -1
+        for slot, size in self.repairs.items():
+            rb[slot, R_KNOWN] = size
         return _Run(layout, rb, known, int(initial))
 
     def window_start(self) -> WindowLayout:
@@ -271,6 +281,8 @@ class CompiledDevice:
 
     def free_blocks_at(self, point: int) -> FreeBlocks:
         """The free blocks right after timeline point ``point`` (replaying only that far)."""
+        if not self.settled:
+            self.replay()
         run, _ = self._run(stop=point)
         leaves = int(run.tot[T_LEAVES])
         gaps = run.layout[5][leaves : leaves + 2 * len(self.keys)]
@@ -298,8 +310,15 @@ class CompiledDevice:
         return len(set(final_segs.ranges()) ^ set(got_ranges)) + len(want_blocks ^ got_blocks)
 
     def replay(self, progress: ProgressCallback | None = None) -> DeviceReplay:
-        """Replay the device's trace from the window's start."""
-        run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
+        """Replay the device's trace from the window's start; again, with the repaired sizes,
+        while an allocation shows a block live at the start to be longer than inferred."""
+        for _ in range(MAX_REPAIR_ROUNDS):
+            run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
+            found = np.flatnonzero(run.rb[:, R_FOUND] >= 0)
+            if len(found) == 0:
+                break
+            self.repairs.update(zip(found.tolist(), run.rb[found, R_FOUND].tolist(), strict=True))
+        self.settled = True
         site, site_names = _local_sites(out_i64[O_SITE], out_event, self.site_names)
         events = self.events
         tot = run.tot
@@ -354,6 +373,7 @@ class CompiledDevice:
             max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
             max_requested_bytes=int(tot[T_MAX_REQUESTED]),
             ooms=oom_events,
+            repairs={int(self.keys[k]): size for k, size in sorted(self.repairs.items())},
         )
 
 

@@ -114,6 +114,7 @@ class _Block:
     point: int  # timeline index of its allocation
     placed: bool  # False when it fell outside every segment (not modelled)
     live: bool = True
+    inferred: bool = False  # live at the window's start, its size not recorded but inferred
 
 
 class Layout:
