@@ -22,13 +22,14 @@ from nsysfrag.analysis.results import (
     StrandedSite,
 )
 from nsysfrag.events import FAILED_ALLOC, AllocationEvents
-from nsysfrag.models.series import StateSeries
+from nsysfrag.models.series import StateSeries, StrandedSegment
 
 if TYPE_CHECKING:
     from nsysfrag.analysis.summary import Fragmentation
 
 # The sites whose blocks hold stranded memory at a point, largest first.
 StrandedAt = Callable[[int], tuple[StrandedSite, ...]]
+STRANDED_SITES_LISTED = 10
 
 
 def verdict(requested: int | None, device_free: int, state: State) -> str:
@@ -79,6 +80,26 @@ def failures_of(
             )
         )
     return tuple(out)
+
+
+def stranded_sites(
+    segments: list[StrandedSegment], series: StateSeries
+) -> tuple[StrandedSite, ...]:
+    """The sites of the allocated blocks in ``segments``, each credited with the stranded bytes
+    of every segment it has a block in; largest first, the first STRANDED_SITES_LISTED."""
+    totals: dict[int, list[int]] = {}  # site code -> [stranded bytes, segments]
+    for segment in segments:
+        codes = {int(series.site[p]) for p in segment.block_points if 0 <= p < len(series.site)}
+        for code in codes:
+            total = totals.setdefault(code, [0, 0])
+            total[0] += segment.stranded_bytes
+            total[1] += 1
+    names = series.site_names
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], -kv[1][1], names[kv[0]]))
+    return tuple(
+        StrandedSite(names[code], total, count)
+        for code, (total, count) in ranked[:STRANDED_SITES_LISTED]
+    )
 
 
 def _at(state: State, time_ns: int) -> State:

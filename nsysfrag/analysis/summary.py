@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.analysis.failures import failures_of
+from nsysfrag.analysis.failures import failures_of, stranded_sites
 from nsysfrag.analysis.histograms import histogram
 from nsysfrag.analysis.hotspots import hotspots_of
 from nsysfrag.analysis.metrics import (
@@ -181,7 +181,9 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         growth_per_s=f.growth_per_s,
         health=f.health,
         health_basis=f.health_basis,
-        ooms=failures_of(space.events, series, f),
+        ooms=failures_of(
+            space.events, series, f, lambda p: stranded_sites(run.stranded_after(p), series)
+        ),
         out_of_order_frees=int(series.out_of_order.sum()),
         hole_creating_frees=int(series.hole.sum()),
         hotspots=hotspots_of(series),

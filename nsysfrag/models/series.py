@@ -103,3 +103,13 @@ class FreeBlocks:
 
     sizes: I64
     releasable_bytes: int = 0  # of them, wholly free segments an allocator could give back
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedSegment:
+    """A segment holding stranded memory at one moment: free bytes that stay reserved because
+    allocated blocks share the segment."""
+
+    start: int
+    stranded_bytes: int
+    block_points: tuple[int, ...]  # the allocation points of its allocated blocks

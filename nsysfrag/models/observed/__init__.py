@@ -24,7 +24,14 @@ from nsysfrag.events import (
 )
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
-from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries, series_of
+from nsysfrag.models.series import (
+    ALLOCATED,
+    NO_BLOCK,
+    FreeBlocks,
+    StateSeries,
+    StrandedSegment,
+    series_of,
+)
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -96,6 +103,9 @@ class ObservedRun:
         starts, ends = starts[order], (starts + events.footprint[alive])[order]
         gaps: I64 = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
         return FreeBlocks(gaps[gaps > 0])
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        return []  # no segments: nothing is stranded in them
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection | None:
         return None

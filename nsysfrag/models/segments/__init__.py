@@ -25,9 +25,17 @@ from nsysfrag.models.segments.replay import (
     OomEvent,
     free_blocks_after,
     replay_device,
+    stranded_after,
 )
 from nsysfrag.models.segments.rules import AllocatorSettings
-from nsysfrag.models.series import OOM, FreeBlocks, PoolColumns, StateSeries, series_of
+from nsysfrag.models.series import (
+    OOM,
+    FreeBlocks,
+    PoolColumns,
+    StateSeries,
+    StrandedSegment,
+    series_of,
+)
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -148,6 +156,14 @@ class SegmentsRun:
             return inside
         sizes = np.append(inside.sizes, np.int64(device_free))
         return FreeBlocks(sizes, inside.releasable_bytes)
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        if self.compiled is not None:
+            return self.compiled.stranded_at(point)
+        m = self.model
+        return stranded_after(
+            self.space.events, m.final_segments, m.settings, point, self.replay.repairs
+        )
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection:
         r = self.replay

@@ -64,6 +64,7 @@ from nsysfrag.models.segments.kernel import (
 from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
     B_PLACED,
+    B_POINT,
     B_SIZE,
     S_END,
     S_EXP,
@@ -85,7 +86,7 @@ from nsysfrag.models.segments.kernel_layout import (
 from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS, DeviceReplay, OomEvent
 from nsysfrag.models.segments.rules import AllocatorSettings
 from nsysfrag.models.segments.window import _final_segments
-from nsysfrag.models.series import FreeBlocks
+from nsysfrag.models.series import FreeBlocks, StrandedSegment
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
 _NO_ADDRESS = np.array([FAILED_ALLOC, MARK], np.int8)
@@ -292,6 +293,35 @@ class CompiledDevice:
         on = seg[:, S_ON] == 1
         whole = on & (seg[:, S_EXP] == 0) & (opening == seg[:, S_END] - self.keys)
         return FreeBlocks(sizes.copy(), int(opening[whole & (opening > 0)].sum()))
+
+    def stranded_at(self, point: int) -> list[StrandedSegment]:
+        """The segments holding stranded memory right after timeline point ``point``: their
+        free gaps' bytes beyond the releasable ones, and the points of their live blocks."""
+        if not self.settled:
+            self.replay()
+        run, _ = self._run(stop=point)
+        keys, seg, blk = self.keys, run.seg, run.blk
+        n = len(keys)
+        leaves = int(run.tot[T_LEAVES])
+        stranded = run.layout[5][leaves : leaves + 2 * n] - run.layout[6][: 2 * n]
+        on = np.flatnonzero(seg[:, S_ON] == 1)
+        starts = keys[on]
+
+        def segment_of(slots: I64) -> I64:  # the row in ``on`` of the segment holding each slot
+            return np.searchsorted(starts, keys[slots], side="right") - 1
+
+        owner = np.empty(2 * n, dtype=np.int64)  # leaf 2k opens segment k, 2k+1 follows block k
+        owner[0::2] = np.where(seg[:, S_ON] == 1, np.searchsorted(starts, keys), -1)
+        owner[1::2] = segment_of(np.arange(n))
+        has = (stranded > 0) & (owner >= 0)
+        per_segment = np.bincount(owner[has], weights=stranded[has], minlength=len(on))
+        live = np.flatnonzero((blk[:, B_LIVE] == 1) & (blk[:, B_PLACED] == 1))
+        holder = segment_of(live)
+        out = []
+        for row in np.flatnonzero(per_segment > 0).tolist():
+            points = blk[live[holder == row], B_POINT]
+            out.append(StrandedSegment(int(starts[row]), int(per_segment[row]), tuple(points.tolist())))
+        return out
 
     def _final_mismatches(self, run: _Run) -> int:
         """How far the replay's end is from the snapshot: differing ranges and blocks."""

@@ -9,6 +9,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 
 from nsysfrag.models.segments.rules import expandable_page
+from nsysfrag.models.series import StrandedSegment
 
 
 @dataclass(slots=True)
@@ -176,6 +177,21 @@ class Layout:
             heapq.heapify(self._heap)
             heap = self._heap
         return -heap[0][0] if heap else 0
+
+    def stranded(self) -> list[StrandedSegment]:
+        """The segments whose free bytes are partly or wholly stranded, by start."""
+        stranded: dict[int, int] = {}
+        for start, end in self.free_end.items():
+            base = self.segs.find(start)
+            left = end - start - self.free_releasable.get(start, 0)
+            if base is not None and left > 0:
+                stranded[base] = stranded.get(base, 0) + left
+        points: dict[int, list[int]] = {base: [] for base in stranded}
+        for address in self.block_starts:
+            base = self.segs.find(address)
+            if base in points:
+                points[base].append(self.blocks[address].point)
+        return [StrandedSegment(b, stranded[b], tuple(points[b])) for b in sorted(stranded)]
 
     def free_sizes(self) -> list[int]:
         return [e - s for s, e in self.free_end.items()]

@@ -47,6 +47,7 @@ from nsysfrag.models.series import (
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
     FreeBlocks,
+    StrandedSegment,
 )
 
 _SEGMENT_CODES = {
@@ -184,6 +185,17 @@ def _entries(events: AllocationEvents) -> list[HistoryEntry]:
     ]  # fmt: skip
 
 
+def stranded_after(
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    point: int,
+    repairs: dict[int, int],
+) -> list[StrandedSegment]:
+    """The segments holding stranded memory right after timeline point ``point``."""
+    return _replayer(events, final, settings, True, repairs).stranded_after(point)
+
+
 def _replayer(
     events: AllocationEvents,
     final: Sequence[Segment],
@@ -238,14 +250,22 @@ class _Replayer:
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
+        self._run_to(point)
+        return FreeBlocks(
+            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
+        )
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        self._run_to(point)
+        return self.layout.stranded()
+
+    def _run_to(self, point: int) -> None:
+        """The layout right after timeline point ``point`` (replaying only that far)."""
         times, _, fold, _, _ = self._begin()
         for j, e in enumerate(self.entries):
             if len(self.cols["time"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
-        return FreeBlocks(
-            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
-        )
 
     def _begin(self) -> tuple[list[int], bool, list[bool], int, int]:
         """The layout at the window's start, and its points; the entries' times and folds."""
