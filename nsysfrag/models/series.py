@@ -25,9 +25,10 @@ SEGMENT_FREE = 5
 SEGMENT_MAP = 6
 SEGMENT_UNMAP = 7
 OOM = 8  # an allocation the allocator could not serve
+WINDOW_START = 9  # the state a recording's window opened on (when no block or segment says it)
 EVENT_NAMES: tuple[str, ...] = (
     "alloc", "free", "unmatched_free", "zero_size_alloc",
-    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "window_start",
 )  # fmt: skip
 NO_BLOCK = -1
 

@@ -466,10 +466,67 @@ def initial_block_not_split(tmp: Path) -> Case:
                 snap.write(tmp / "initial.pickle"), capacity=40 * MiB, expect={(0, 0): expect})  # fmt: skip
 
 
+def window_opens_on_cached_segments(tmp: Path) -> Case:
+    """GIVEN a 100 MiB device (--capacity) whose trace window opens on two empty cached 20 MiB
+    segments and no live block,
+    WHEN both are released (empty_cache) and a 20 MiB tensor fills a new segment,
+    THEN the window's start is a moment of its own (QUESTIONS.md Q8): 3 free blocks (the two
+    segments and the device's free memory), 40 MiB reserved and releasable. Nothing is ever
+    fragmented (global_frag 0), so that first moment is also the peak."""
+    snap = _Snapshot()
+    s1, s2, s3 = SEG, SEG + 20 * MiB, SEG + 40 * MiB
+    snap.entry(0, "segment_free", s1, 20 * MiB)
+    snap.entry(0, "segment_free", s2, 20 * MiB)
+    snap.entry(0, "segment_alloc", s3, 20 * MiB)
+    snap.entry(0, "alloc", s3, 20 * MiB)
+    snap.segment(0, s3, "large", [("active_allocated", 20 * MiB, 20 * MiB)])
+    expect = {
+        "peak.time_ns": 0,
+        "peak.free_blocks": 3,
+        "peak.reserved_bytes": 40 * MiB,
+        "peak.releasable_bytes": 40 * MiB,
+        "peak.device_free_bytes": 60 * MiB,
+        "max.free_blocks": 3,
+        "max.global_frag": 0.0,
+        "final.free_blocks": 1,
+        "health": "ok",
+    }
+    return Case("window_opens_on_cached_segments", window_opens_on_cached_segments.__doc__ or "",
+                snap.write(tmp / "cached_start.pickle"), capacity=100 * MiB,
+                expect={(0, 0): expect})  # fmt: skip
+
+
+def window_opens_on_an_empty_device(tmp: Path) -> Case:
+    """GIVEN a 100 MiB device (--capacity) and a trace from an empty device: a 20 MiB segment,
+    a 20 MiB tensor that fills it, its free;
+    WHEN it is analyzed,
+    THEN the empty device before the first entry is a moment (QUESTIONS.md Q8): nothing is ever
+    fragmented, so the peak is that first moment, at the time of the first entry, with nothing
+    reserved and one free block (the device's)."""
+    snap = _Snapshot()
+    snap.entry(0, "segment_alloc", SEG, 20 * MiB)
+    snap.entry(0, "alloc", SEG, 20 * MiB)
+    snap.free(0, SEG, 20 * MiB)
+    snap.segment(0, SEG, "large", [("inactive", 20 * MiB, 0)])
+    expect = {
+        "peak.time_ns": 0,
+        "peak.reserved_bytes": 0,
+        "peak.free_blocks": 1,
+        "peak.free_bytes": 100 * MiB,
+        "max.free_blocks": 2,
+        "final.releasable_bytes": 20 * MiB,
+        "health": "ok",
+    }
+    return Case("window_opens_on_an_empty_device", window_opens_on_an_empty_device.__doc__ or "",
+                snap.write(tmp / "empty_start.pickle"), capacity=100 * MiB,
+                expect={(0, 0): expect})  # fmt: skip
+
+
 BUILDERS: list[Callable[[Path], Case]] = [
     nearly_full_small_holes, basis_global, basis_local, basis_free_blocks,
     failures_at_their_moment, oom_verdicts, cached_memory, expandable_pages,
-    snapshot_nearly_full, initial_block_not_split,
+    snapshot_nearly_full, initial_block_not_split, window_opens_on_cached_segments,
+    window_opens_on_an_empty_device,
 ]  # fmt: skip
 
 

@@ -249,13 +249,14 @@ class CompiledDevice:
         t_ns = self.events.time_ns
         t0 = int(t_ns[0]) if len(t_ns) else 0
         grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~self.fold
-        n_points = run.initial + int(
+        entry_points = int(
             np.isin(act, [ALLOC, FREE_COMPLETED, FREE, FAILED_ALLOC, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
             + grows.sum()
         )
-        has_points = n_points > 0
-        if not has_points:
-            n_points = int(run.tot[T_NSEG])
+        has_points = entry_points > 0
+        # The window's start: its live blocks, else its segments, else the empty device.
+        start_points = run.initial or int(run.tot[T_NSEG]) or int(has_points)
+        n_points = start_points + entry_points
         record = stop < 0
         width = n_points if record else 0
         out_i64 = np.zeros((OUTPUT_ROWS, width), dtype=np.int64)

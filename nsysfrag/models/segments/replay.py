@@ -45,6 +45,7 @@ from nsysfrag.models.series import (
     SEGMENT_MAP,
     SEGMENT_UNMAP,
     UNMATCHED_FREE,
+    WINDOW_START,
     ZERO_SIZE_ALLOC,
     FreeBlocks,
     StrandedSegment,
@@ -281,14 +282,16 @@ class _Replayer:
             self._point(t0, ALLOCATED, b.address, b.requested or b.size, site=site)
             self.stack.append(b)
         fold = _folded(self.entries)
-        has_points = bool(initial) or any(
-            e.action in ("alloc", "free_completed", "free", "oom")
-            or (e.action in _SEGMENT_CODES and not fold[j])
-            for j, e in enumerate(self.entries)
-        )
-        if not has_points:  # a state-only snapshot with no live block: its segments, once
+        if not initial:  # the start of the window is a moment all the same: its segments, ...
             for s in segs.starts:
                 self._point(t0, SEGMENT_ALLOC, s, segs.seg[s].end - s)
+            has_points = any(
+                e.action in ("alloc", "free_completed", "free", "oom")
+                or (e.action in _SEGMENT_CODES and not fold[j])
+                for j, e in enumerate(self.entries)
+            )
+            if not segs.starts and has_points:  # ... or the empty device
+                self._point(t0, WINDOW_START, 0, 0)
         return times, timestamps, fold, len(initial), initial_reserved
 
     # -- the initial layout
