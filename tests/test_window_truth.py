@@ -11,11 +11,6 @@ releasable and live bytes.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,8 +21,11 @@ from nsysfrag.inputs.torch_snapshot.spaces import device_events
 from nsysfrag.models.segments import compiled, replay
 from nsysfrag.models.segments.replay import DeviceReplay
 from nsysfrag.models.segments.rules import AllocatorSettings
+from tests.test_spec_reference_truth import (  # the same generator and workloads
+    WORKLOADS,
+    _generator,
+)
 
-MAKE_SNAPSHOTS = Path(__file__).resolve().parent.parent / "sample_traces" / "make_snapshots.py"
 STATE = (
     "reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_bytes", "free_blocks",
     "releasable_bytes", "live_bytes",
@@ -35,22 +33,6 @@ STATE = (
 REPLAYS = {"compiled": compiled.replay_device, "python": replay.replay_device}
 
 
-def _generator() -> ModuleType:
-    """A private copy of the generator, whose ring buffer we can lift."""
-    spec = importlib.util.spec_from_file_location("make_snapshots_whole", MAKE_SNAPSHOTS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    module.MAX_ENTRIES = 1 << 60
-    return module
-
-
-WORKLOADS: dict[str, Callable[[ModuleType], dict[str, Any]]] = {
-    "training": lambda m: m.training_loop(),
-    "inference": lambda m: m.inference_loop(False),
-    "inference_expandable": lambda m: m.inference_loop(True),
-}
 _whole: dict[str, dict[str, Any]] = {}
 
 
