@@ -1,4 +1,4 @@
-"""Metric formulas, health levels and size classes (SPEC §3–§5); pure functions."""
+"""Metric formulas, health levels and size classes (docs/metrics.md); pure functions."""
 
 from __future__ import annotations
 
@@ -142,7 +142,7 @@ def format_bytes(n: float) -> str:
 
 
 def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:
-    """Least-squares slope of a step function per second (SPEC §5).
+    """Least-squares slope of a step function per second (docs/metrics.md).
 
     Samples the function at ``samples`` evenly spaced times from the first to the last event
     (both included), each sample being the value after the last event at or before it; 0 when

@@ -1,5 +1,6 @@
-"""summarize(space, run) -> SpaceAnalysis: one model's state series turned into the SPEC §3–§5
-figures. The one place a space's figures are computed, whichever input and model gave them."""
+"""summarize(space, run) -> SpaceAnalysis: one model's state series turned into the figures of
+docs/metrics.md. The one place a space's figures are computed, whichever input and model gave
+them."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class StateColumns(Protocol):
 
 @dataclass(frozen=True)
 class Fragmentation:
-    """The rated figures of one state series on a device of C bytes (SPEC §3, §5)."""
+    """The rated figures of one state series on a device of C bytes (docs/metrics.md)."""
 
     states: StateColumns
     time_ns: I64

@@ -54,9 +54,12 @@ class StateSeries:
     event: npt.NDArray[np.int8]  # outcome codes above
     address: U64
     bytes: I64
-    free_bytes: I64  # F
-    largest_free_bytes: I64  # L
-    free_blocks: I64  # N
+    # Everything free on the device, what the metrics and materiality are computed over: the
+    # arena's free bytes (observed); the device's memory outside the segments plus the free
+    # bytes inside them, D + F (pytorch-segments).
+    free_bytes: I64
+    largest_free_bytes: I64  # the largest request that fits: L; L_eff = max(L, D + R)
+    free_blocks: I64  # N (pytorch-segments: the free blocks in segments, + 1 when D > 0)
     live_bytes: I64  # U: the requested bytes of the live blocks
     overlap: BoolArray  # allocations that overlapped live blocks (their frees went missing)
     out_of_order: BoolArray  # frees of a block that was not the newest live one

@@ -1,4 +1,4 @@
-"""The SPEC §6 JSON document (schema ``nsysfrag/1``)."""
+"""The JSON document (schema ``nsysfrag/1``)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         },
     }
     if s.snapshot is not None:
-        # The snapshot's own figures follow the SPEC keys and never replace one.
+        # The snapshot's own figures follow the contract's keys and never replace one.
         doc.update({k: v for k, v in snapshot_document(s.snapshot).items() if k not in doc})
     return doc
 

@@ -1,7 +1,7 @@
 """An nsys trace as a recording: one space per (process, device), in the ``observed`` model.
 
 A space's events are its device-memory allocations and frees in trace order, with its failed
-allocation calls among them (SPEC §3); a block's site is its NVTX ranges (``sites``).
+allocation calls among them (docs/metrics.md); a block's site is its NVTX ranges (``sites``).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _device_name(trace: Trace, key: SpaceKey) -> str:
 def _charge_failures(
     trace: Trace, resolver: SiteResolver, spaces: set[SpaceKey]
 ) -> tuple[dict[SpaceKey, list[int]], int]:
-    """SPEC §3: a failed allocation call goes to the device of its thread's most recent
+    """docs/metrics.md: a failed allocation call goes to the device of its thread's most recent
     successful allocation, else to its process's lowest device. Returns the calls (rows of
     ``trace.api``) charged to each space, and how many no space takes."""
     api = trace.api

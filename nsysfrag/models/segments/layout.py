@@ -24,7 +24,7 @@ class _Seg:
 
 
 def releasable_in(start: int, end: int, seg_start: int, seg: _Seg | None) -> int:
-    """The bytes of free block ``[start, end)`` that could go back to the driver (SPEC §9 R):
+    """The bytes of free block ``[start, end)`` that could go back to the driver (R, docs/metrics.md):
     a non-expandable segment entirely, if the block is all of it; in an expandable range, the
     whole pages inside the block (a range's pages start at its ``origin``: the start of the
     first map of the range, and unmapping whole pages keeps the grid)."""
@@ -133,7 +133,7 @@ class Layout:
         self.allocated = 0
         self.requested = 0
         self.free_total = 0
-        # R (SPEC §9), kept incrementally: each free block's share, fixed when it is added.
+        # R (docs/metrics.md), kept incrementally: each free block's share, fixed when it is added.
         self.free_releasable: dict[int, int] = {}
         self.releasable_total = 0
         for start in segments.starts:

@@ -86,7 +86,7 @@ class DeviceReplay:
     live_bytes: I64
     reserved_bytes: I64
     allocated_bytes: I64
-    releasable_bytes: I64  # R (SPEC §9): wholly free segments, whole free expandable pages
+    releasable_bytes: I64  # R (docs/metrics.md): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
     freed_alloc: I64
