@@ -46,6 +46,12 @@ NOTE = (
 )
 
 
+UNTIMED = (
+    "‡ No times: the snapshot has no history (its one state is the only moment, at 0 s) or a"
+    " history without timestamps (PyTorch before 2.1), whose entries are numbered 1 ns apart."
+)
+
+
 def _basis(space: dict[str, Any]) -> str:
     b = space["health_basis"]
     if b is None:
@@ -75,9 +81,10 @@ def rows(folder: Path) -> list[str]:
         for s in doc["spaces"]:
             estimated = s["capacity_source"] == "reserved_peak"
             source = "peak reserved †" if estimated else s["capacity_source"]
+            untimed = "" if s["window"]["timestamps"] and s["window"]["trace_entries"] else " ‡"
             out.append(
                 f"| {path.stem} | {s['device']} | {format_bytes(s['capacity_bytes'])} ({source})"
-                f" | {s['health']} | {_basis(s)} | {s['peak']['global_frag']:.1%}"
+                f" | {s['health']} | {_basis(s)}{untimed} | {s['peak']['global_frag']:.1%}"
                 f" | {format_bytes(s['reserved_bytes_peak'])} | {_ooms(s)} |"
             )
     return out
@@ -97,6 +104,7 @@ def main(argv: list[str]) -> int:
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(table))
     print(f"\n{NOTE}")
+    print(f"\n{UNTIMED}")
     return 0
 
 
