@@ -36,11 +36,17 @@ def advise(s: SpaceAnalysis) -> list[str]:
     if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
+            remedy = (
+                "max_split_size_mb to keep large segments whole (`nsysfrag whatif` on this"
+                " snapshot puts a number on it)"
+                if _expandable(s)
+                else "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to"
+                " keep large segments whole (`nsysfrag whatif` on this snapshot puts numbers on"
+                " both)"
+            )
             lines.append(
                 f"Blocks from '{top.site}' ({top.size_class}) are freed while neighbours in the"
-                " same segment stay live, splitting the caching allocator's segments: try"
-                " PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to keep"
-                " large segments whole (`nsysfrag whatif` on this snapshot puts numbers on both)."
+                f" same segment stay live, splitting the caching allocator's segments: try {remedy}."
             )
     elif s.hotspots:
         top = s.hotspots[0]
@@ -85,11 +91,11 @@ def failure_advice(s: SpaceAnalysis) -> list[str]:
         lines.append(f"{n} allocations failed" + (f" ({', '.join(kinds)})." if kinds else "."))
     firsts = [fs[0] for fs in by_verdict.values() if fs] or [s.ooms[0]]
     for f in sorted(firsts, key=lambda f: f.state.time_ns):
-        lines.append(_describe(f, first=n > 1))
+        lines.append(_describe(f, first=n > 1, expandable=_expandable(s)))
     return lines
 
 
-def _describe(f: Failure, first: bool) -> str:
+def _describe(f: Failure, first: bool, expandable: bool) -> str:
     st = f.state
     when = f"{'The first ' if first else 'An '}allocation"
     at = f"{st.time_ns / 1e9:.3f} s"
@@ -120,11 +126,21 @@ def _describe(f: Failure, first: bool) -> str:
             " fragmentation at all it would not have fit: the program needs less memory there"
             " (smaller batches, activation checkpointing) or a larger device."
         )
+    remedy = (
+        "free those blocks before the large allocation (expandable segments are on already)"
+        if expandable
+        else "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free those blocks before"
+        " the large allocation"
+    )
     sites = ", ".join(f"'{x.site}'" for x in f.stranded_sites[:SITES_NAMED])
     held = f" in segments that also hold blocks from {sites}" if sites else ""
     return (
         f"{when} that ran out of memory at {at} failed by fragmentation: {numbers}. The memory"
         f" existed, but {format_bytes(pool.stranded_bytes)} of it was stranded{held}, where no"
-        " single free range held the request: try PYTORCH_CUDA_ALLOC_CONF="
-        "expandable_segments:True, or free those blocks before the large allocation."
+        f" single free range held the request: {remedy}."
     )
+
+
+def _expandable(s: SpaceAnalysis) -> bool:
+    """The snapshot was recorded with expandable segments on."""
+    return s.snapshot is not None and s.snapshot.facts.expandable_segments
