@@ -28,7 +28,7 @@ from nsysfrag.reporters.html_page import (
     table,
     warnings_box,
 )
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, health_reason, state_rows
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20
@@ -288,8 +288,7 @@ def _space(s: SpaceAnalysis, index: int) -> str:
             f'<section class="space" id="{space_anchor(s)}">',
             f"<h2>{esc(space_title(s))} {_badge(s.health)}</h2>",
             (
-                f'<p class="sub">health {s.health.label}: the worst of global frag, local frag'
-                " and free blocks, each at its maximum over the trace</p>"
+                f'<p class="sub">health {s.health.label}: {esc(health_reason(s))}</p>'
             ),
             _summary(s),
             _advice(s),
@@ -351,7 +350,9 @@ TERMS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Health",
-        "The worst level of the three rated metrics, each at its maximum over the trace.",
+        "The worst level of the three rated metrics, each at its maximum over the moments it"
+        " counts at: global frag always, local frag and free blocks only while at least 5 % of"
+        " the device is free.",
     ),
     ("Peak", "The state after the first event at which global_frag reaches its maximum."),
     (

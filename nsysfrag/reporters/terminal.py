@@ -10,7 +10,7 @@ from rich.text import Text
 from nsysfrag.analysis import Analysis, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, seconds, state_rows
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, health_reason, state_rows
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
@@ -18,15 +18,6 @@ TOP_HOTSPOTS = 5
 
 def _shown(cell: Cell) -> str | Text:
     return cell.text if cell.level is None else Text(cell.text, style=STYLE[cell.level])
-
-
-def _health_reason(s: SpaceAnalysis) -> str:
-    """Which rated metric set the health level, at its maximum."""
-    b = s.health_basis
-    if b is None:
-        return "every rated metric stayed in range"
-    value = str(b.value) if b.metric == "free_blocks" else f"{b.value:.1%}"
-    return f"{b.metric.replace('_', ' ')} {value} at {seconds(b.time_ns)}"
 
 
 def _space(s: SpaceAnalysis) -> RenderableType:
@@ -37,7 +28,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     head.append(f"{format_bytes(s.capacity_bytes)}\n")
     head.append("health: ")
     head.append(s.health.label.upper(), style=STYLE[s.health])
-    head.append(f" ({_health_reason(s)})")
+    head.append(f" ({health_reason(s)})")
     head.append(
         f"\nallocations {c.allocations} · frees {c.frees} · unmatched frees {c.unmatched_frees}"
         f" · overlaps {c.overlaps} · zero-size {c.zero_size_allocs} · failed {c.failed_allocations}"
