@@ -238,15 +238,17 @@ def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[tuple[int, int], I
     """Event indices (in order) of each (pid, device) among ``rows``."""
     if len(rows) == 0:
         return {}
-    keys = (pid[rows] << 32) | device[rows]
-    if (keys == keys[0]).all():  # the common case: one process on one device
-        return {(int(pid[rows[0]]), int(device[rows[0]])): rows}
-    order = np.argsort(keys, kind="stable")
-    uniq, first = np.unique(keys[order], return_index=True)
-    bounds = np.append(first, len(rows))
+    pids, devices = pid[rows], device[rows]
+    if (pids == pids[0]).all() and (devices == devices[0]).all():  # one process, one device
+        return {(int(pids[0]), int(devices[0])): rows}
+    # Sorted on both columns rather than on one packed key: a device id can be any int64.
+    order = np.lexsort((devices, pids))
+    pids, devices = pids[order], devices[order]
+    bounds = np.flatnonzero((pids[1:] != pids[:-1]) | (devices[1:] != devices[:-1])) + 1
+    bounds = np.concatenate([[0], bounds, [len(rows)]])
     return {
-        (int(k >> 32), int(k & 0xFFFFFFFF)): rows[order[bounds[j] : bounds[j + 1]]]
-        for j, k in enumerate(uniq.tolist())
+        (int(pids[a]), int(devices[a])): rows[order[a:b]]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     }
 
 
@@ -324,13 +326,17 @@ def _space_events(
     nbytes = mem.bytes if whole else mem.bytes[rows]
     address = mem.address if whole else mem.address[rows]
     is_block = ~is_free & (nbytes > 0)
-    footprint = np.where(is_block, -(-nbytes // granularity) * granularity, 0)
     if is_block.any():
         base = int(address[is_block].min())
     else:
         # No allocation to anchor the arena: use the lowest address seen so the layout is
         # defined (every event is then an unmatched free or a zero-size allocation).
         base = int(address.min())
+    _check_span(trace, rows, address[is_block], nbytes[is_block], base, granularity)
+    footprint = np.where(is_block, -(-nbytes // granularity) * granularity, 0)
+    # Addresses are unsigned 64-bit; offsets from B are signed, which _check_span made safe for
+    # every block. A free far above every block (2**63 or more) wraps negative: a free of no
+    # block, as it should be.
     above = address >= np.uint64(base)
     offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
@@ -347,6 +353,28 @@ def _space_events(
         arena_bytes=arena,
     )
     return events, base, base + arena
+
+
+# The most an arena may span: block offsets and footprint ends from B are int64.
+MAX_ARENA_BYTES = (1 << 63) - 1
+
+
+def _check_span(
+    trace: Trace, rows: I64, address: np.ndarray, nbytes: I64, base: int, granularity: int
+) -> None:
+    """Refuse a space whose blocks cannot be laid out in 64-bit offsets from B."""
+    if len(address) == 0:
+        return
+    highest = int(address.max())
+    if highest - base + int(nbytes.max()) + granularity <= MAX_ARENA_BYTES:
+        return
+    pid, device = int(trace.memory.pid[rows[0]]), int(trace.memory.device[rows[0]])
+    raise InputError(
+        f"{trace.path}: process {pid} device {device} has allocations from {base:#x} to"
+        f" {highest:#x} of up to {int(nbytes.max()):,} bytes, a span of 8 EiB or more that no"
+        " GPU has: its addresses or sizes are damaged; re-export the trace with"
+        " `nsys export --type sqlite --force-overwrite=true`"
+    )
 
 
 def histogram(sizes: I64) -> list[Bucket]:

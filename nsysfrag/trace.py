@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from nsysfrag.events import (
     api_base_name,
     split_global_id,
 )
+from nsysfrag.input_file import check_input_file
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -72,16 +74,21 @@ def read_trace(
     (with no memory events), so its GPUs, API calls and NVTX ranges can be inspected.
     """
     path = Path(path)
-    _check_file(path)
+    uri = database_uri(path, _check_file(path))
+    budget = _WorkBudget(path)
     engine = sa.create_engine(
-        "sqlite://",
-        creator=lambda: sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True),
-        poolclass=sa.pool.NullPool,
+        "sqlite://", creator=lambda: budget.connect(uri), poolclass=sa.pool.NullPool
     )
     try:
         with engine.connect() as con:
-            return _read(engine, con, path, require_memory_events, progress)
-    except sa.exc.DatabaseError as err:
+            return _read(engine, con, path, uri, require_memory_events, progress)
+    except (sa.exc.DBAPIError, sqlite3.Error) as err:
+        if budget.exceeded:
+            raise InputError(
+                f"{path}: reading it took more SQLite work than a file of its size can need"
+                f" ({budget.limit:,} steps); a view or a damaged table expands without bound —"
+                " re-export the trace with `nsys export --type sqlite --force-overwrite=true`"
+            ) from None
         raise InputError(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
             " re-export it with `nsys export --type sqlite --force-overwrite=true`"
@@ -90,22 +97,67 @@ def read_trace(
         engine.dispose()
 
 
-def _reason(err: sa.exc.DBAPIError) -> str:
-    return str(err.orig).splitlines()[0] if err.orig is not None else "unknown error"
+def _reason(err: Exception) -> str:
+    orig = err.orig if isinstance(err, sa.exc.DBAPIError) else err
+    lines = str(orig).splitlines()
+    return lines[0] if lines else type(orig).__name__
 
 
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"{path}: no such file; pass the .sqlite that `nsys export` wrote")
-    if path.is_dir():
+def _text(value: bytes) -> str:
+    # SQLite hands back whatever bytes a TEXT cell holds: a damaged or foreign file may hold
+    # bytes that are not UTF-8 (in its schema too), which must not stop the analysis.
+    return value.decode("utf-8", "replace")
+
+
+class _WorkBudget:
+    """A bound on the SQLite work one connection may do, proportional to the file's size.
+
+    Every table nsys writes is read in a few linear scans, so the work is proportional to the
+    file; only a view (a recursive one never ends) or a pathological schema can make SQLite
+    work without bound, and the progress handler then interrupts the statement.
+    """
+
+    TICK = 100_000  # virtual-machine instructions between checks
+    FLOOR = 2_000_000_000  # the least allowed: a few seconds of SQLite work
+    PER_BYTE = 2_000  # the samples take under 20 instructions per byte of file
+
+    def __init__(self, path: Path) -> None:
+        self.limit = max(self.FLOOR, self.PER_BYTE * path.stat().st_size)
+        self.exceeded = False
+
+    def connect(self, uri: str) -> sqlite3.Connection:
+        con = sqlite3.connect(uri, uri=True)
+        con.text_factory = _text
+        steps = 0
+
+        def tick() -> int:
+            nonlocal steps
+            steps += self.TICK
+            if steps > self.limit:
+                self.exceeded = True
+                return 1  # interrupts the statement
+            return 0
+
+        con.set_progress_handler(tick, self.TICK)
+        return con
+
+
+def _check_file(path: Path) -> bytes:
+    """Refuse what is not an SQLite file, from its metadata and first bytes; return the header."""
+    check_input_file(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file; pass the .sqlite that `nsys export` wrote") from None
+    if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{path}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied; make the file readable")
-    if path.stat().st_size == 0:
+    if st.st_size == 0:
         raise InputError(f"{path}: the file is empty; record and export the trace again")
     with path.open("rb") as f:
-        head = f.read(len(_SQLITE_MAGIC))
-    if head != _SQLITE_MAGIC:
+        header = f.read(_HEADER_BYTES)
+    if not header.startswith(_SQLITE_MAGIC):
         if path.suffix in {".nsys-rep", ".qdrep"}:
             raise InputError(
                 f"{path}: this is an nsys report, not its SQLite export; run"
@@ -115,6 +167,33 @@ def _check_file(path: Path) -> None:
             f"{path}: not an SQLite database; pass the .sqlite written by"
             " `nsys export --type sqlite`"
         )
+    return header
+
+
+_HEADER_BYTES = 100
+# Header bytes 18 and 19 (file format write and read versions) are 2 in WAL mode.
+_WAL_VERSIONS = slice(18, 20)
+
+
+def database_uri(path: Path, header: bytes) -> str:
+    """The URI that opens ``path`` without ever writing: read-only, or immutable in WAL mode.
+
+    A read-only connection to a WAL database still creates its -shm and -wal files beside it;
+    ``immutable=1`` creates nothing, but ignores a -wal file, so one with content in it (changes
+    not merged into the database) is refused rather than silently left out.
+    """
+    real = path.resolve()
+    name = quote(os.fsencode(real))  # bytes: a file name need not be valid UTF-8
+    if 2 not in header[_WAL_VERSIONS]:
+        return f"file:{name}?mode=ro"
+    wal = real.with_name(real.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise InputError(
+            f"{path}: the database is in WAL mode and {wal.name} holds changes not yet merged"
+            " into it, which nsysfrag cannot read without writing; merge them first with"
+            f" `sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'`"
+        )
+    return f"file:{name}?immutable=1"
 
 
 # Where nsys records the report it exported, most specific first: 2022.x wrote EXPORT_INPUT_*,
@@ -132,10 +211,15 @@ _INPUT_KEYS = (
 def export_inputs(export: Path) -> list[str]:
     """The report paths an export's metadata names as its input, most specific first; empty
     for a file that is not an nsys export (read-only: it may be a user's unrelated database)."""
-    try:
-        con = sqlite3.connect(f"file:{quote(str(export.resolve()))}?mode=ro", uri=True)
-    except sqlite3.Error:
+    if not export.is_file():  # a FIFO would block the open below
         return []
+    try:
+        with export.open("rb") as f:
+            uri = database_uri(export, f.read(_HEADER_BYTES))
+        con = sqlite3.connect(uri, uri=True)
+    except (OSError, InputError, sqlite3.Error):
+        return []
+    con.text_factory = _text
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         values: dict[str, str] = {}
@@ -151,9 +235,37 @@ def export_inputs(export: Path) -> list[str]:
         con.close()
 
 
-def _tables(con: Connection) -> set[str]:
-    rows = con.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
-    return {r[0] for r in rows}
+def _tables(con: Connection) -> dict[str, str]:
+    """Table and view names -> "table" or "view": a view is as good a source to SELECT from."""
+    rows = con.exec_driver_sql(
+        "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
+    ).fetchall()
+    return {name: kind for name, kind in rows if isinstance(name, str)}
+
+
+def _row_order(con: Connection, table: str) -> str | None:
+    """The name under which ``table``'s rowid (its row order) reads, or None when it has none
+    (a view, a WITHOUT ROWID table, or a table that declares all of rowid, _rowid_ and oid as
+    columns of its own)."""
+    kind = _rows(con, "SELECT type FROM sqlite_master WHERE name = ?", (table,))
+    if not kind or kind[0][0] != "table":
+        return None
+    declared = {c.lower() for c in _columns(con, table) if isinstance(c, str)}
+    name = next((n for n in ("rowid", "_rowid_", "oid") if n not in declared), None)
+    if name is None or "without rowid" in _table_sql(con, table):
+        return None
+    return name
+
+
+def _table_sql(con: Connection, table: str) -> str:
+    rows = _rows(con, "SELECT sql FROM sqlite_master WHERE name = ?", (table,))
+    sql = rows[0][0] if rows else None
+    return " ".join(sql.lower().split()) if isinstance(sql, str) else ""
+
+
+def _order_by(con: Connection, table: str, alias: str = "") -> str:
+    key = _row_order(con, table)
+    return f" ORDER BY {alias}{key}" if key is not None else ""
 
 
 def _columns(con: Connection, table: str) -> set[str]:
@@ -168,10 +280,16 @@ def _read(
     engine: sa.Engine,
     con: Connection,
     path: Path,
+    uri: str,
     require_memory_events: bool,
     progress: ProgressCallback | None,
 ) -> Trace:
     tables = _tables(con)
+    if MEMORY_TABLE not in tables and not any(t.startswith(_NSYS_TABLE_PREFIXES) for t in tables):
+        raise InputError(
+            f"{path}: not an Nsight Systems export (it has none of the tables nsys writes);"
+            " pass the .sqlite written by `nsys export --type sqlite`"
+        )
     metadata = _metadata(con, tables)
     if MEMORY_TABLE not in tables:
         if require_memory_events:
@@ -187,9 +305,9 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names))
+        calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names, uri))
         compiled = pool.submit(
-            _on_own_connection, engine, lambda c: query.compiled(c, path, pool, progress)
+            _on_own_connection, engine, lambda c: query.compiled(c, uri, pool, progress)
         )
         nvtx = _read_nvtx(con, tables)
         vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
@@ -208,7 +326,7 @@ def _read(
         memory = query.events(*halves)
         allocation_calls = calls.result()
         api = _read_correlated_api(
-            con, tables, names, memory, allocation_calls, query.alloc_op_id
+            con, tables, names, memory, allocation_calls, query.alloc_op_id, uri
         )
     return Trace(
         path=str(path),
@@ -235,19 +353,24 @@ def _on_own_connection(engine: sa.Engine, read: Callable[[Connection], T]) -> T:
         return read(con)
 
 
-def _metadata(con: Connection, tables: set[str]) -> dict[str, str]:
+# Every nsys export has TARGET_INFO_* tables and export metadata (checked on every real export
+# from 2022.2 to 2026.1); a database with none of them comes from another program.
+_NSYS_TABLE_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")
+
+
+def _metadata(con: Connection, tables: dict[str, str]) -> dict[str, str]:
     """Export and capture metadata; the export table was renamed in nsys 2023.3."""
     found: dict[str, str] = {}
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT", "META_DATA_CAPTURE"):
         if table in tables and {"name", "value"} <= _columns(con, table):
             for name, value in _rows(con, f"SELECT name, value FROM {table}"):
-                if isinstance(name, str) and value is not None:
+                if isinstance(name, str) and isinstance(value, (str, int)):
                     found.setdefault(name, str(value))
     return found
 
 
 def _no_memory_table_message(
-    con: Connection, tables: set[str], path: Path, metadata: dict[str, str]
+    con: Connection, tables: dict[str, str], path: Path, metadata: dict[str, str]
 ) -> str:
     flags = [v for k, v in metadata.items() if k.endswith("COLLECT_GPU_MEMORY_USAGE")]
     if flags and all(v.lower() == "false" for v in flags):
@@ -261,15 +384,19 @@ def _no_memory_table_message(
     return f"{path}: {why}{calls}; record it again with: {RECORD_COMMAND}"
 
 
-def _api_names(con: Connection, tables: set[str]) -> dict[int, str]:
+def _api_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
     """nameId -> API name without its version suffix, for the allocation and VMM calls (the
     only names we look for; the string table is small next to the runtime table)."""
     if RUNTIME_TABLE not in tables or "StringIds" not in tables:
         return {}
     wanted = ALLOCATION_CALLS | VMM_CALLS
     names = {}
-    for i, value in _rows(con, "SELECT id, value FROM StringIds"):
-        if isinstance(value, str) and (name := api_base_name(value)) in wanted:
+    # Every wanted name starts with "cu" and is short: the filter keeps the (possibly huge)
+    # other strings in SQLite. Ids go into SQL text later, so only integers are kept.
+    for i, value in _rows(
+        con, "SELECT id, value FROM StringIds WHERE value GLOB 'cu*' AND length(value) <= 128"
+    ):
+        if isinstance(i, int) and isinstance(value, str) and (name := api_base_name(value)) in wanted:
             names[i] = name
     return names
 
@@ -287,10 +414,15 @@ def _count_calls(
     return [int(v) for v in _rows(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
 
 
-def _enum_ids(con: Connection, tables: set[str], table: str) -> dict[str, int]:
+def _enum_ids(con: Connection, tables: dict[str, str], table: str) -> dict[str, int]:
     if table not in tables or not {"id", "name"} <= _columns(con, table):
         return {}
-    return {n: i for i, n in _rows(con, f"SELECT id, name FROM {table}") if isinstance(n, str)}
+    # Ids go into SQL text and numpy arrays: only integers count.
+    return {
+        n: i
+        for i, n in _rows(con, f"SELECT id, name FROM {table}")
+        if isinstance(n, str) and isinstance(i, int)
+    }
 
 
 @dataclass(frozen=True)
@@ -304,7 +436,7 @@ class _MemoryQuery:
     free_op_id: int = DEFAULT_DEALLOCATION_ID
 
     @classmethod
-    def plan(cls, con: Connection, tables: set[str]) -> _MemoryQuery:
+    def plan(cls, con: Connection, tables: dict[str, str]) -> _MemoryQuery:
         if MEMORY_TABLE not in tables:
             return cls(False, 0)
         kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
@@ -349,45 +481,55 @@ class _MemoryQuery:
     def compiled(
         self,
         con: Connection,
-        path: Path,
+        uri: str,
         pool: ThreadPoolExecutor,
         progress: ProgressCallback | None,
     ) -> tuple[list[I64], list[I64]] | None:
         """Both halves through SQLite's C API (``sqlite_columns``), two row ranges on two
         threads; None when that path is not available or meets anything unusual."""
-        if self.total_rows == 0 or not sqlite_columns.available():
+        key = _row_order(con, MEMORY_TABLE)
+        if self.total_rows == 0 or key is None or not sqlite_columns.available():
             return None
-        lo, hi = _rows(con, f"SELECT (SELECT min(rowid) FROM {MEMORY_TABLE}), (SELECT max(rowid) FROM {MEMORY_TABLE})")[0]
+        lo, hi = _rows(
+            con, f"SELECT (SELECT min({key}) FROM {MEMORY_TABLE}), (SELECT max({key}) FROM {MEMORY_TABLE})"
+        )[0]
         if lo is None:
             return None
         lo, hi = int(lo), int(hi)
-        mid = (lo + hi) // 2
+        # Each half's row count is known, so both threads fill one shared array, with no
+        # concatenation afterwards. nsys writes rowids 1..N without gaps, where the split is
+        # plain arithmetic; otherwise SQLite finds the middle rowid by walking its index.
+        first_rows = (self.total_rows + 1) // 2
+        if hi - lo + 1 == self.total_rows:
+            mid = lo + first_rows - 1
+        else:
+            mid = int(
+                _rows(
+                    con,
+                    f"SELECT {key} FROM {MEMORY_TABLE} ORDER BY {key} LIMIT 1 OFFSET {first_rows - 1}",
+                )[0][0]
+            )
         columns = ", ".join([*self._POSITIONS, self._correlation(), *self._KINDS])
         loaded = [0, 0]
-        # nsys writes rowids 1..N without gaps; then each half's row count is known and both
-        # threads fill one shared array, with no concatenation afterwards.
-        gapless = hi - lo + 1 == self.total_rows
-        shared = np.empty((8, self.total_rows), dtype=np.int64) if gapless else None
+        shared = np.empty((8, self.total_rows), dtype=np.int64)
 
-        def reader(part: int, first: int, last: int) -> list[I64] | None:
-            def on_rows(rows: int) -> None:
-                loaded[part] = rows
+        def reader(part: int, first: int, last: int, rows: slice) -> list[I64] | None:
+            def on_rows(n: int) -> None:
+                loaded[part] = n
                 if progress is not None:
                     progress("loading rows", sum(loaded), self.total_rows)
 
-            sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE rowid BETWEEN {first} AND {last}"
-            window = None if shared is None else shared[:, first - lo : last - lo + 1]
-            rows = last - first + 1 if gapless else self.total_rows // 2 + 1
-            return sqlite_columns.read_int_columns(path, sql, 8, rows, on_rows, window)
+            sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE {key} BETWEEN {first} AND {last}"
+            window = shared[:, rows]
+            return sqlite_columns.read_int_columns(uri, sql, 8, window.shape[1], on_rows, window)
 
-        halves = [pool.submit(reader, 0, lo, mid), pool.submit(reader, 1, mid + 1, hi)]
-        parts = [h.result() for h in halves]
-        if parts[0] is None or parts[1] is None:
+        halves = [
+            pool.submit(reader, 0, lo, mid, slice(0, first_rows)),
+            pool.submit(reader, 1, mid + 1, hi, slice(first_rows, self.total_rows)),
+        ]
+        if any(h.result() is None for h in halves):
             return None
-        if shared is not None:
-            arrays = list(shared)
-        else:
-            arrays = [np.concatenate([parts[0][c], parts[1][c]]) for c in range(8)]
+        arrays = list(shared)
         return arrays[:4], arrays[4:]
 
     def filtered(self, con: Connection) -> tuple[list[I64], list[I64]]:
@@ -429,8 +571,18 @@ class _MemoryQuery:
             bytes=nbytes,
             is_free=op == self.free_op_id,
             modelled=np.isin(kind, self.modelled_kinds),
-            correlation_id=corr,
+            correlation_id=_correlation_ids(corr),
         )
+
+
+def _correlation_ids(corr: I64) -> I64:
+    """CUPTI correlation ids are 32-bit and never negative: any other value matches no call, so
+    it reads as "none" (-1), and the (pid, id) keys built from them cannot overflow."""
+    valid = (corr >= 0) & (corr <= _MAX_CORRELATION_ID)
+    return corr if valid.all() else np.where(valid, corr, -1)
+
+
+_MAX_CORRELATION_ID = 0xFFFFFFFF
 
 
 def _no_memory_events() -> MemoryEvents:
@@ -458,27 +610,33 @@ def _int_columns(
 
     Traces run to millions of rows, and a Python tuple per row is what makes the obvious
     ``fetchall`` slow: here SQLite joins each column into one text in C and numpy parses it.
-    Rowid ranges of CHUNK_ROWS keep those texts, and so the peak memory, small; ``chunked=False``
-    reads in one statement, for a ``where`` with a subquery SQLite would otherwise rebuild per
-    chunk. Every expression must yield an integer on every row.
+    Chunks of CHUNK_ROWS rows keep those texts, and so the peak memory, small; each chunk starts
+    after the last rowid of the one before (keyset pagination), so the number of queries follows
+    the rows, whatever gaps the rowids have. ``chunked=False`` reads in one statement, for a
+    ``where`` with a subquery SQLite would otherwise rebuild per chunk. Every expression must
+    yield an integer on every row.
     """
-    lo, hi = _rows(con, f"SELECT (SELECT min(rowid) FROM {table}), (SELECT max(rowid) FROM {table})")[0]
-    if lo is None:
-        return [np.zeros(0, dtype=np.int64) for _ in expressions]
-    step = CHUNK_ROWS if chunked else int(hi) - int(lo) + 1
+    key = _row_order(con, table)
+    if key is None:
+        return _streamed_int_columns(con, expressions, table, where, on_rows)
     inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(expressions))
     outer = ", ".join(f"group_concat(c{i})" for i in range(len(expressions)))
     parts: list[list[I64]] = [[] for _ in expressions]
-    for first in range(int(lo), int(hi) + 1, step):
+    after: int | None = None
+    while True:
+        if chunked:
+            seek = "" if after is None else f"{key} > {after} AND "
+            rows = f"WHERE {seek}({where}) ORDER BY {key} LIMIT {CHUNK_ROWS}"
+        else:
+            rows = f"WHERE {where}"
         row = _rows(
-            con,
-            f"SELECT count(*), {outer} FROM (SELECT {inner} FROM {table}"
-            f" WHERE rowid BETWEEN {first} AND {first + step - 1} AND ({where}))",
+            con, f"SELECT count(*), max(k), {outer} FROM (SELECT {key} AS k, {inner} FROM {table} {rows})"
         )[0]
         n = int(row[0])
         if n == 0:
-            continue
-        texts = list(row[1:])
+            break
+        after = int(row[1])
+        texts = list(row[2:])
         del row
         for i, column in enumerate(parts):
             try:
@@ -492,7 +650,32 @@ def _int_columns(
             column.append(values)
         if on_rows is not None:
             on_rows(sum(len(v) for v in parts[0]))
+        if not chunked or n < CHUNK_ROWS:
+            break
     return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in parts]
+
+
+def _streamed_int_columns(
+    con: Connection,
+    expressions: list[str],
+    table: str,
+    where: str,
+    on_rows: Callable[[int], None] | None,
+) -> list[I64]:
+    """:func:`_int_columns` for a source without rowids (a view): row tuples in scan order,
+    slower but linear. SQLite marks every value that is not an integer as NULL."""
+    checked = ", ".join(f"CASE WHEN typeof({e}) = 'integer' THEN {e} END" for e in expressions)
+    result = con.exec_driver_sql(f"SELECT {checked} FROM {table} WHERE {where}")
+    blocks = []
+    while chunk := result.fetchmany(CHUNK_ROWS):
+        block = np.array([tuple(r) for r in chunk], dtype=object).reshape(len(chunk), -1)
+        if any(v is None for v in block.flat):
+            raise _NotAllIntegers()
+        blocks.append(block.astype(np.int64))
+        if on_rows is not None:
+            on_rows(sum(len(b) for b in blocks))
+    whole = np.concatenate(blocks) if blocks else np.zeros((0, len(expressions)), dtype=np.int64)
+    return [np.ascontiguousarray(whole[:, i]) for i in range(len(expressions))]
 
 
 _NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.bool_),) * 2)
@@ -502,19 +685,21 @@ _API_REQUIRED = ("start", "globalTid", "correlationId")
 _LITERAL_IDS = 20_000
 
 
-def _read_api(con: Connection, tables: set[str], names: dict[int, str]) -> ApiCalls:
+def _read_api(
+    con: Connection, tables: dict[str, str], names: dict[int, str], uri: str
+) -> ApiCalls:
     """The allocation calls (for failures and sites). Rows correlated with other memory events
     come from :func:`_read_correlated_api` once the memory events are known."""
     need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
     if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
         return _NO_API
     alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
-    return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids)
+    return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
 
 
 def _read_correlated_api(
-    con: Connection, tables: set[str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
-    alloc_op_id: int,
+    con: Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
+    alloc_op_id: int, uri: str,
 ) -> ApiCalls:
     """Add the API rows of allocation events whose call is not an allocation call (static
     memory at module load, arrays, ...): usually few, so they are fetched by id."""
@@ -526,7 +711,8 @@ def _read_correlated_api(
     found = (api.pid << 32) | api.correlation_id
     if len(found) and len(wanted):
         # Correlation ids are small and dense: a lookup table beats sorting a million keys.
-        span = int(max(wanted.max(), found.max()) - min(wanted.min(), found.min()))
+        # (Python ints: no overflow whatever the ids.)
+        span = max(int(wanted.max()), int(found.max())) - min(int(wanted.min()), int(found.min()))
         kind: Literal["table", "sort"] = "table" if span < 1 << 26 else "sort"
         wanted = wanted[~np.isin(wanted, found, kind=kind)]
     missing = np.unique(wanted & 0xFFFFFFFF)
@@ -539,7 +725,7 @@ def _read_correlated_api(
         ids = f"SELECT correlationId FROM {MEMORY_TABLE} WHERE memoryOperationType = {alloc_op_id}"
     extra = _api_rows(
         con, f"correlationId IN ({ids}) AND coalesce(nameId NOT IN ({alloc_ids}), 1)", alloc_ids,
-        chunked=len(missing) <= _LITERAL_IDS,
+        uri, chunked=len(missing) <= _LITERAL_IDS,
     )
     return ApiCalls(
         *(np.concatenate([a, b]) for a, b in zip(
@@ -550,7 +736,9 @@ def _read_correlated_api(
     )
 
 
-def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True) -> ApiCalls:
+def _api_rows(
+    con: Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
+) -> ApiCalls:
     columns = [
         "start",
         "globalTid",
@@ -560,12 +748,12 @@ def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True)
             f" + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)"
         ),
     ]
-    path = _database_path(con)
+    # The compiled reader has no work budget (_WorkBudget): it only reads tables, never views.
     compiled = (
         sqlite_columns.read_int_columns(
-            path, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
+            uri, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
         )
-        if path is not None
+        if _row_order(con, RUNTIME_TABLE) is not None
         else None
     )
     start, gtid, corr, flags = compiled or _read_integers(
@@ -576,18 +764,10 @@ def _api_rows(con: Connection, where: str, alloc_ids: str, chunked: bool = True)
         start_ns=start,
         pid=pid,
         tid=tid,
-        correlation_id=corr,
+        correlation_id=_correlation_ids(corr),
         is_runtime=(flags & 1).astype(np.bool_),
         is_failed_allocation=(flags & 2).astype(np.bool_),
     )
-
-
-def _database_path(con: Connection) -> Path | None:
-    """The file behind ``con`` (for the compiled reader), from SQLite's own database list."""
-    for _, name, file in _rows(con, "PRAGMA database_list"):
-        if name == "main" and file:
-            return Path(file)
-    return None
 
 
 def _read_integers(
@@ -608,23 +788,36 @@ def _read_integers(
         return _int_columns(con, expressions, table, f"({where}) AND {valid}", chunked, on_rows)
 
 
-def _read_nvtx(con: Connection, tables: set[str]) -> NvtxRanges:
+def _read_nvtx(con: Connection, tables: dict[str, str]) -> NvtxRanges:
     cols = _columns(con, "NVTX_EVENTS") if "NVTX_EVENTS" in tables else set()
     if not {"start", "end", "eventType", "globalTid"} <= cols:
         empty = np.zeros(0, dtype=np.int64)
         return NvtxRanges(empty, empty, empty, empty, empty.astype(bool), [])
     # Unregistered strings are in `text`, registered ones (nvtxDomainRegisterString) in `textId`.
     text = "n.text" if "text" in cols else "NULL"
-    if "textId" in cols and "StringIds" in tables:
-        text = f"coalesce({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
+    text_id = "n.textId" if "textId" in cols and "StringIds" in tables else "NULL"
+    ranges = (
+        f"n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
+        " AND typeof(n.start) = 'integer' AND typeof(n.end) = 'integer'"
+        " AND typeof(n.globalTid) = 'integer' AND n.end > n.start"
+    )
     rows = _rows(
         con,
-        f"SELECT n.start, n.end, n.globalTid, n.eventType = {NVTX_PUSH_POP}, {text}"
-        f" FROM NVTX_EVENTS n WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
-        " AND typeof(n.start) = 'integer' AND typeof(n.end) = 'integer'"
-        " AND typeof(n.globalTid) = 'integer' AND n.end > n.start ORDER BY n.rowid",
+        f"SELECT n.start, n.end, n.globalTid, n.eventType = {NVTX_PUSH_POP}, {text}, {text_id}"
+        f" FROM NVTX_EVENTS n WHERE {ranges}{_order_by(con, 'NVTX_EVENTS', 'n.')}",
     )
-    c = list(zip(*rows)) if rows else [()] * 5
+    # Each registered string once (many ranges share one, and it may be huge), not per range.
+    registered: dict[int, str] = {}
+    if text_id != "NULL":
+        for i, value in _rows(
+            con,
+            "SELECT id, value FROM StringIds WHERE id IN"
+            f" (SELECT n.textId FROM NVTX_EVENTS n WHERE {text} IS NULL AND {ranges})"
+            f"{_order_by(con, 'StringIds')}",
+        ):
+            if isinstance(value, str):
+                registered.setdefault(i, value)
+    c = list(zip(*rows)) if rows else [()] * 6
     pid, tid = split_global_id(np.asarray(c[2], dtype=np.int64))
     return NvtxRanges(
         start_ns=np.asarray(c[0], dtype=np.int64),
@@ -632,36 +825,43 @@ def _read_nvtx(con: Connection, tables: set[str]) -> NvtxRanges:
         pid=pid,
         tid=tid,
         is_push_pop=np.asarray(c[3], dtype=np.bool_),
-        text=[t if isinstance(t, str) else "(unnamed range)" for t in c[4]],
+        text=[
+            t if isinstance(t, str) else registered.get(i, _UNNAMED) if t is None else _UNNAMED
+            for t, i in zip(c[4], c[5], strict=True)
+        ],
     )
 
 
-def _read_gpus(con: Connection, tables: set[str]) -> dict[int, Gpu]:
+_UNNAMED = "(unnamed range)"
+
+
+def _read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
     if "TARGET_INFO_GPU" not in tables or "id" not in _columns(con, "TARGET_INFO_GPU"):
         return {}
     cols = _columns(con, "TARGET_INFO_GPU")
     name = "name" if "name" in cols else "NULL"
     total = "totalMemory" if "totalMemory" in cols else "NULL"
     gpus: dict[int, Gpu] = {}
-    for gid, gname, mem in _rows(con, f"SELECT id, {name}, {total} FROM TARGET_INFO_GPU ORDER BY rowid"):
+    order = _order_by(con, "TARGET_INFO_GPU")
+    for gid, gname, mem in _rows(con, f"SELECT id, {name}, {total} FROM TARGET_INFO_GPU{order}"):
         if isinstance(gid, int) and gid not in gpus:
             memory = mem if isinstance(mem, int) and mem > 0 else None
             gpus[gid] = Gpu(gid, gname if isinstance(gname, str) else f"GPU {gid}", memory)
     return gpus
 
 
-def _read_cuda_devices(con: Connection, tables: set[str]) -> dict[tuple[int, int], int]:
+def _read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[int, int], int]:
     table = "TARGET_INFO_CUDA_DEVICE"
     if table not in tables or not {"gpuId", "cudaId", "pid"} <= _columns(con, table):
         return {}
     found: dict[tuple[int, int], int] = {}
-    for gpu, cuda, pid in _rows(con, f"SELECT gpuId, cudaId, pid FROM {table} ORDER BY rowid"):
+    for gpu, cuda, pid in _rows(con, f"SELECT gpuId, cudaId, pid FROM {table}{_order_by(con, table)}"):
         if all(isinstance(v, int) for v in (gpu, cuda, pid)):
             found.setdefault((pid, cuda), gpu)
     return found
 
 
-def _read_process_names(con: Connection, tables: set[str]) -> dict[int, str]:
+def _read_process_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
     if "PROCESSES" not in tables or not {"pid", "name"} <= _columns(con, "PROCESSES"):
         return {}
     rows = _rows(con, "SELECT pid, name FROM PROCESSES")
