@@ -26,17 +26,9 @@ _KINDS = (
 
 def check_input_file(path: Path) -> None:
     """Raise :class:`InputError` for a path that cannot be read as an ordinary file."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    st = _stat(path, "pass the path of an existing file")
+    if st is None:
         return  # the reader says which file it expected
-    except OSError as err:
-        if err.errno == errno.ENAMETOOLONG:
-            raise InputError(
-                f"{path}: the name is too long for the file system (at most 255 bytes per name);"
-                " pass the path of an existing file"
-            ) from None
-        raise InputError(f"{path}: cannot be opened ({err.strerror}); pass a readable file") from None
     if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
         return
     kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
@@ -44,3 +36,29 @@ def check_input_file(path: Path) -> None:
         f"{path}: is {kind}, not a regular file; nsysfrag reads its input more than once, so"
         " save the data to a file and pass that"
     )
+
+
+def check_output_path(path: Path) -> None:
+    """Raise :class:`InputError` for an output path the file system cannot even look up (a
+    name over 255 bytes, say), before any work; whether it can be written is found out later."""
+    _stat(path, "choose a shorter one")
+
+
+def _stat(path: Path, fix: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            raise InputError(
+                f"{path}: the name is too long for the file system (at most 255 bytes per"
+                f" name); {fix}"
+            ) from None
+        raise InputError(f"{path}: cannot be used ({err.strerror}); {fix}") from None
+
+
+def display_path(path: Path | str) -> str:
+    """``path`` as reports write it: a name that is not valid UTF-8 (Python keeps its bytes as
+    lone surrogates, which no UTF-8 output can encode) shows those bytes as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -43,7 +43,7 @@ from nsysfrag.events import (
     api_base_name,
     split_global_id,
 )
-from nsysfrag.input_file import check_input_file
+from nsysfrag.input_file import check_input_file, display_path
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -329,7 +329,7 @@ def _read(
             con, tables, names, memory, allocation_calls, query.alloc_op_id, uri
         )
     return Trace(
-        path=str(path),
+        path=display_path(path),
         nsys_version=metadata.get("EXPORT_PRODUCT_VERSION"),
         memory=memory,
         api=api,

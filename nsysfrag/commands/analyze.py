@@ -24,6 +24,7 @@ from nsysfrag.commands.report_options import (
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
+from nsysfrag.input_file import check_input_file
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -62,6 +63,7 @@ def analyze_command(
         nsysfrag analyze snap.pickle --html snap.html
     """
     request = ReportRequest.from_options(options)
+    check_input_file(trace)  # before anything opens it: a FIFO would block the open
     check_outputs(request, trace)
     if snapshot.is_snapshot(trace) and not nsys.is_report(trace):
         if reexport or cache_dir is not None:

@@ -29,6 +29,7 @@ from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.events import ProgressCallback
 from nsysfrag.gates import Gate, evaluate, parse_gate
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
+from nsysfrag.input_file import check_output_path
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 from nsysfrag.trace import read_trace
 
@@ -162,6 +163,8 @@ def report_options(f: F) -> F:
 
 def check_outputs(request: ReportRequest, trace: Path) -> None:
     """Fail before any work when an output would clobber the trace or cannot be written."""
+    for path in request.outputs() + ([request.png_dir] if request.png_dir else []):
+        check_output_path(path)  # a name the file system refuses to look up, e.g. too long
     for path in request.outputs() + ([request.png_dir] if request.png_dir else []):
         if path.exists() and trace.exists() and path.resolve() == trace.resolve():
             raise InputError(f"{path}: refusing to overwrite the input trace; choose another path")

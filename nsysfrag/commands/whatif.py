@@ -12,6 +12,7 @@ from nsysfrag import nsys
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.report_options import STDOUT, ByteSize
 from nsysfrag.errors import InputError
+from nsysfrag.input_file import check_input_file, check_output_path
 
 
 def _write(path: Path, text: str) -> None:
@@ -26,6 +27,7 @@ def _write(path: Path, text: str) -> None:
 
 def _check_outputs(paths: list[Path], source: Path) -> None:
     for path in paths:
+        check_output_path(path)  # a name the file system refuses to look up, e.g. too long
         if path == STDOUT:
             continue
         if path.exists() and source.exists() and path.resolve() == source.resolve():
@@ -82,6 +84,7 @@ def whatif_command(
 
     for p in policies:
         parse_policy(p)  # a bad --policy fails before any work
+    check_input_file(source)  # before anything opens it: a FIFO would block the open
     outputs = [p for p in (json_path, html_path) if p is not None]
     _check_outputs(outputs, source)
     if nsys.is_report(source):
