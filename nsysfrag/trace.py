@@ -118,8 +118,8 @@ class _WorkBudget:
     """
 
     TICK = 100_000  # virtual-machine instructions between checks
-    FLOOR = 2_000_000_000  # the least allowed: a few seconds of SQLite work
-    PER_BYTE = 2_000  # the samples take under 20 instructions per byte of file
+    FLOOR = 50_000_000  # the least allowed: about a second of SQLite work
+    PER_BYTE = 50  # reading any sample or real export takes under 0.5 per byte of file
 
     def __init__(self, path: Path) -> None:
         self.limit = max(self.FLOOR, self.PER_BYTE * path.stat().st_size)
@@ -440,11 +440,13 @@ class _MemoryQuery:
         if MEMORY_TABLE not in tables:
             return cls(False, 0)
         kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
-        modelled = (
-            [kinds[n] for n in MODELLED_KIND_NAMES if n in kinds]
-            if kinds
-            else list(MODELLED_KIND_NAMES.values())
-        )
+        # By name; a name the table lacks (schema 2.x has no table; a damaged one lost the row)
+        # keeps its usual id, unless the table gives that id to another kind.
+        modelled = [
+            kinds[name] if name in kinds else usual
+            for name, usual in MODELLED_KIND_NAMES.items()
+            if name in kinds or usual not in kinds.values()
+        ]
         opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
         return cls(
             has_correlation="correlationId" in _columns(con, MEMORY_TABLE),
