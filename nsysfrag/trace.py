@@ -272,6 +272,11 @@ def _columns(con: Connection, table: str) -> set[str]:
     return {r[1] for r in con.exec_driver_sql(f"PRAGMA table_info('{table}')").fetchall()}
 
 
+def _has(con: Connection, tables: dict[str, str], table: str, *columns: str) -> bool:
+    """Whether ``table`` exists with ``columns`` (a damaged export may have lost either)."""
+    return table in tables and set(columns) <= _columns(con, table)
+
+
 def _rows(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
 
@@ -362,7 +367,7 @@ def _metadata(con: Connection, tables: dict[str, str]) -> dict[str, str]:
     """Export and capture metadata; the export table was renamed in nsys 2023.3."""
     found: dict[str, str] = {}
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT", "META_DATA_CAPTURE"):
-        if table in tables and {"name", "value"} <= _columns(con, table):
+        if _has(con, tables, table, "name", "value"):
             for name, value in _rows(con, f"SELECT name, value FROM {table}"):
                 if isinstance(name, str) and isinstance(value, (str, int)):
                     found.setdefault(name, str(value))
@@ -387,7 +392,8 @@ def _no_memory_table_message(
 def _api_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
     """nameId -> API name without its version suffix, for the allocation and VMM calls (the
     only names we look for; the string table is small next to the runtime table)."""
-    if RUNTIME_TABLE not in tables or "StringIds" not in tables:
+    # Names are only looked for where they can be counted (_count_calls reads nameId).
+    if not (_has(con, tables, RUNTIME_TABLE, "nameId") and _has(con, tables, "StringIds", "id", "value")):
         return {}
     wanted = ALLOCATION_CALLS | VMM_CALLS
     names = {}
@@ -415,7 +421,7 @@ def _count_calls(
 
 
 def _enum_ids(con: Connection, tables: dict[str, str], table: str) -> dict[str, int]:
-    if table not in tables or not {"id", "name"} <= _columns(con, table):
+    if not _has(con, tables, table, "id", "name"):
         return {}
     # Ids go into SQL text and numpy arrays: only integers count.
     return {
@@ -443,7 +449,7 @@ class _MemoryQuery:
         # By name; a name the table lacks (schema 2.x has no table; a damaged one lost the row)
         # keeps its usual id, unless the table gives that id to another kind.
         modelled = [
-            kinds[name] if name in kinds else usual
+            kinds.get(name, usual)
             for name, usual in MODELLED_KIND_NAMES.items()
             if name in kinds or usual not in kinds.values()
         ]
@@ -682,6 +688,7 @@ def _streamed_int_columns(
 
 _NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.bool_),) * 2)
 _API_REQUIRED = ("start", "globalTid", "correlationId")
+_API_COLUMNS = (*_API_REQUIRED, "eventClass", "nameId", "returnValue")
 # Correlation ids listed literally in a query; beyond this a subquery over the memory table is
 # cheaper than a huge statement.
 _LITERAL_IDS = 20_000
@@ -692,8 +699,7 @@ def _read_api(
 ) -> ApiCalls:
     """The allocation calls (for failures and sites). Rows correlated with other memory events
     come from :func:`_read_correlated_api` once the memory events are known."""
-    need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
-    if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
+    if not _has(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return _NO_API
     alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
     return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
@@ -705,8 +711,7 @@ def _read_correlated_api(
 ) -> ApiCalls:
     """Add the API rows of allocation events whose call is not an allocation call (static
     memory at module load, arrays, ...): usually few, so they are fetched by id."""
-    need = {"start", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"}
-    if RUNTIME_TABLE not in tables or not need <= _columns(con, RUNTIME_TABLE):
+    if not _has(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return api
     allocs = ~memory.is_free & (memory.correlation_id >= 0)
     wanted = (memory.pid[allocs] << 32) | memory.correlation_id[allocs]
@@ -797,7 +802,7 @@ def _read_nvtx(con: Connection, tables: dict[str, str]) -> NvtxRanges:
         return NvtxRanges(empty, empty, empty, empty, empty.astype(bool), [])
     # Unregistered strings are in `text`, registered ones (nvtxDomainRegisterString) in `textId`.
     text = "n.text" if "text" in cols else "NULL"
-    text_id = "n.textId" if "textId" in cols and "StringIds" in tables else "NULL"
+    text_id = "n.textId" if "textId" in cols and _has(con, tables, "StringIds", "id", "value") else "NULL"
     ranges = (
         f"n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
         " AND typeof(n.start) = 'integer' AND typeof(n.end) = 'integer'"
@@ -854,7 +859,7 @@ def _read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
 
 def _read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[int, int], int]:
     table = "TARGET_INFO_CUDA_DEVICE"
-    if table not in tables or not {"gpuId", "cudaId", "pid"} <= _columns(con, table):
+    if not _has(con, tables, table, "gpuId", "cudaId", "pid"):
         return {}
     found: dict[tuple[int, int], int] = {}
     for gpu, cuda, pid in _rows(con, f"SELECT gpuId, cudaId, pid FROM {table}{_order_by(con, table)}"):
@@ -864,7 +869,7 @@ def _read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[in
 
 
 def _read_process_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
-    if "PROCESSES" not in tables or not {"pid", "name"} <= _columns(con, "PROCESSES"):
+    if not _has(con, tables, "PROCESSES", "pid", "name"):
         return {}
     rows = _rows(con, "SELECT pid, name FROM PROCESSES")
     return {p: n for p, n in rows if isinstance(p, int) and isinstance(n, str)}

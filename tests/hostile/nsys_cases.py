@@ -76,29 +76,6 @@ def rowid_gap(folder: Path) -> Path:
     )
 
 
-def nested_nvtx(
-    path: Path, ranges: int = 5000, name_chars: int = 1000, every_depth: bool = True
-) -> Path:
-    """``ranges`` push/pop ranges nested inside each other on one thread, names of
-    ``name_chars`` characters, and an allocation at every depth (or only the innermost), every
-    other one freed out of order so that hotspots name the sites."""
-    nvtx = [
-        NvtxRow(10 * i, 10 * (2 * ranges - i) + 5, 1, 7, f"{i:06d}" + "n" * (name_chars - 6))
-        for i in range(ranges)
-    ]
-    depths = range(ranges) if every_depth else [ranges - 1]
-    memory, api = [], []
-    for k, depth in enumerate(depths):
-        t = 10 * depth + 2
-        memory.append(MemoryRow(t, 1, 0, BASE + k * 4096, 1024, correlation_id=k + 1))
-        api.append(ApiRow(t - 1, t + 1, 1, 7, CALL, k + 1))
-    end = 30 * ranges
-    memory += [
-        MemoryRow(end + k, 1, 0, BASE + k * 4096, 1024, op=FREE) for k in range(0, len(depths), 2)
-    ]
-    return write_export(path, memory, api, nvtx, [Gpu(0, total_memory=1 << 30)])
-
-
 def high_addresses(path: Path, base: int) -> Path:
     """The small trace's layout at ``base`` (2**63 and above is stored negative by SQLite)."""
     rows = [

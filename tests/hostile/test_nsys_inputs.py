@@ -18,6 +18,7 @@ import pytest
 from nsysfrag import sqlite_columns
 from nsysfrag.analysis import analyze
 from nsysfrag.errors import InputError
+from nsysfrag.synthetic import nested_nvtx_export
 from nsysfrag.trace import read_trace
 from tests.conftest import BASE, SAMPLES, MiB
 from tests.hostile import nsys_cases as cases
@@ -137,7 +138,7 @@ def test_a_view_that_never_ends_is_stopped_by_the_work_budget(tmp_path: Path) ->
 
 def test_5000_nested_ranges_with_long_names_run_fast_and_small(tmp_path: Path) -> None:
     # main: 2.5 GB and MemoryError on this 7 MB file (5.4 s; 1,000 ranges took 5.4 s)
-    path = cases.nested_nvtx(tmp_path / "nested.sqlite", 5000, 1000, every_depth=False)
+    path = nested_nvtx_export(tmp_path / "nested.sqlite", 5000, 1000, every_depth=False)
     outcome = run_nsysfrag(["analyze", path, "--json", "-"], inputs=[path])
     assert json.loads(outcome.stdout)["spaces"][0]["counts"]["allocations"] == 1
 
@@ -145,7 +146,7 @@ def test_5000_nested_ranges_with_long_names_run_fast_and_small(tmp_path: Path) -
 def test_deep_sites_are_elided_keeping_both_ends(tmp_path: Path) -> None:
     from nsysfrag.sites import MAX_SITE_CHARS
 
-    path = cases.nested_nvtx(tmp_path / "nested.sqlite", 300, 100, every_depth=True)
+    path = nested_nvtx_export(tmp_path / "nested.sqlite", 300, 100, every_depth=True)
     space = analyze(read_trace(path)).spaces[0]
     sites = {h.site for h in space.hotspots}
     assert len(sites) == 150  # every other depth is freed out of order
