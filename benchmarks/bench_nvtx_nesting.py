@@ -19,9 +19,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from bench_analyze import end_to_end
+from bench_analyze import end_to_end, median_seconds
 
+from nsysfrag.analysis import analyze
 from nsysfrag.synthetic import nested_nvtx_export
+from nsysfrag.trace import read_trace
 
 NAME_CHARS = 1000
 SECONDS_LIMIT = 10.0
@@ -35,13 +37,16 @@ def main() -> None:
             for every in (False, True):
                 path = nested_nvtx_export(Path(tmp) / f"n{ranges}{every}.sqlite", ranges, NAME_CHARS, every)
                 seconds, rss = end_to_end(path)
-                rows.append((ranges, every, path.stat().st_size, seconds, rss))
-    print(f"{'ranges':>7} {'allocations at':>15} {'file':>9} {'analyze':>9} {'peak RSS':>10}")
-    for ranges, every, size, seconds, rss in rows:
+                inside = median_seconds(lambda p=path: analyze(read_trace(p)))
+                rows.append((ranges, every, path.stat().st_size, seconds, rss, inside))
+    print(f"{'ranges':>7} {'allocations at':>15} {'file':>9} {'read+analyze':>13}"
+          f" {'whole command':>14} {'peak RSS':>10}")
+    for ranges, every, size, seconds, rss, inside in rows:
         where = "every depth" if every else "innermost"
-        print(f"{ranges:>7,} {where:>15} {size / 2**20:>7.1f} MB {seconds:>7.2f} s {rss / 2**20:>6.0f} MiB")
+        print(f"{ranges:>7,} {where:>15} {size / 2**20:>7.1f} MB {inside:>11.2f} s"
+              f" {seconds:>12.2f} s {rss / 2**20:>6.0f} MiB")
     print()
-    for ranges, every, _, seconds, rss in rows:
+    for ranges, every, _, seconds, rss, _inside in rows:
         if ranges != 5000:
             continue
         name = f"5,000 nested ranges, {NAME_CHARS:,}-char names, allocations at " + (
