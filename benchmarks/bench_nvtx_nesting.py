@@ -22,8 +22,8 @@ sys.path.insert(0, str(HERE.parent))
 from bench_analyze import end_to_end, median_seconds
 
 from nsysfrag.analysis import analyze
-from nsysfrag.synthetic import nested_nvtx_export
-from nsysfrag.trace import read_trace
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.testing.nsys_export import nested_nvtx_export
 
 NAME_CHARS = 1000
 SECONDS_LIMIT = 10.0

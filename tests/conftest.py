@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from nsysfrag.synthetic import ApiRow, ExportOptions, Gpu, MemoryRow, NvtxRow, write_export
+from nsysfrag.testing.nsys_export import (
+    ApiRow,
+    ExportOptions,
+    Gpu,
+    MemoryRow,
+    NvtxRow,
+    write_export,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -28,6 +35,7 @@ def fuzz_examples() -> int:
         return int(os.environ["NSYSFRAG_FUZZ_EXAMPLES"])
     current = getattr(settings, "get_current_profile_name", lambda: "default")()
     return settings.get_profile(FUZZ_PROFILE).max_examples if current == FUZZ_PROFILE else FUZZ_CI_EXAMPLES
+
 
 MiB = 1 << 20
 BASE = 0x7F00_0000_0000

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from nsysfrag.comparison import compare, load_document
+from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.reporters import comparison_table
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from nsysfrag import nsys
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.report_options import STDOUT, ByteSize
 from nsysfrag.errors import InputError
-from nsysfrag.input_file import check_input_file, check_output_path
+from nsysfrag.inputs.nsys import runner as nsys
+from nsysfrag.inputs.paths import check_input_file, check_output_path
 
 
 def _write(path: Path, text: str) -> None:

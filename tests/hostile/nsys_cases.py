@@ -10,7 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from nsysfrag.synthetic import (
+from nsysfrag.testing.nsys_export import (
     FREE,
     ApiRow,
     ExportOptions,

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsysfrag import sqlite_columns
 from nsysfrag.analysis import analyze
 from nsysfrag.errors import InputError
-from nsysfrag.synthetic import nested_nvtx_export
-from nsysfrag.trace import read_trace
+from nsysfrag.inputs.nsys import sqlite_columns
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.testing.nsys_export import nested_nvtx_export
 from tests.conftest import BASE, SAMPLES, MiB
 from tests.hostile import nsys_cases as cases
 from tests.hostile.contract import run_nsysfrag
@@ -81,7 +81,7 @@ def test_rowids_at_both_ends_of_int64_read_in_rowid_order(
 
 
 def test_the_portable_reader_pages_by_rowid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nsysfrag import trace
+    from nsysfrag.inputs.nsys import reader as trace
 
     portable(monkeypatch)
     monkeypatch.setattr(trace, "CHUNK_ROWS", 3)  # several pages, each after a rowid gap
@@ -144,7 +144,7 @@ def test_5000_nested_ranges_with_long_names_run_fast_and_small(tmp_path: Path) -
 
 
 def test_deep_sites_are_elided_keeping_both_ends(tmp_path: Path) -> None:
-    from nsysfrag.sites import MAX_SITE_CHARS
+    from nsysfrag.inputs.nsys.sites import MAX_SITE_CHARS
 
     path = nested_nvtx_export(tmp_path / "nested.sqlite", 300, 100, every_depth=True)
     space = analyze(read_trace(path)).spaces[0]

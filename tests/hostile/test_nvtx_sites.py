@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nsysfrag import sites
 from nsysfrag.errors import InputError
-from nsysfrag.events import ApiCalls, MemoryEvents, NvtxRanges
-from nsysfrag.sites import NO_RANGE, SiteResolver
-from nsysfrag.synthetic import ApiRow, Gpu, MemoryRow, NvtxRow, write_export
+from nsysfrag.inputs.nsys import sites
+from nsysfrag.inputs.nsys.records import ApiCalls, MemoryEvents, NvtxRanges
+from nsysfrag.inputs.nsys.sites import NO_RANGE, SiteResolver
+from nsysfrag.testing.nsys_export import ApiRow, Gpu, MemoryRow, NvtxRow, write_export
 from tests.conftest import BASE
 from tests.hostile.in_process import run_in_process
 

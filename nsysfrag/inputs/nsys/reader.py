@@ -21,9 +21,9 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from nsysfrag import sqlite_columns
 from nsysfrag.errors import InputError
-from nsysfrag.events import (
+from nsysfrag.inputs.nsys import sqlite_columns
+from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
     DEALLOCATION_OPERATION_NAME,
@@ -43,7 +43,7 @@ from nsysfrag.events import (
     api_base_name,
     split_global_id,
 )
-from nsysfrag.input_file import check_input_file, display_path
+from nsysfrag.inputs.paths import check_input_file, display_path
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
