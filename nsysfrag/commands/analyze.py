@@ -25,7 +25,7 @@ from nsysfrag.commands.report_options import (
 )
 from nsysfrag.errors import InputError, NsysError
 from nsysfrag.inputs.nsys import runner as nsys
-from nsysfrag.inputs.paths import check_input_file
+from nsysfrag.inputs.paths import check_regular_file
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -64,7 +64,7 @@ def analyze_command(
         nsysfrag analyze snap.pickle --html snap.html
     """
     request = ReportRequest.from_options(options)
-    check_input_file(trace)  # before anything opens it: a FIFO would block the open
+    check_regular_file(trace)  # before anything opens it: a FIFO would block the open
     check_outputs(request, trace)
     if snapshot.is_snapshot(trace) and not nsys.is_report(trace):
         if reexport or cache_dir is not None:

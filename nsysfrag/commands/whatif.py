@@ -12,7 +12,7 @@ from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.report_options import STDOUT, ByteSize
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import runner as nsys
-from nsysfrag.inputs.paths import check_input_file, check_output_path
+from nsysfrag.inputs.paths import check_output_path, check_regular_file
 
 
 def _write(path: Path, text: str) -> None:
@@ -84,7 +84,7 @@ def whatif_command(
 
     for p in policies:
         parse_policy(p)  # a bad --policy fails before any work
-    check_input_file(source)  # before anything opens it: a FIFO would block the open
+    check_regular_file(source)  # before anything opens it: a FIFO would block the open
     outputs = [p for p in (json_path, html_path) if p is not None]
     _check_outputs(outputs, source)
     if nsys.is_report(source):

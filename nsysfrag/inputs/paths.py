@@ -24,7 +24,7 @@ _KINDS = (
 )
 
 
-def check_input_file(path: Path) -> None:
+def check_regular_file(path: Path) -> None:
     """Raise :class:`InputError` for a path that cannot be read as an ordinary file."""
     st = _stat(path, "pass the path of an existing file")
     if st is None:

@@ -81,10 +81,10 @@ def test_rowids_at_both_ends_of_int64_read_in_rowid_order(
 
 
 def test_the_portable_reader_pages_by_rowid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nsysfrag.inputs.nsys import reader as trace
+    from nsysfrag.inputs.nsys import sqlite_tables
 
     portable(monkeypatch)
-    monkeypatch.setattr(trace, "CHUNK_ROWS", 3)  # several pages, each after a rowid gap
+    monkeypatch.setattr(sqlite_tables, "PAGE_ROWS", 3)  # several pages, each after a rowid gap
     path = cases.small_trace(tmp_path / "t.sqlite")
     want = memory_rows(path)
     cases.sql(path, f"UPDATE {cases.MEMORY} SET rowid = rowid * 1000000000000")

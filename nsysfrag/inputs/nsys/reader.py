@@ -7,22 +7,20 @@ than assuming them, because nsys creates tables lazily and has renamed some acro
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-from urllib.parse import quote
+from typing import Literal, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys import sqlite_columns
+from nsysfrag.inputs.nsys import export_file, sqlite_columns
+from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
@@ -43,7 +41,7 @@ from nsysfrag.inputs.nsys.records import (
     api_base_name,
     split_global_id,
 )
-from nsysfrag.inputs.paths import check_input_file, display_path
+from nsysfrag.inputs.paths import display_path
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -60,7 +58,6 @@ RECORD_COMMAND = (
     "nsys profile --trace=cuda,nvtx,osrt --cuda-memory-usage=true -o run <your program>"
     " && nsys export --type sqlite run.nsys-rep (or: nsysfrag profile -- <your program>)"
 )
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def read_trace(
@@ -74,8 +71,8 @@ def read_trace(
     (with no memory events), so its GPUs, API calls and NVTX ranges can be inspected.
     """
     path = Path(path)
-    uri = database_uri(path, _check_file(path))
-    budget = _WorkBudget(path)
+    uri = export_file.database_uri(path, export_file.check_export_file(path))
+    budget = export_file.WorkBudget(path)
     engine = sa.create_engine(
         "sqlite://", creator=lambda: budget.connect(uri), poolclass=sa.pool.NullPool
     )
@@ -103,99 +100,6 @@ def _reason(err: Exception) -> str:
     return lines[0] if lines else type(orig).__name__
 
 
-def _text(value: bytes) -> str:
-    # SQLite hands back whatever bytes a TEXT cell holds: a damaged or foreign file may hold
-    # bytes that are not UTF-8 (in its schema too), which must not stop the analysis.
-    return value.decode("utf-8", "replace")
-
-
-class _WorkBudget:
-    """A bound on the SQLite work one connection may do, proportional to the file's size.
-
-    Every table nsys writes is read in a few linear scans, so the work is proportional to the
-    file; only a view (a recursive one never ends) or a pathological schema can make SQLite
-    work without bound, and the progress handler then interrupts the statement.
-    """
-
-    TICK = 100_000  # virtual-machine instructions between checks
-    FLOOR = 50_000_000  # the least allowed: about a second of SQLite work
-    PER_BYTE = 50  # reading any sample or real export takes under 0.5 per byte of file
-
-    def __init__(self, path: Path) -> None:
-        self.limit = max(self.FLOOR, self.PER_BYTE * path.stat().st_size)
-        self.exceeded = False
-
-    def connect(self, uri: str) -> sqlite3.Connection:
-        con = sqlite3.connect(uri, uri=True)
-        con.text_factory = _text
-        steps = 0
-
-        def tick() -> int:
-            nonlocal steps
-            steps += self.TICK
-            if steps > self.limit:
-                self.exceeded = True
-                return 1  # interrupts the statement
-            return 0
-
-        con.set_progress_handler(tick, self.TICK)
-        return con
-
-
-def _check_file(path: Path) -> bytes:
-    """Refuse what is not an SQLite file, from its metadata and first bytes; return the header."""
-    check_input_file(path)
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file; pass the .sqlite that `nsys export` wrote") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a directory; pass a trace file (.sqlite or .nsys-rep)")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied; make the file readable")
-    if st.st_size == 0:
-        raise InputError(f"{path}: the file is empty; record and export the trace again")
-    with path.open("rb") as f:
-        header = f.read(_HEADER_BYTES)
-    if not header.startswith(_SQLITE_MAGIC):
-        if path.suffix in {".nsys-rep", ".qdrep"}:
-            raise InputError(
-                f"{path}: this is an nsys report, not its SQLite export; run"
-                f" `nsys export --type sqlite {path}` and analyze the .sqlite"
-            )
-        raise InputError(
-            f"{path}: not an SQLite database; pass the .sqlite written by"
-            " `nsys export --type sqlite`"
-        )
-    return header
-
-
-_HEADER_BYTES = 100
-# Header bytes 18 and 19 (file format write and read versions) are 2 in WAL mode.
-_WAL_VERSIONS = slice(18, 20)
-
-
-def database_uri(path: Path, header: bytes) -> str:
-    """The URI that opens ``path`` without ever writing: read-only, or immutable in WAL mode.
-
-    A read-only connection to a WAL database still creates its -shm and -wal files beside it;
-    ``immutable=1`` creates nothing, but ignores a -wal file, so one with content in it (changes
-    not merged into the database) is refused rather than silently left out.
-    """
-    real = path.resolve()
-    name = quote(os.fsencode(real))  # bytes: a file name need not be valid UTF-8
-    if 2 not in header[_WAL_VERSIONS]:
-        return f"file:{name}?mode=ro"
-    wal = real.with_name(real.name + "-wal")
-    if wal.exists() and wal.stat().st_size > 0:
-        raise InputError(
-            f"{path}: the database is in WAL mode and {wal.name} holds changes not yet merged"
-            " into it, which nsysfrag cannot read without writing; merge them first with"
-            f" `sqlite3 {path} 'PRAGMA wal_checkpoint(TRUNCATE)'`"
-        )
-    return f"file:{name}?immutable=1"
-
-
 # Where nsys records the report it exported, most specific first: 2022.x wrote EXPORT_INPUT_*,
 # 2023.3 and later EXPORT_PARAM_INPUT_*; *_PATH is relative in some versions.
 _INPUT_KEYS = (
@@ -214,12 +118,9 @@ def export_inputs(export: Path) -> list[str]:
     if not export.is_file():  # a FIFO would block the open below
         return []
     try:
-        with export.open("rb") as f:
-            uri = database_uri(export, f.read(_HEADER_BYTES))
-        con = sqlite3.connect(uri, uri=True)
+        con = export_file.connect_read_only(export)
     except (OSError, InputError, sqlite3.Error):
         return []
-    con.text_factory = _text
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         values: dict[str, str] = {}
@@ -235,52 +136,6 @@ def export_inputs(export: Path) -> list[str]:
         con.close()
 
 
-def _tables(con: Connection) -> dict[str, str]:
-    """Table and view names -> "table" or "view": a view is as good a source to SELECT from."""
-    rows = con.exec_driver_sql(
-        "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
-    ).fetchall()
-    return {name: kind for name, kind in rows if isinstance(name, str)}
-
-
-def _row_order(con: Connection, table: str) -> str | None:
-    """The name under which ``table``'s rowid (its row order) reads, or None when it has none
-    (a view, a WITHOUT ROWID table, or a table that declares all of rowid, _rowid_ and oid as
-    columns of its own)."""
-    kind = _rows(con, "SELECT type FROM sqlite_master WHERE name = ?", (table,))
-    if not kind or kind[0][0] != "table":
-        return None
-    declared = {c.lower() for c in _columns(con, table) if isinstance(c, str)}
-    name = next((n for n in ("rowid", "_rowid_", "oid") if n not in declared), None)
-    if name is None or "without rowid" in _table_sql(con, table):
-        return None
-    return name
-
-
-def _table_sql(con: Connection, table: str) -> str:
-    rows = _rows(con, "SELECT sql FROM sqlite_master WHERE name = ?", (table,))
-    sql = rows[0][0] if rows else None
-    return " ".join(sql.lower().split()) if isinstance(sql, str) else ""
-
-
-def _order_by(con: Connection, table: str, alias: str = "") -> str:
-    key = _row_order(con, table)
-    return f" ORDER BY {alias}{key}" if key is not None else ""
-
-
-def _columns(con: Connection, table: str) -> set[str]:
-    return {r[1] for r in con.exec_driver_sql(f"PRAGMA table_info('{table}')").fetchall()}
-
-
-def _has(con: Connection, tables: dict[str, str], table: str, *columns: str) -> bool:
-    """Whether ``table`` exists with ``columns`` (a damaged export may have lost either)."""
-    return table in tables and set(columns) <= _columns(con, table)
-
-
-def _rows(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
-
-
 def _read(
     engine: sa.Engine,
     con: Connection,
@@ -289,7 +144,7 @@ def _read(
     require_memory_events: bool,
     progress: ProgressCallback | None,
 ) -> Trace:
-    tables = _tables(con)
+    tables = db.table_kinds(con)
     if MEMORY_TABLE not in tables and not any(t.startswith(_NSYS_TABLE_PREFIXES) for t in tables):
         raise InputError(
             f"{path}: not an Nsight Systems export (it has none of the tables nsys writes);"
@@ -299,7 +154,7 @@ def _read(
     if MEMORY_TABLE not in tables:
         if require_memory_events:
             raise InputError(_no_memory_table_message(con, tables, path, metadata))
-    elif missing := [c for c in REQUIRED_MEMORY_COLUMNS if c not in _columns(con, MEMORY_TABLE)]:
+    elif missing := [c for c in REQUIRED_MEMORY_COLUMNS if c not in db.column_names(con, MEMORY_TABLE)]:
         raise InputError(
             f"{path}: {MEMORY_TABLE} lacks column(s) {', '.join(missing)}; this is not an"
             " export nsysfrag understands — re-export it with a current `nsys export --type sqlite`"
@@ -325,8 +180,8 @@ def _read(
             try:
                 halves = positions.result(), kinds.result()
                 if len({len(a) for half in halves for a in half}) > 1:
-                    raise _NotAllIntegers()
-            except _NotAllIntegers:
+                    raise db.NotAllIntegers()
+            except db.NotAllIntegers:
                 halves = query.filtered(con)
         memory = query.events(*halves)
         allocation_calls = calls.result()
@@ -367,8 +222,8 @@ def _metadata(con: Connection, tables: dict[str, str]) -> dict[str, str]:
     """Export and capture metadata; the export table was renamed in nsys 2023.3."""
     found: dict[str, str] = {}
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT", "META_DATA_CAPTURE"):
-        if _has(con, tables, table, "name", "value"):
-            for name, value in _rows(con, f"SELECT name, value FROM {table}"):
+        if db.has_columns(con, tables, table, "name", "value"):
+            for name, value in db.query(con, f"SELECT name, value FROM {table}"):
                 if isinstance(name, str) and isinstance(value, (str, int)):
                     found.setdefault(name, str(value))
     return found
@@ -393,13 +248,13 @@ def _api_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
     """nameId -> API name without its version suffix, for the allocation and VMM calls (the
     only names we look for; the string table is small next to the runtime table)."""
     # Names are only looked for where they can be counted (_count_calls reads nameId).
-    if not (_has(con, tables, RUNTIME_TABLE, "nameId") and _has(con, tables, "StringIds", "id", "value")):
+    if not (db.has_columns(con, tables, RUNTIME_TABLE, "nameId") and db.has_columns(con, tables, "StringIds", "id", "value")):
         return {}
     wanted = ALLOCATION_CALLS | VMM_CALLS
     names = {}
     # Every wanted name starts with "cu" and is short: the filter keeps the (possibly huge)
     # other strings in SQLite. Ids go into SQL text later, so only integers are kept.
-    for i, value in _rows(
+    for i, value in db.query(
         con, "SELECT id, value FROM StringIds WHERE value GLOB 'cu*' AND length(value) <= 128"
     ):
         if isinstance(i, int) and isinstance(value, str) and (name := api_base_name(value)) in wanted:
@@ -417,16 +272,16 @@ def _count_calls(
         sums.append(f"coalesce(sum(nameId IN ({ids})), 0)" if ids else "0")
     if all(s == "0" for s in sums):  # no such name in the trace: no need to scan it
         return [0] * len(groups)
-    return [int(v) for v in _rows(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
+    return [int(v) for v in db.query(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
 
 
 def _enum_ids(con: Connection, tables: dict[str, str], table: str) -> dict[str, int]:
-    if not _has(con, tables, table, "id", "name"):
+    if not db.has_columns(con, tables, table, "id", "name"):
         return {}
     # Ids go into SQL text and numpy arrays: only integers count.
     return {
         n: i
-        for i, n in _rows(con, f"SELECT id, name FROM {table}")
+        for i, n in db.query(con, f"SELECT id, name FROM {table}")
         if isinstance(n, str) and isinstance(i, int)
     }
 
@@ -455,8 +310,8 @@ class _MemoryQuery:
         ]
         opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
         return cls(
-            has_correlation="correlationId" in _columns(con, MEMORY_TABLE),
-            total_rows=int(_rows(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0]),
+            has_correlation="correlationId" in db.column_names(con, MEMORY_TABLE),
+            total_rows=int(db.query(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0]),
             modelled_kinds=tuple(modelled),
             alloc_op_id=opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID),
             free_op_id=opers.get(DEALLOCATION_OPERATION_NAME, DEFAULT_DEALLOCATION_ID),
@@ -479,12 +334,12 @@ class _MemoryQuery:
         if self.total_rows == 0:
             return []
         columns = [*self._POSITIONS, self._correlation()]
-        return _int_columns(con, columns, MEMORY_TABLE, on_rows=loaded)
+        return db.int_columns(con, columns, MEMORY_TABLE, on_rows=loaded)
 
     def kinds(self, con: Connection) -> list[I64]:
         if self.total_rows == 0:
             return []
-        return _int_columns(con, list(self._KINDS), MEMORY_TABLE)
+        return db.int_columns(con, list(self._KINDS), MEMORY_TABLE)
 
     def compiled(
         self,
@@ -495,10 +350,10 @@ class _MemoryQuery:
     ) -> tuple[list[I64], list[I64]] | None:
         """Both halves through SQLite's C API (``sqlite_columns``), two row ranges on two
         threads; None when that path is not available or meets anything unusual."""
-        key = _row_order(con, MEMORY_TABLE)
+        key = db.row_order(con, MEMORY_TABLE)
         if self.total_rows == 0 or key is None or not sqlite_columns.available():
             return None
-        lo, hi = _rows(
+        lo, hi = db.query(
             con, f"SELECT (SELECT min({key}) FROM {MEMORY_TABLE}), (SELECT max({key}) FROM {MEMORY_TABLE})"
         )[0]
         if lo is None:
@@ -512,7 +367,7 @@ class _MemoryQuery:
             mid = lo + first_rows - 1
         else:
             mid = int(
-                _rows(
+                db.query(
                     con,
                     f"SELECT {key} FROM {MEMORY_TABLE} ORDER BY {key} LIMIT 1 OFFSET {first_rows - 1}",
                 )[0][0]
@@ -547,7 +402,7 @@ class _MemoryQuery:
         if self.has_correlation:
             valid += " AND typeof(coalesce(correlationId, 0)) = 'integer'"
         columns = [*self._POSITIONS, self._correlation(), *self._KINDS]
-        arrays = _int_columns(con, columns, MEMORY_TABLE, valid)
+        arrays = db.int_columns(con, columns, MEMORY_TABLE, valid)
         return arrays[:4], arrays[4:]
 
     def events(self, positions: list[I64], kinds: list[I64]) -> MemoryEvents:
@@ -599,93 +454,6 @@ def _no_memory_events() -> MemoryEvents:
     return MemoryEvents(empty, empty, empty, empty.view(np.uint64), empty, no, no, empty)
 
 
-class _NotAllIntegers(Exception):
-    pass
-
-
-CHUNK_ROWS = 250_000
-
-
-def _int_columns(
-    con: Connection,
-    expressions: list[str],
-    table: str,
-    where: str = "1",
-    chunked: bool = True,
-    on_rows: Callable[[int], None] | None = None,
-) -> list[I64]:
-    """Integer columns of ``SELECT expressions FROM table WHERE where`` as arrays, in row order.
-
-    Traces run to millions of rows, and a Python tuple per row is what makes the obvious
-    ``fetchall`` slow: here SQLite joins each column into one text in C and numpy parses it.
-    Chunks of CHUNK_ROWS rows keep those texts, and so the peak memory, small; each chunk starts
-    after the last rowid of the one before (keyset pagination), so the number of queries follows
-    the rows, whatever gaps the rowids have. ``chunked=False`` reads in one statement, for a
-    ``where`` with a subquery SQLite would otherwise rebuild per chunk. Every expression must
-    yield an integer on every row.
-    """
-    key = _row_order(con, table)
-    if key is None:
-        return _streamed_int_columns(con, expressions, table, where, on_rows)
-    inner = ", ".join(f"{e} AS c{i}" for i, e in enumerate(expressions))
-    outer = ", ".join(f"group_concat(c{i})" for i in range(len(expressions)))
-    parts: list[list[I64]] = [[] for _ in expressions]
-    after: int | None = None
-    while True:
-        if chunked:
-            seek = "" if after is None else f"{key} > {after} AND "
-            rows = f"WHERE {seek}({where}) ORDER BY {key} LIMIT {CHUNK_ROWS}"
-        else:
-            rows = f"WHERE {where}"
-        row = _rows(
-            con, f"SELECT count(*), max(k), {outer} FROM (SELECT {key} AS k, {inner} FROM {table} {rows})"
-        )[0]
-        n = int(row[0])
-        if n == 0:
-            break
-        after = int(row[1])
-        texts = list(row[2:])
-        del row
-        for i, column in enumerate(parts):
-            try:
-                values = np.fromstring(texts[i] or "", dtype=np.int64, sep=",")
-            except ValueError:  # numpy met a value that is not an integer
-                raise _NotAllIntegers() from None
-            texts[i] = None
-            if len(values) != n:
-                # group_concat skips NULLs and numpy stops at text: columns no longer line up.
-                raise _NotAllIntegers()
-            column.append(values)
-        if on_rows is not None:
-            on_rows(sum(len(v) for v in parts[0]))
-        if not chunked or n < CHUNK_ROWS:
-            break
-    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in parts]
-
-
-def _streamed_int_columns(
-    con: Connection,
-    expressions: list[str],
-    table: str,
-    where: str,
-    on_rows: Callable[[int], None] | None,
-) -> list[I64]:
-    """:func:`_int_columns` for a source without rowids (a view): row tuples in scan order,
-    slower but linear. SQLite marks every value that is not an integer as NULL."""
-    checked = ", ".join(f"CASE WHEN typeof({e}) = 'integer' THEN {e} END" for e in expressions)
-    result = con.exec_driver_sql(f"SELECT {checked} FROM {table} WHERE {where}")
-    blocks = []
-    while chunk := result.fetchmany(CHUNK_ROWS):
-        block = np.array([tuple(r) for r in chunk], dtype=object).reshape(len(chunk), -1)
-        if any(v is None for v in block.flat):
-            raise _NotAllIntegers()
-        blocks.append(block.astype(np.int64))
-        if on_rows is not None:
-            on_rows(sum(len(b) for b in blocks))
-    whole = np.concatenate(blocks) if blocks else np.zeros((0, len(expressions)), dtype=np.int64)
-    return [np.ascontiguousarray(whole[:, i]) for i in range(len(expressions))]
-
-
 _NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.bool_),) * 2)
 _API_REQUIRED = ("start", "globalTid", "correlationId")
 _API_COLUMNS = (*_API_REQUIRED, "eventClass", "nameId", "returnValue")
@@ -699,7 +467,7 @@ def _read_api(
 ) -> ApiCalls:
     """The allocation calls (for failures and sites). Rows correlated with other memory events
     come from :func:`_read_correlated_api` once the memory events are known."""
-    if not _has(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
+    if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return _NO_API
     alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
     return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
@@ -711,7 +479,7 @@ def _read_correlated_api(
 ) -> ApiCalls:
     """Add the API rows of allocation events whose call is not an allocation call (static
     memory at module load, arrays, ...): usually few, so they are fetched by id."""
-    if not _has(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
+    if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return api
     allocs = ~memory.is_free & (memory.correlation_id >= 0)
     wanted = (memory.pid[allocs] << 32) | memory.correlation_id[allocs]
@@ -755,15 +523,15 @@ def _api_rows(
             f" + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)"
         ),
     ]
-    # The compiled reader has no work budget (_WorkBudget): it only reads tables, never views.
+    # The compiled reader has no work budget (export_file.WorkBudget): it reads tables, not views.
     compiled = (
         sqlite_columns.read_int_columns(
             uri, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
         )
-        if _row_order(con, RUNTIME_TABLE) is not None
+        if db.row_order(con, RUNTIME_TABLE) is not None
         else None
     )
-    start, gtid, corr, flags = compiled or _read_integers(
+    start, gtid, corr, flags = compiled or db.read_integers(
         con, columns, RUNTIME_TABLE, where, _API_REQUIRED, chunked
     )
     pid, tid = split_global_id(gtid)
@@ -777,50 +545,32 @@ def _api_rows(
     )
 
 
-def _read_integers(
-    con: Connection,
-    expressions: list[str],
-    table: str,
-    where: str,
-    required: Sequence[str],
-    chunked: bool = True,
-    on_rows: Callable[[int], None] | None = None,
-) -> list[I64]:
-    """:func:`_int_columns`, skipping rows whose ``required`` columns hold a NULL or a
-    non-integer. The check costs a slower second scan, so only a trace that needs it pays."""
-    try:
-        return _int_columns(con, expressions, table, where, chunked, on_rows)
-    except _NotAllIntegers:
-        valid = " AND ".join(f"typeof({c}) = 'integer'" for c in required)
-        return _int_columns(con, expressions, table, f"({where}) AND {valid}", chunked, on_rows)
-
-
 def _read_nvtx(con: Connection, tables: dict[str, str]) -> NvtxRanges:
-    cols = _columns(con, "NVTX_EVENTS") if "NVTX_EVENTS" in tables else set()
+    cols = db.column_names(con, "NVTX_EVENTS") if "NVTX_EVENTS" in tables else set()
     if not {"start", "end", "eventType", "globalTid"} <= cols:
         empty = np.zeros(0, dtype=np.int64)
         return NvtxRanges(empty, empty, empty, empty, empty.astype(bool), [])
     # Unregistered strings are in `text`, registered ones (nvtxDomainRegisterString) in `textId`.
     text = "n.text" if "text" in cols else "NULL"
-    text_id = "n.textId" if "textId" in cols and _has(con, tables, "StringIds", "id", "value") else "NULL"
+    text_id = "n.textId" if "textId" in cols and db.has_columns(con, tables, "StringIds", "id", "value") else "NULL"
     ranges = (
         f"n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END})"
         " AND typeof(n.start) = 'integer' AND typeof(n.end) = 'integer'"
         " AND typeof(n.globalTid) = 'integer' AND n.end > n.start"
     )
-    rows = _rows(
+    rows = db.query(
         con,
         f"SELECT n.start, n.end, n.globalTid, n.eventType = {NVTX_PUSH_POP}, {text}, {text_id}"
-        f" FROM NVTX_EVENTS n WHERE {ranges}{_order_by(con, 'NVTX_EVENTS', 'n.')}",
+        f" FROM NVTX_EVENTS n WHERE {ranges}{db.order_by(con, 'NVTX_EVENTS', 'n.')}",
     )
     # Each registered string once (many ranges share one, and it may be huge), not per range.
     registered: dict[int, str] = {}
     if text_id != "NULL":
-        for i, value in _rows(
+        for i, value in db.query(
             con,
             "SELECT id, value FROM StringIds WHERE id IN"
             f" (SELECT n.textId FROM NVTX_EVENTS n WHERE {text} IS NULL AND {ranges})"
-            f"{_order_by(con, 'StringIds')}",
+            f"{db.order_by(con, 'StringIds')}",
         ):
             if isinstance(value, str):
                 registered.setdefault(i, value)
@@ -843,14 +593,14 @@ _UNNAMED = "(unnamed range)"
 
 
 def _read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
-    if "TARGET_INFO_GPU" not in tables or "id" not in _columns(con, "TARGET_INFO_GPU"):
+    if "TARGET_INFO_GPU" not in tables or "id" not in db.column_names(con, "TARGET_INFO_GPU"):
         return {}
-    cols = _columns(con, "TARGET_INFO_GPU")
+    cols = db.column_names(con, "TARGET_INFO_GPU")
     name = "name" if "name" in cols else "NULL"
     total = "totalMemory" if "totalMemory" in cols else "NULL"
     gpus: dict[int, Gpu] = {}
-    order = _order_by(con, "TARGET_INFO_GPU")
-    for gid, gname, mem in _rows(con, f"SELECT id, {name}, {total} FROM TARGET_INFO_GPU{order}"):
+    order = db.order_by(con, "TARGET_INFO_GPU")
+    for gid, gname, mem in db.query(con, f"SELECT id, {name}, {total} FROM TARGET_INFO_GPU{order}"):
         if isinstance(gid, int) and gid not in gpus:
             memory = mem if isinstance(mem, int) and mem > 0 else None
             gpus[gid] = Gpu(gid, gname if isinstance(gname, str) else f"GPU {gid}", memory)
@@ -859,17 +609,17 @@ def _read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
 
 def _read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[int, int], int]:
     table = "TARGET_INFO_CUDA_DEVICE"
-    if not _has(con, tables, table, "gpuId", "cudaId", "pid"):
+    if not db.has_columns(con, tables, table, "gpuId", "cudaId", "pid"):
         return {}
     found: dict[tuple[int, int], int] = {}
-    for gpu, cuda, pid in _rows(con, f"SELECT gpuId, cudaId, pid FROM {table}{_order_by(con, table)}"):
+    for gpu, cuda, pid in db.query(con, f"SELECT gpuId, cudaId, pid FROM {table}{db.order_by(con, table)}"):
         if all(isinstance(v, int) for v in (gpu, cuda, pid)):
             found.setdefault((pid, cuda), gpu)
     return found
 
 
 def _read_process_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
-    if not _has(con, tables, "PROCESSES", "pid", "name"):
+    if not db.has_columns(con, tables, "PROCESSES", "pid", "name"):
         return {}
-    rows = _rows(con, "SELECT pid, name FROM PROCESSES")
+    rows = db.query(con, "SELECT pid, name FROM PROCESSES")
     return {p: n for p, n in rows if isinstance(p, int) and isinstance(n, str)}

@@ -1,7 +1,7 @@
 """Integer columns straight from SQLite's C API into numpy arrays, in compiled code.
 
-The portable path (``trace._int_columns``) has SQLite format every value as text and numpy parse
-it back, which is half of the time to analyze a large trace. Here a numba loop calls
+The portable path (``sqlite_tables.int_columns``) has SQLite format every value as text and
+numpy parse it back, which is half of the time to analyze a large trace. Here a numba loop calls
 ``sqlite3_step`` / ``sqlite3_column_int64`` on the same libsqlite3 Python's own sqlite3 module
 uses, without the GIL, so two row ranges can be read on two cores at once. Anything unusual —
 no libsqlite3 to load, an error, a value that is not an integer — returns None and the caller
@@ -97,7 +97,7 @@ def read_int_columns(
     into: npt.NDArray[np.int64] | None = None,
 ) -> list[I64] | None:
     """The integer result columns of ``sql`` on the database ``uri`` names (a ``file:`` URI that
-    opens it read-only, from ``trace.database_uri``), or None (see above).
+    opens it read-only, from ``export_file.database_uri``), or None (see above).
     ``expected_rows`` sizes the arrays (they grow if it was short). With ``into`` (shape
     ``(ncols, expected_rows)``, e.g. a window of a larger array) the rows go there, and a
     result of any other length is None."""
