@@ -71,7 +71,7 @@ def _run(work: Path, stem: str, argv: list[str]) -> None:
                NO_COLOR="1", TERM="dumb")
     env.pop("NSYSFRAG_DEBUG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "nsysfrag", *argv], cwd=work, env=env, capture_output=True,
+        [sys.executable, "-m", "nsysfrag", *argv], check=False, cwd=work, env=env, capture_output=True,
         text=True, timeout=1800,
     )
     (work / "out" / f"{stem}.stdout").write_text(proc.stdout)
