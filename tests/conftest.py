@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from nsysfrag.testing.nsys_export import (
     ApiRow,
@@ -17,6 +19,23 @@ from nsysfrag.testing.nsys_export import (
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 REAL_TRACES = REPO.parent / "shared" / "real_traces"
+
+# Fuzz tests (tests/hostile) run FUZZ_CI_EXAMPLES examples in CI; `pytest --hypothesis-profile
+# fuzz` runs thousands (NSYSFRAG_FUZZ_EXAMPLES sets how many, with or without the profile).
+FUZZ_PROFILE = "fuzz"
+FUZZ_CI_EXAMPLES = 15
+settings.register_profile(
+    FUZZ_PROFILE, max_examples=int(os.environ.get("NSYSFRAG_FUZZ_EXAMPLES", "3000")), deadline=None
+)
+
+
+def fuzz_examples() -> int:
+    """How many examples a fuzz test runs: the environment, else the profile, else CI's few."""
+    if "NSYSFRAG_FUZZ_EXAMPLES" in os.environ:
+        return int(os.environ["NSYSFRAG_FUZZ_EXAMPLES"])
+    current = getattr(settings, "get_current_profile_name", lambda: "default")()
+    return settings.get_profile(FUZZ_PROFILE).max_examples if current == FUZZ_PROFILE else FUZZ_CI_EXAMPLES
+
 
 MiB = 1 << 20
 BASE = 0x7F00_0000_0000

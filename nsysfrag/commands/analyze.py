@@ -24,7 +24,7 @@ from nsysfrag.commands.report_options import (
 )
 from nsysfrag.errors import InputError, NsysError
 from nsysfrag.inputs import format_of
-from nsysfrag.inputs.files import check_input_file
+from nsysfrag.inputs.files import check_input_file, check_regular_file
 from nsysfrag.inputs.nsys import TRACE_FILE, is_report
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ def analyze_command(
         nsysfrag analyze snap.pickle --html snap.html
     """
     request = ReportRequest.from_options(options)
+    check_regular_file(trace)  # before anything opens it: a FIFO would block the open
     check_outputs(request, trace)
     if is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
@@ -80,7 +81,7 @@ def analyze_command(
                 f" {format_of(trace).description}; analyze it without them"
             )
         analysis = analyze_input(trace, request)
-    code = emit_reports(analysis, request)
+    code = emit_reports(analysis, request, trace)
     if code:
         raise click.exceptions.Exit(code)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from nsysfrag.errors import InputError
+from nsysfrag.inputs.files import stat_path
 
 STDOUT = Path("-")
 
@@ -19,6 +20,7 @@ def check_output_paths(
     """Fail before any work when an output would overwrite ``source`` (the input) or, unless
     the outputs are ``folders`` (made when missing), has no folder to go in."""
     for path in paths:
+        stat_path(path, "choose a shorter one")  # a name the file system refuses to look up
         if path == STDOUT and not folders:
             continue
         if (

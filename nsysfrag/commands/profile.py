@@ -104,7 +104,7 @@ def profile_command(
             analysis = analyze_input(plan.export, request)
         if torch_tensors:
             analysis.warnings.append(TORCH_WARNING)
-        code = emit_reports(analysis, request)
+        code = emit_reports(analysis, request, plan.export)
     finally:
         # Said last, so it is the line the user sees, and said even if the analysis failed.
         if failed:

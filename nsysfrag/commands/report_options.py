@@ -215,8 +215,9 @@ def progress_bar() -> Iterator[ProgressCallback | None]:
         yield update
 
 
-def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
-    """Write every requested report; return the exit code (gates decide it)."""
+def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> int:
+    """Write every requested report of ``source`` (the file analyzed); return the exit code
+    (gates decide it)."""
     document = json_report.document(analysis)
     for r, path in request.reports:
         if r.render is not None:
@@ -243,17 +244,19 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
         click.echo(f"nsysfrag: {trip.message()}", err=True)
         code = EXIT_GATE
     if request.record:
-        record_run(document, request)
+        record_run(document, request, source)
     return code
 
 
-def record_run(document: dict[str, Any], request: ReportRequest) -> None:
-    """Store the analysis in the history database and say under which run number."""
+def record_run(document: dict[str, Any], request: ReportRequest, source: Path) -> None:
+    """Store the analysis of ``source`` in the history database and say under which run
+    number. The file itself, not the document's path: that is written for people, with the
+    bytes of a name that is not UTF-8 escaped."""
     from nsysfrag.history import RunRecord, open_store
 
     run = RunRecord.from_document(
         document,
-        Path(document["trace"]["path"]),
+        source,
         label=request.label,
         tags=request.tags,
         capacity_override_bytes=request.capacity,

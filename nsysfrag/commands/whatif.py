@@ -11,6 +11,7 @@ from rich.console import Console
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
 from nsysfrag.commands.report_options import ByteSize
+from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
 
 
@@ -62,6 +63,7 @@ def whatif_command(
 
     for p in policies:
         parse_policy(p)  # a bad --policy fails before any work
+    check_regular_file(source)  # before anything opens it: a FIFO would block the open
     outputs = [p for p in (json_path, html_path) if p is not None]
     check_output_paths(outputs, source)
     if is_report(source):

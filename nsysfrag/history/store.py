@@ -44,6 +44,7 @@ from nsysfrag.history.schema import (
     run_tags,
     runs,
 )
+from nsysfrag.inputs.files import display_path
 from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.reporters.json_report import SCHEMA
 
@@ -144,7 +145,7 @@ class RunRecord:
             raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
         model = document.get("model", {})
         return cls(
-            trace_path=str(Path(trace_path).resolve()),
+            trace_path=display_path(Path(trace_path).resolve()),  # text, as reports write it
             trace_sha256=sha256_file(trace_path),
             model=str(model.get("name", "observed")),
             granularity_bytes=int(model["granularity_bytes"]),
