@@ -20,7 +20,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import kernel_cache
 from nsysfrag.events import I64, BoolArray
+
+kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 # What each event did, per SPEC §2.
 ALLOCATED = 0

@@ -188,7 +188,7 @@ def count(url: str, table: Any) -> int:
 
 
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"NSYSFRAG_WIDTH": "200"})
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"})
 
 
 def one_error_line(result: Result) -> str:

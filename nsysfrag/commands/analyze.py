@@ -24,6 +24,7 @@ from nsysfrag.commands.report_options import (
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
+from nsysfrag.printable import printable
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
@@ -73,8 +74,7 @@ def analyze_command(
     elif nsys.is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
         check_outputs(request, trace)
-        with phase("analyzing"):
-            analysis = analyze_sqlite(trace, request)
+        analysis = analyze_sqlite(trace, request)
     elif reexport or cache_dir is not None:
         raise InputError(
             f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports; this is already"
@@ -138,7 +138,8 @@ def locate_nsys(explicit: str | None) -> nsys.Nsys:
 
 
 def note(message: str) -> None:
-    click.echo(f"nsysfrag: {message}", err=True)
+    """One line on stderr; paths and names in it are shown escaped, never interpreted."""
+    click.echo(f"nsysfrag: {printable(message)}", err=True)
 
 
 def clock(seconds: float) -> str:
@@ -157,7 +158,7 @@ class _PhaseLine:
     def __rich__(self) -> Text:
         elapsed = time.monotonic() - self.started
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        return Text.assemble((f"{frame} ", "cyan"), (self.label, "bold"), f"  {clock(elapsed)}")
+        return Text.assemble((f"{frame} ", "cyan"), (printable(self.label), "bold"), f"  {clock(elapsed)}")
 
 
 @contextmanager

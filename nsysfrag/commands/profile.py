@@ -16,7 +16,6 @@ import click
 from nsysfrag import nsys
 from nsysfrag.commands.analyze import clock, locate_nsys, note, nsys_option, phase
 from nsysfrag.commands.report_options import (
-    STDOUT,
     ReportRequest,
     analyze_sqlite,
     check_outputs,
@@ -101,8 +100,7 @@ def profile_command(
     try:
         with phase(f"exporting {plan.report.name}"):
             nsys.export_sqlite(tool, plan.report, plan.export)
-        with phase("analyzing"):
-            analysis = analyze_sqlite(plan.export, request)
+        analysis = analyze_sqlite(plan.export, request)
         if torch_tensors:
             analysis.warnings.append(TORCH_WARNING)
         code = emit_reports(analysis, request)
@@ -159,7 +157,7 @@ def _record(tool: nsys.Nsys, plan: nsys.ProfilePlan, request: ReportRequest) -> 
         tool,
         plan,
         # stdout carries the report only: with --json - the program's output goes to stderr.
-        stdout=2 if STDOUT in (request.json_path, request.csv_path, request.html_path) else None,
+        stdout=2 if request.uses_stdout() else None,
         # On a terminal stderr stays the program's own (colours, progress bars) and nsys's
         # messages are on screen; elsewhere it is relayed so a failure can quote nsys's words.
         stderr_sink=None if interactive else _write_stderr,

@@ -2,59 +2,37 @@
 
 from __future__ import annotations
 
-import os
-import re
+import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from nsysfrag import replay
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
+from nsysfrag.commands.feedback import feedback
+from nsysfrag.commands.outputs import (
+    STDOUT,
+    Kept,
+    Output,
+    check_destinations,
+    history_kept,
+    report_console,
+    write_text,
+)
+from nsysfrag.commands.params import ByteSize, Delta
 from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.events import ProgressCallback
 from nsysfrag.gates import Gate, evaluate, parse_gate
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
+from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 from nsysfrag.trace import read_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
-          "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12,
-          "tib": 1 << 40}
-STDOUT = Path("-")
-
-
-class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """A byte count: ``85899345920``, ``80GiB``, ``512``, ``2MiB``."""
-
-    name = "BYTES"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            self.fail(f"{value!r} is not a size; write e.g. 85899345920, 80GiB or 512", param, ctx)
-        size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-        if size < 1:
-            self.fail(f"{value!r} must be at least 1 byte", param, ctx)
-        return size
 
 
 @dataclass(frozen=True)
@@ -75,6 +53,7 @@ class ReportRequest:
     label: str | None = None
     tags: tuple[tuple[str, str], ...] = ()
     db: str | None = None
+    o_format: str | None = None  # "json" or "html" when -o named that report
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ReportRequest:
@@ -83,14 +62,18 @@ class ReportRequest:
             options.pop("html_path"),
             options.pop("output"),
         )
+        o_format = None
         if output is not None:
-            suffix = output.suffix.lower()
-            if suffix == ".json":
-                json_path = json_path or output
-            elif suffix in (".html", ".htm"):
-                html_path = html_path or output
+            o_format = _format_of(output)
+            if (json_path if o_format == "json" else html_path) is not None:
+                raise InputError(
+                    f"-o {output} and --{o_format} both ask for the {o_format.upper()} report;"
+                    " keep one"
+                )
+            if o_format == "json":
+                json_path = output
             else:
-                raise InputError(f"{output}: unknown report format; use a .json or .html path with -o")
+                html_path = output
         baseline, regression = options.pop("baseline"), options.pop("fail_on_regression")
         if regression is not None and baseline is None:
             raise InputError("--fail-on-regression needs --baseline BASE.json to compare against")
@@ -101,6 +84,7 @@ class ReportRequest:
         if record:
             database_url(db)  # a malformed URL fails now, not after the analysis
         return cls(
+            o_format=o_format,
             record=record,
             label=label,
             tags=tags,
@@ -117,33 +101,62 @@ class ReportRequest:
             fail_on_regression=regression,
         )
 
-    def outputs(self) -> list[Path]:
-        files = (self.json_path, self.csv_path, self.html_path)
-        return [p for p in files if p is not None and p != STDOUT]
+    def outputs(self) -> list[Output]:
+        """Every output asked for, named by the option that asked."""
+        named = (
+            ("-o" if self.o_format == "json" else "--json", self.json_path),
+            ("-o" if self.o_format == "html" else "--html", self.html_path),
+            ("--csv", self.csv_path),
+        )
+        found = [Output(option, path) for option, path in named if path is not None]
+        if self.png_dir is not None:
+            found.append(Output("--png", self.png_dir, folder=True))
+        return found
+
+    def output(self, path: Path | None) -> Output:
+        return next(o for o in self.outputs() if o.path == path)
+
+    def uses_stdout(self) -> bool:
+        return any(o.to_stdout for o in self.outputs())
+
+    def to_screen(self) -> bool:
+        """The terminal report is printed unless -q, or a report goes to stdout instead."""
+        return not self.quiet and not self.uses_stdout()
+
+
+def _format_of(output: Path) -> str:
+    suffix = output.suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix in (".html", ".htm"):
+        return "html"
+    if output == STDOUT:
+        raise InputError("-o -: -o picks the format from the suffix; use --json - or --html -")
+    raise InputError(f"-o {output}: unknown report format; use a .json or .html path with -o")
 
 
 def report_options(f: F) -> F:
     """Decorate a command with the analysis and report options."""
     options = [
         click.option("--json", "json_path", type=click.Path(path_type=Path),
-                     help="Write the SPEC JSON document here ('-' for stdout, which replaces the report)."),
+                     help="Write the JSON document here ('-' for stdout, which replaces the terminal report)."),
         click.option("-o", "--output", "output", type=click.Path(path_type=Path),
-                     help="Write a report whose format follows the suffix (.json)."),
+                     help="Write the report whose format the suffix names: .json or .html."),
         click.option("--csv", "csv_path", type=click.Path(path_type=Path),
-                     help="Write the full-resolution timeline, one row per event."),
+                     help="Write the full-resolution timeline, one row per event ('-' for stdout)."),
         click.option("--capacity", type=ByteSize(), default=None,
                      help="Device memory per space, overriding the trace's TARGET_INFO_GPU (e.g. 80GiB)."),
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
                      help="Allocation rounding: a block's footprint is its size rounded up to this."),
         click.option("--html", "html_path", type=click.Path(path_type=Path),
-                     help="Write a self-contained HTML report (plots inline, works offline)."),
+                     help="Write a self-contained HTML report (plots inline, works offline; '-' for stdout)."),
         click.option("--png", "png_dir", type=click.Path(path_type=Path),
-                     help="Write six PNG plots per space into this folder."),
+                     help="Write six PNG plots per space into this folder (created if missing; its parent must exist)."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
                      help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
                      help="Compare with an earlier run's --json document."),
-        click.option("--fail-on-regression", type=float, default=None, metavar="DELTA",
+        click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",
                      help="With --baseline: exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05)."),
         click.option("-q", "--quiet", is_flag=True, help="Print no terminal report."),
         click.option("--record", is_flag=True,
@@ -161,93 +174,62 @@ def report_options(f: F) -> F:
 
 
 def check_outputs(request: ReportRequest, trace: Path) -> None:
-    """Fail before any work when an output would clobber the trace or cannot be written."""
-    for path in request.outputs() + ([request.png_dir] if request.png_dir else []):
-        if path.exists() and trace.exists() and path.resolve() == trace.resolve():
-            raise InputError(f"{path}: refusing to overwrite the input trace; choose another path")
-    for path in request.outputs():
-        if not path.parent.exists():
-            raise InputError(f"{path}: folder {path.parent} does not exist; create it first")
-    if request.png_dir is not None and request.png_dir.exists() and not request.png_dir.is_dir():
-        raise InputError(f"{request.png_dir}: not a folder; --png takes a folder for the plots")
+    """Fail before any work when an output would clobber a file the run needs or has, or cannot
+    be written, or when the baseline cannot be read."""
+    kept = [Kept("the input trace", trace)]
+    if request.baseline is not None:
+        kept.append(Kept("the --baseline document", request.baseline))
+    outputs = request.outputs()
+    check_destinations(outputs, kept + history_kept(outputs, request.db))
     if request.baseline is not None:
         load_document(request.baseline)  # fail now, not after a long analysis
 
 
-def _write_text(path: Path, text: str) -> None:
-    if path == STDOUT:
-        click.echo(text, nl=False)
-        return
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
+# What the first run after installing spends compiling (benchmarks/bench_startup.py, 2 cores).
+REPLAY_COMPILE_S = 5
 
 
 def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
-    # Loading the compiled replay takes a moment; SQLite reads without the GIL, so overlap them.
-    warming = threading.Thread(target=replay.warm_up, daemon=True)
-    warming.start()
-    with progress_bar() as progress:
-        trace = read_trace(sqlite_path, progress=progress)
+    with feedback() as shown, shown.compiling("the replay kernels", REPLAY_COMPILE_S):
+        # Loading the compiled replay takes a moment; SQLite reads without the GIL: overlap them.
+        warming = threading.Thread(target=replay.warm_up, daemon=True)
+        warming.start()
+        trace = read_trace(sqlite_path, progress=shown.progress)
         warming.join()
         return analyze(
             trace,
             capacity_bytes=request.capacity,
             granularity_bytes=request.granularity,
-            progress=progress,
+            progress=shown.progress,
         )
-
-
-@contextmanager
-def progress_bar() -> Iterator[ProgressCallback | None]:
-    """A transient bar per phase (loading rows, replaying events) on stderr, only when stderr is
-    a terminal; small traces finish before it would show."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield update
 
 
 def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
     """Write every requested report; return the exit code (gates decide it)."""
     document = json_report.document(analysis)
     if request.json_path is not None:
-        _write_text(request.json_path, json_report.dumps(document))
+        write_text(request.output(request.json_path), json_report.dumps(document))
     if request.html_path is not None:
         from nsysfrag.reporters import html  # matplotlib is slow to import: only when asked
 
-        _write_text(request.html_path, html.render(analysis))
+        write_text(request.output(request.html_path), html.render(analysis))
     if request.png_dir is not None:
         from nsysfrag.reporters import png
 
         try:
             png.write_pngs(analysis, request.png_dir)
         except OSError as err:
-            raise InputError(f"{request.png_dir}: cannot write plots ({err.strerror})") from None
+            raise InputError(f"--png {request.png_dir}: cannot write plots ({err.strerror})") from None
     if request.csv_path is not None:
+        destination: Path | TextIO = request.csv_path
+        if request.csv_path == STDOUT:
+            destination = sys.stdout
         try:
-            csv_report.write(analysis, request.csv_path)
+            csv_report.write(analysis, destination)
         except OSError as err:
-            raise InputError(f"{request.csv_path}: cannot write ({err.strerror})") from None
-    to_screen = not request.quiet and STDOUT not in (request.json_path, request.html_path)
-    console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
+            raise InputError(f"--csv {request.csv_path}: cannot write ({err.strerror})") from None
+    to_screen = request.to_screen()
+    console = report_console()
     if to_screen:
         terminal.render(analysis, console)
     code = 0
@@ -280,10 +262,24 @@ def record_run(document: dict[str, Any], request: ReportRequest) -> None:
         outcome = store.record(run)
         where = store.location
     if outcome.created:
-        click.echo(f"nsysfrag: recorded as run {outcome.run_id} in {where}", err=True)
-    else:
-        click.echo(
-            f"nsysfrag: already recorded as run {outcome.run_id} in {where} (same trace and"
-            " analysis options); not recorded again",
-            err=True,
+        said = f"recorded as run {outcome.run_id} in {where}"
+    elif outcome.updated:
+        said = (
+            f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
+            f" options); updated its {_changes(outcome.updated, request.label)}"
         )
+    else:
+        said = (
+            f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
+            " options); not recorded again"
+        )
+    click.echo(f"nsysfrag: {printable(said)}", err=True)
+
+
+def _changes(updated: tuple[str, ...], label: str | None) -> str:
+    """``label ('nightly #413') and tags model=x, gpu=h100``."""
+    parts = [f"label ({label!r})" for name in updated if name == "label"]
+    tags = [name for name in updated if name != "label"]
+    if tags:
+        parts.append(f"tag{'s' if len(tags) > 1 else ''} {', '.join(tags)}")
+    return " and ".join(parts)

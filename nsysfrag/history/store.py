@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import (
     URL,
@@ -31,12 +33,12 @@ from sqlalchemy import (
     make_url,
     select,
 )
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from nsysfrag import __version__
 from nsysfrag.analysis import MODEL_NAME
 from nsysfrag.errors import InputError
-from nsysfrag.history.migrations import LATEST, current_version, migrate
+from nsysfrag.history.migrations import LATEST, current_version, migrate, require_known
 from nsysfrag.history.schema import (
     NO_CAPACITY_OVERRIDE,
     OPTIONAL_FIELDS,
@@ -70,6 +72,10 @@ def database_url(explicit: str | None = None, environ: Mapping[str, str] = os.en
 
     A value without ``://`` is a path to an SQLite file; ``postgresql://`` means psycopg 3.
     """
+    if explicit is not None and not explicit.strip():
+        raise InputError("--db '': empty; give an SQLite path or a database URL")
+    if explicit == "-":
+        raise InputError("--db -: the history is a database, not stdout; give an SQLite path")
     given = explicit or environ.get(ENV_VAR) or None
     if given is None:
         return URL.create("sqlite", database=str(default_path(environ)))
@@ -85,6 +91,13 @@ def database_url(explicit: str | None = None, environ: Mapping[str, str] = os.en
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     return url
+
+
+def database_file(url: URL) -> Path | None:
+    """The file of an SQLite database, None for a server or an in-memory database."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(str(url.database))
+    return None
 
 
 def location(url: URL) -> str:
@@ -270,6 +283,8 @@ class StoredRun:
 class Recorded:
     run_id: int
     created: bool  # False: this trace was already recorded with these options
+    # When it was: the label and tags this record gave it that it did not have ("label" first).
+    updated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,13 +310,20 @@ class HistoryStore:
     def __init__(self, url: URL, *, create: bool = True) -> None:
         self.url = url
         self.location = location(url)
+        # How a read-only SQLite file had to be opened, when the user should know.
+        self.note: str | None = None
         self._missing = not create and _sqlite_file_missing(url)
         self._engine: Engine | None = None
         if self._missing:
             return
+        file = database_file(url)
         with self._errors():
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                _make_parent(Path(str(url.database)))
+            if file is not None and not create:
+                # Reading never writes: no journal-mode switch, no upgrade of the file.
+                self._engine = self._open_read_only(file)
+                return
+            if file is not None:
+                _make_parent(file)
             self._engine = _engine(url)
             self._upgrade()
 
@@ -323,9 +345,11 @@ class HistoryStore:
         try:
             yield
         except exc.DBAPIError as err:
-            raise InputError(
-                _explain(self.location, err, server=self.url.get_backend_name() != "sqlite")
-            ) from None
+            message = _first_line(err.orig) if err.orig is not None else _first_line(err)
+            server = self.url.get_backend_name() != "sqlite"
+            raise InputError(_explain(self.location, message, err, server=server)) from None
+        except sqlite3.Error as err:  # from the driver's own connection (journal mode, copy)
+            raise InputError(_explain(self.location, _first_line(err), err, server=False)) from None
         except exc.NoSuchModuleError:
             raise InputError(
                 f"{self.location}: unsupported database; use an SQLite path or"
@@ -346,6 +370,31 @@ class HistoryStore:
             connection.execution_options(**{_WRITE: True})
         return connection
 
+    def _open_read_only(self, file: Path) -> Engine:
+        """The file opened read-only; as immutable when even that fails (a WAL database on
+        read-only storage, which cannot get its shared-memory file), saying so; upgraded in a
+        copy in memory when an older nsysfrag wrote it."""
+        for immutable in (False, True):
+            engine = _read_only_engine(file, immutable=immutable)
+            try:
+                with engine.connect() as connection, connection.begin():
+                    version = current_version(connection)
+            except exc.OperationalError:
+                engine.dispose()
+                if immutable:
+                    raise
+                continue
+            if immutable:
+                self.note = (
+                    f"{self.location} is on read-only storage; read as an immutable file (a run"
+                    " recorded elsewhere at this moment may not show)"
+                )
+            require_known(version)
+            if version < LATEST:
+                engine = _upgraded_copy(engine)
+            return engine
+        raise AssertionError("unreachable")
+
     def _upgrade(self) -> None:
         with self._connect(write=False) as connection:
             with connection.begin():
@@ -359,7 +408,9 @@ class HistoryStore:
 
     def record(self, run: RunRecord) -> Recorded:
         """Store ``run`` in one transaction, unless the same trace was recorded with the same
-        options (model, granularity, capacity override): then return that run."""
+        options (model, granularity, capacity override): then that run takes this record's
+        label and tags (a tag's new value replaces its old one; other tags stay), and is
+        returned with what changed."""
         assert self._engine is not None, "record() needs a store opened with create=True"
         with self._errors(), self._connect(write=True) as connection:
             try:
@@ -368,16 +419,16 @@ class HistoryStore:
                     # unique constraint still settles two writers racing on the same trace.
                     existing = _find_run(connection, run)
                     if existing is not None:
-                        return Recorded(existing, created=False)
+                        return Recorded(existing, False, _relabel(connection, existing, run))
                     run_id = _insert_run(connection, run)
                     _insert_spaces(connection, run_id, run.spaces)
                     _insert_tags(connection, run_id, run.tags)
             except exc.IntegrityError:
                 with connection.begin():
                     existing = _find_run(connection, run)
-                if existing is None:
-                    raise
-                return Recorded(existing, created=False)
+                    if existing is None:
+                        raise
+                    return Recorded(existing, False, _relabel(connection, existing, run))
             return Recorded(run_id, created=True)
 
     def runs(self, query: RunQuery = RunQuery()) -> list[StoredRun]:
@@ -486,6 +537,33 @@ def _insert_tags(connection: Connection, run_id: int, tags: Sequence[tuple[str, 
         )
 
 
+def _relabel(connection: Connection, run_id: int, run: RunRecord) -> tuple[str, ...]:
+    """Give stored run ``run_id`` the label and tags of ``run``; return what changed."""
+    changed: list[str] = []
+    if run.label is not None:
+        old = connection.execute(select(runs.c.label).where(runs.c.id == run_id)).scalar()
+        if old != run.label:
+            connection.execute(runs.update().where(runs.c.id == run_id).values(label=run.label))
+            changed.append("label")
+    stored = {
+        row.key: row.value
+        for row in connection.execute(select(run_tags).where(run_tags.c.run_id == run_id))
+    }
+    for key, value in run.tags:
+        if stored.get(key) == value:
+            continue
+        if key in stored:
+            connection.execute(
+                run_tags.update()
+                .where(run_tags.c.run_id == run_id, run_tags.c.key == key)
+                .values(value=value)
+            )
+        else:
+            _insert_tags(connection, run_id, [(key, value)])
+        changed.append(f"{key}={value}")
+    return tuple(changed)
+
+
 def _find_run(connection: Connection, run: RunRecord) -> int | None:
     found = connection.execute(
         select(runs.c.id).where(
@@ -572,6 +650,33 @@ def _use_wal(connection: Connection) -> None:
         raw.execute("PRAGMA journal_mode = WAL")
 
 
+def _read_only_engine(file: Path, *, immutable: bool) -> Engine:
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _upgraded_copy(engine: Engine) -> Engine:
+    """An in-memory copy of the database, upgraded to the current schema (the file is not)."""
+    memory = create_engine("sqlite://", poolclass=StaticPool)
+    event.listen(memory, "connect", _sqlite_connect)
+    event.listen(memory, "begin", _sqlite_begin)
+    with engine.connect() as source, memory.connect() as target:
+        source_raw, target_raw = source.connection.driver_connection, target.connection.driver_connection
+        assert source_raw is not None and target_raw is not None
+        source_raw.backup(target_raw)
+    engine.dispose()
+    with memory.connect() as connection, connection.begin():
+        migrate(connection)
+    return memory
+
+
 def _sqlite_begin(connection: Connection) -> None:
     # A writer takes the write lock up front, waiting up to the busy timeout; a deferred
     # transaction that upgrades from reading to writing fails at once when another committed.
@@ -584,8 +689,7 @@ def _first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-def _explain(where: str, err: exc.DBAPIError, *, server: bool) -> str:
-    message = _first_line(err.orig) if err.orig is not None else _first_line(err)
+def _explain(where: str, message: str, err: Exception, *, server: bool) -> str:
     lowered = message.lower()
     if "not a database" in lowered or "malformed" in lowered:
         return (
