@@ -57,6 +57,10 @@ class Kept:
 
 def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> None:
     """Raise InputError, before any work, for an output that breaks a rule of the module."""
+    for o in outputs:
+        if o.to_stdout and (o.folder or not o.stdout_ok):
+            where = "a folder" if o.folder else "a file name"
+            raise InputError(f"{o.option} -: plots cannot go to stdout; give {where}")
     on_stdout = [o.option for o in outputs if o.to_stdout]
     if len(on_stdout) > 1:
         raise InputError(
@@ -64,10 +68,6 @@ def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> 
             " stdout, write the others to files"
         )
     files = [o for o in outputs if not o.to_stdout]
-    for o in outputs:
-        if o.to_stdout and (o.folder or not o.stdout_ok):
-            where = "a folder" if o.folder else "a file name"
-            raise InputError(f"{o.option} -: plots cannot go to stdout; give {where}")
     for o in files:
         for k in kept:
             if _same_file(o.path, k.path):
