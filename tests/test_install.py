@@ -67,7 +67,8 @@ class Clone:
 
     def sh(self, argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            argv, cwd=cwd or self.root, env=self.env, capture_output=True, text=True, timeout=600
+            argv, cwd=cwd or self.root, env=self.env, capture_output=True, text=True, timeout=600,
+            check=False,
         )
         assert proc.returncode == 0, f"{argv}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
