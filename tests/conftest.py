@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from nsysfrag.synthetic import ApiRow, ExportOptions, Gpu, MemoryRow, NvtxRow, write_export
+from nsysfrag.testing.nsys_export import (
+    ApiRow,
+    ExportOptions,
+    Gpu,
+    MemoryRow,
+    NvtxRow,
+    write_export,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
@@ -44,7 +51,7 @@ def compiled_kernels(request: pytest.FixtureRequest) -> None:
     expects the quiet warm run, whichever test happens to run first.
     """
     from nsysfrag.analysis import analyze
-    from nsysfrag.trace import read_trace
+    from nsysfrag.inputs.nsys.reader import read_trace
 
     analyze(read_trace(SAMPLES / "training_loop.sqlite"))
     if any("whatif" in item.nodeid for item in request.session.items):

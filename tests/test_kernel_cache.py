@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from nsysfrag import kernel_cache, replay
+from nsysfrag import kernel_cache
+from nsysfrag.models.observed import kernel as replay
 from tests.conftest import REPO, SAMPLES
 
 PACKAGE = REPO / "nsysfrag"
@@ -33,7 +34,7 @@ def test_kernels_of_the_package_go_to_the_user_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    locator = _locate(PACKAGE / "replay.py")
+    locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
     assert locator is not None
     assert Path(locator.get_cache_path()).parent == tmp_path / "nsysfrag"  # type: ignore[attr-defined]
     # Not nsysfrag's code: numba decides, as if nsysfrag were not there.
@@ -46,7 +47,7 @@ def test_an_unwritable_cache_folder_falls_back_to_a_private_temporary_one(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "below-a-file"))
-    locator = _locate(PACKAGE / "replay.py")
+    locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
     fallback = kernel_cache.fallback_root()
     assert locator is not None and fallback is not None
     assert Path(locator.get_cache_path()).parent == fallback  # type: ignore[attr-defined]
@@ -57,7 +58,7 @@ def test_a_users_numba_cache_dir_is_respected(monkeypatch: pytest.MonkeyPatch) -
     from numba.core import config
 
     monkeypatch.setattr(config, "CACHE_DIR", "/somewhere/numba")
-    assert _locate(PACKAGE / "replay.py") is None  # numba's own locator for NUMBA_CACHE_DIR
+    assert _locate(PACKAGE / "models" / "observed" / "kernel.py") is None  # numba's own locator for NUMBA_CACHE_DIR
 
 
 def _analyze(cache: Path) -> subprocess.CompletedProcess[str]:
@@ -79,8 +80,12 @@ def test_first_run_says_it_compiles_once_and_compiles_only_what_analyze_needs(
     assert first.stderr.splitlines() == [
         "nsysfrag: compiling the replay kernels, once per install (~5 s)"
     ]
-    compiled = {p.name.split(".")[0] for p in (tmp_path / "nsysfrag").rglob("*.nbi")}
-    assert compiled == {"replay", "sqlite_columns"}  # no what-if allocator kernels
+    # numba names a cache folder after the source's folder, and a file after the source file.
+    compiled = {
+        f"{p.parent.name.rsplit('_', 1)[0]}/{p.name.split('.')[0]}"
+        for p in (tmp_path / "nsysfrag").rglob("*.nbi")
+    }
+    assert compiled == {"observed/kernel", "nsys/sqlite_columns"}  # no what-if kernels
     assert sorted(PACKAGE.rglob("*.nb[ic]")) == before  # nothing written into the package
     second = _analyze(tmp_path)
     assert second.returncode == 0 and second.stderr == ""

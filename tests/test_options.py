@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from nsysfrag.checks.gates import parse_gate
 from nsysfrag.errors import InputError
-from nsysfrag.gates import parse_gate
 from nsysfrag.units import MAX_BYTES, SizeError, parse_bytes
 from tests.conftest import SAMPLES
 from tests.hostile.contract import run_nsysfrag

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from nsysfrag import nsys, snapshot
+from nsysfrag import snapshot
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_sqlite,
@@ -24,6 +24,7 @@ from nsysfrag.commands.report_options import (
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
+from nsysfrag.inputs.nsys import runner as nsys
 from nsysfrag.printable import printable
 
 _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"

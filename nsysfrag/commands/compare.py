@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.commands.outputs import report_console
 from nsysfrag.commands.params import Delta
-from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.reporters import comparison_table
 

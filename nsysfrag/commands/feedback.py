@@ -24,7 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from nsysfrag.events import ProgressCallback
+from nsysfrag.inputs.nsys.records import ProgressCallback
 
 
 class Feedback:

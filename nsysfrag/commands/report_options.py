@@ -11,8 +11,9 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from nsysfrag import replay
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
+from nsysfrag.checks.comparison import compare, load_document
+from nsysfrag.checks.gates import Gate, evaluate, parse_gate
 from nsysfrag.commands.feedback import feedback
 from nsysfrag.commands.outputs import (
     STDOUT,
@@ -24,13 +25,12 @@ from nsysfrag.commands.outputs import (
     write_text,
 )
 from nsysfrag.commands.params import ByteSize, Delta
-from nsysfrag.comparison import compare, load_document
 from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.gates import Gate, evaluate, parse_gate
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.models.observed import kernel as replay
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
-from nsysfrag.trace import read_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
 

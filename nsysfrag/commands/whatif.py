@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from nsysfrag import nsys
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.feedback import feedback
 from nsysfrag.commands.outputs import (
@@ -18,6 +17,7 @@ from nsysfrag.commands.outputs import (
     write_text,
 )
 from nsysfrag.commands.params import ByteSize
+from nsysfrag.inputs.nsys import runner as nsys
 from nsysfrag.printable import printable
 
 # What the first what-if after installing spends compiling (benchmarks/bench_startup.py).

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from nsysfrag.comparison import Comparison, MetricDelta
-from nsysfrag.metrics import format_bytes
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.checks.comparison import Comparison, MetricDelta
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
 
 _RATIOS = {"max.global_frag", "max.local_frag", "peak.global_frag", "internal_frag", "alloc_failure_rate"}

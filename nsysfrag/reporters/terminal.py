@@ -6,9 +6,9 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, SpaceAnalysis, State
-from nsysfrag.metrics import (
+from nsysfrag.analysis.advice import advise
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

@@ -17,7 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from nsysfrag.synthetic import FREE, ApiRow, ExportOptions, Gpu, MemoryRow, NvtxRow, write_export
+from nsysfrag.testing.nsys_export import (
+    FREE,
+    ApiRow,
+    ExportOptions,
+    Gpu,
+    MemoryRow,
+    NvtxRow,
+    write_export,
+)
 from tests.conftest import BASE, REPO, SAMPLES, MiB
 from tests.hostile.contract import run_nsysfrag
 

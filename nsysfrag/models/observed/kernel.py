@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag import kernel_cache
-from nsysfrag.events import I64, BoolArray
+from nsysfrag.inputs.nsys.records import I64, BoolArray
 
 kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 

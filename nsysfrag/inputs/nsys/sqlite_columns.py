@@ -22,7 +22,7 @@ import numpy.typing as npt
 from numba import types
 
 from nsysfrag import kernel_cache
-from nsysfrag.events import I64
+from nsysfrag.inputs.nsys.records import I64
 
 kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
