@@ -30,9 +30,10 @@ _COLUMNS = (
     Column("free blocks", justify="right"),
     Column("health"),
 )
-# For a narrow terminal: the run's number, label, tags and trace in one column.
+# For a narrow terminal: the run's number, label, tags and trace in one column, given room
+# before the date and the space wrap.
 _NARROW_COLUMNS = (
-    Column("run", kind="name"),
+    Column("run", kind="name", floor=22),
     Column("recorded (UTC)", kind="words"),
     *_COLUMNS[5:],
 )

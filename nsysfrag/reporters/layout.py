@@ -130,6 +130,7 @@ class Column:
     header: str
     justify: Literal["left", "right"] = "left"
     kind: Kind = "figure"
+    floor: int = NAME_FLOOR  # the narrowest a name column folds to (or its longest entry)
 
 
 @dataclass(frozen=True)
@@ -158,17 +159,20 @@ def _stops(column: Column, cells: list[Cell]) -> list[int]:
     elif column.kind == "words":
         floor = max([header_word] + [cell_len(w) for line in lines for w in line.split()])
     else:
-        floor = max(header_word, min(widest, NAME_FLOOR))
+        floor = max(header_word, min(widest, column.floor))
     if column.kind == "name":  # names give way first: they fold, figures must not
         return [widest, floor, floor, floor]
     return [widest, widest, content, floor]
 
 
-def fit_widths(stops: Sequence[Sequence[int]], room: int) -> list[int] | None:
-    """Column widths that add up to at most ``room``, or None when they cannot. Pass after
-    pass, each column may shrink to its stop for that pass, the widest first."""
+def fit_widths(stops: Sequence[Sequence[int]], room: int) -> tuple[list[int], int] | None:
+    """Column widths that add up to at most ``room`` and the pass that made them fit (0: every
+    column as wide as it wants), or None when they cannot. Pass after pass, each column may
+    shrink to its stop for that pass, the widest first."""
     widths = [s[0] for s in stops]
-    for step in range(1, len(stops[0]) if stops else 1):
+    if sum(widths) <= room:
+        return widths, 0
+    for step in range(1, len(stops[0])):
         floor = [s[step] for s in stops]
         excess = sum(widths) - room
         while excess > 0:
@@ -178,10 +182,12 @@ def fit_widths(stops: Sequence[Sequence[int]], room: int) -> list[int] | None:
             widths[max(shrinkable, key=lambda j: widths[j])] -= 1
             excess -= 1
         if excess <= 0:
-            return widths
-    return widths if sum(widths) <= room else None
+            return widths, step
+    return None
 
 
+# A layout that must wrap words (the last pass) gives way to one that need not.
+_WORDS_WRAP = 3
 _COMPACT = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True}
 
 
@@ -213,12 +219,16 @@ class FittedTable:
         return table
 
     def _attempts(self) -> Iterator[tuple[Layout, dict[str, object]]]:
-        for layout in (self.layout, *self.alternatives):
-            yield layout, self.style
+        yield self.layout, self.style
+        yield self.layout, {**self.style, **_COMPACT}
+        for layout in self.alternatives:  # for narrow widths, where less decoration helps
             yield layout, {**self.style, **_COMPACT}
+            yield layout, self.style
 
     def choose(self, console: Console, width: int) -> RenderableType:
-        """The first attempt that fits ``width``, else a paragraph per row."""
+        """The first attempt that fits ``width`` without wrapping words, else the one that
+        wraps least, else a paragraph per row."""
+        best: tuple[int, Layout, dict[str, object], list[int]] | None = None
         for layout, style in self._attempts():
             if not layout.rows:
                 continue
@@ -227,9 +237,16 @@ class FittedTable:
             probe = self._table(layout, style, [1] * len(layout.columns))
             wide = console.options.update(max_width=1 << 20)
             overhead = Measurement.get(console, wide, probe).maximum - len(layout.columns)
-            widths = fit_widths(stops, width - overhead)
-            if widths is not None:
+            fitted = fit_widths(stops, width - overhead)
+            if fitted is None:
+                continue
+            widths, step = fitted
+            if step < _WORDS_WRAP:
                 return self._table(layout, style, widths)
+            if best is None:
+                best = (step, layout, style, widths)
+        if best is not None:
+            return self._table(best[1], best[2], best[3])
         return self._paragraphs()
 
     def _paragraphs(self) -> RenderableType:
