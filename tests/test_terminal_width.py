@@ -140,3 +140,12 @@ def test_prose_measures_its_longest_unbreakable_piece() -> None:
     console = Console(width=80)
     m = Measurement.get(console, console.options, Prose(Text("free 1.38 GiB of 80.00 GiB")))
     assert (m.minimum, m.maximum) == (len("80.00 GiB"), len("free 1.38 GiB of 80.00 GiB"))
+
+
+def test_a_tiny_or_zero_columns_still_prints_the_report(tmp_path: Path) -> None:
+    work = _workspace(tmp_path, 0, ["training_loop.sqlite"])
+    wide = render(["analyze", "training_loop.sqlite"], 400, work)
+    for width in (0, 5):
+        text = render(["analyze", "training_loop.sqlite"], width, work)
+        check_fits(text, 40, wide)  # the narrowest report nsysfrag prints
+        assert "64.21 GiB" in text

@@ -27,10 +27,18 @@ from nsysfrag.errors import InputError
 STDOUT = Path("-")
 
 
+# Below this a report cannot say anything useful; a smaller $COLUMNS (0 printed nothing at all)
+# gets this many columns, and the terminal wraps what does not fit.
+MIN_WIDTH = 40
+
+
 def report_console() -> Console:
     """The terminal report's console: stdout, as wide as ``$COLUMNS``, else the terminal, else
-    80 columns; what it prints is never read as rich markup or emoji codes."""
-    return Console(soft_wrap=False, markup=False, emoji=False, highlight=False)
+    80 columns (at least MIN_WIDTH); what it prints is never read as markup or emoji codes."""
+    console = Console(soft_wrap=False, markup=False, emoji=False, highlight=False)
+    if console.width < MIN_WIDTH:
+        console.width = MIN_WIDTH
+    return console
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,11 +3,12 @@
 - :class:`Prose` wraps a paragraph at spaces but never between a figure and its unit
   (``1.38 GiB``, ``12.5 %``, ``0.564 s``), so a number is never on one line and its unit on the
   next.
-- :class:`FittedTable` lays a table out at the width it is given: its usual look when it fits;
-  then the same table without rules between columns; then each alternative layout the caller
-  offers; and when even those cannot fit, one wrapped ``header value · …`` paragraph per row.
-  Figures are never wrapped or cut, no column gets narrower than its header's longest word, and
-  free text (site names, labels, paths) wraps, folding a long name rather than cutting it.
+- :class:`FittedTable` lays a table out at the width it is given. It tries its usual look, the
+  same table without rules between columns, then each alternative layout the caller offers;
+  the first that fits without wrapping words wins, else the first that fits at all, else the
+  rows become wrapped ``header value · …`` paragraphs. Figures are never wrapped or cut, no
+  column gets narrower than its header's longest word, and free text (site names, labels,
+  paths) wraps, folding a long name rather than cutting it.
 - :func:`outside` is how text from a trace, a snapshot, the history or a path enters a report:
   as plain text (never rich markup) with control characters escaped.
 """
@@ -228,7 +229,7 @@ class FittedTable:
     def choose(self, console: Console, width: int) -> RenderableType:
         """The first attempt that fits ``width`` without wrapping words, else the one that
         wraps least, else a paragraph per row."""
-        best: tuple[int, Layout, dict[str, object], list[int]] | None = None
+        fallback: Table | None = None
         for layout, style in self._attempts():
             if not layout.rows:
                 continue
@@ -243,11 +244,8 @@ class FittedTable:
             widths, step = fitted
             if step < _WORDS_WRAP:
                 return self._table(layout, style, widths)
-            if best is None:
-                best = (step, layout, style, widths)
-        if best is not None:
-            return self._table(best[1], best[2], best[3])
-        return self._paragraphs()
+            fallback = fallback or self._table(layout, style, widths)
+        return fallback or self._paragraphs()
 
     def _paragraphs(self) -> RenderableType:
         parts: list[RenderableType] = []
