@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from nsysfrag import snapshot
+from nsysfrag.commands.feedback import say
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_sqlite,
@@ -139,8 +140,7 @@ def locate_nsys(explicit: str | None) -> nsys.Nsys:
 
 
 def note(message: str) -> None:
-    """One line on stderr; paths and names in it are shown escaped, never interpreted."""
-    click.echo(f"nsysfrag: {printable(message)}", err=True)
+    say(message)
 
 
 def clock(seconds: float) -> str:
@@ -159,7 +159,8 @@ class _PhaseLine:
     def __rich__(self) -> Text:
         elapsed = time.monotonic() - self.started
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        return Text.assemble((f"{frame} ", "cyan"), (printable(self.label), "bold"), f"  {clock(elapsed)}")
+        label = printable(self.label)
+        return Text.assemble((f"{frame} ", "cyan"), (label, "bold"), f"  {clock(elapsed)}")
 
 
 @contextmanager

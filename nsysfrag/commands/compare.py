@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from nsysfrag.checks.comparison import compare, load_document
+from nsysfrag.commands.feedback import say
 from nsysfrag.commands.outputs import report_console
 from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE
@@ -33,6 +34,6 @@ def compare_command(base: Path, current: Path, fail_on_regression: float | None)
     if fail_on_regression is not None:
         regressions = comparison.regressions(fail_on_regression)
         for line in regressions:
-            click.echo(f"nsysfrag: {line}", err=True)
+            say(line)
         if regressions:
             raise click.exceptions.Exit(EXIT_GATE)

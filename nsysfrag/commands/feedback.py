@@ -25,6 +25,12 @@ from rich.progress import (
 )
 
 from nsysfrag.inputs.nsys.records import ProgressCallback
+from nsysfrag.printable import printable
+
+
+def say(message: str) -> None:
+    """One line on stderr, ``nsysfrag: MESSAGE``; a path or name in it is shown escaped."""
+    click.echo(f"nsysfrag: {printable(message)}", err=True)
 
 
 class Feedback:
@@ -71,7 +77,7 @@ class Feedback:
         if not self.on_terminal:
             if label not in self._said:
                 self._said.add(label)
-                click.echo(f"nsysfrag: {label}", err=True)
+                say(label)
             return
         bar = self._progress()
         if label in self._tasks:

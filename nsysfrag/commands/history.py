@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from nsysfrag.commands.feedback import say
 from nsysfrag.commands.outputs import (
     Output,
     check_destinations,
@@ -20,7 +21,6 @@ from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
 from nsysfrag.history.render import dumps, json_document, render_runs, trend_lines
 from nsysfrag.history.trends import DEFAULT_METRIC, check, resolve_metric, series
-from nsysfrag.printable import printable
 
 TABLE_RUNS = 20
 TREND_RUNS = 50
@@ -236,4 +236,4 @@ def _check(runs: list[StoredRun], metrics: list[str], window: int, threshold: fl
 
 
 def _note(message: str) -> None:
-    click.echo(f"nsysfrag: {printable(message)}", err=True)
+    say(message)

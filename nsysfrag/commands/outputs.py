@@ -36,8 +36,7 @@ def report_console() -> Console:
     """The terminal report's console: stdout, as wide as ``$COLUMNS``, else the terminal, else
     80 columns (at least MIN_WIDTH); what it prints is never read as markup or emoji codes."""
     console = Console(soft_wrap=False, markup=False, emoji=False, highlight=False)
-    if console.width < MIN_WIDTH:
-        console.width = MIN_WIDTH
+    console.width = max(console.width, MIN_WIDTH)
     return console
 
 

@@ -14,7 +14,7 @@ import click
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
-from nsysfrag.commands.feedback import feedback
+from nsysfrag.commands.feedback import feedback, say
 from nsysfrag.commands.outputs import (
     STDOUT,
     Kept,
@@ -29,7 +29,6 @@ from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
 from nsysfrag.inputs.nsys.reader import read_trace
 from nsysfrag.models.observed import kernel as replay
-from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -239,10 +238,10 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
             comparison_table.render(comparison, str(request.baseline), "this run", console)
         if request.fail_on_regression is not None:
             for line in comparison.regressions(request.fail_on_regression):
-                click.echo(f"nsysfrag: {line}", err=True)
+                say(line)
                 code = EXIT_GATE
     for trip in evaluate(list(request.gates), document):
-        click.echo(f"nsysfrag: {trip.message()}", err=True)
+        say(trip.message())
         code = EXIT_GATE
     if request.record:
         record_run(document, request)
@@ -273,7 +272,7 @@ def record_run(document: dict[str, Any], request: ReportRequest) -> None:
             f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
             " options); not recorded again"
         )
-    click.echo(f"nsysfrag: {printable(said)}", err=True)
+    say(said)
 
 
 def _changes(updated: tuple[str, ...], label: str | None) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
-from nsysfrag.commands.feedback import feedback
+from nsysfrag.commands.feedback import feedback, say
 from nsysfrag.commands.outputs import (
     Kept,
     Output,
@@ -18,7 +18,6 @@ from nsysfrag.commands.outputs import (
 )
 from nsysfrag.commands.params import ByteSize
 from nsysfrag.inputs.nsys import runner as nsys
-from nsysfrag.printable import printable
 
 # What the first what-if after installing spends compiling (benchmarks/bench_startup.py).
 ALLOCATOR_COMPILE_S = 25
@@ -85,7 +84,7 @@ def whatif_command(
         report = whatif(source, policies, capacity, validate)
     for space in report.spaces:
         for w in space.warnings:
-            click.echo(f"nsysfrag: warning: {printable(f'{space.label}: {w}')}", err=True)
+            say(f"warning: {space.label}: {w}")
     if json_out is not None:
         write_text(json_out, whatif_report.dumps(whatif_report.document(report)))
     if html_out is not None:
