@@ -72,7 +72,7 @@ def _run(work: Path, stem: str, argv: list[str]) -> None:
     env.pop("NSYSFRAG_DEBUG", None)
     proc = subprocess.run(
         [sys.executable, "-m", "nsysfrag", *argv], cwd=work, env=env, capture_output=True,
-        text=True, timeout=1800,
+        text=True, timeout=1800, check=False,
     )
     (work / "out" / f"{stem}.stdout").write_text(proc.stdout)
     (work / "out" / f"{stem}.stderr").write_text(proc.stderr)

@@ -28,6 +28,7 @@ from tests.conftest import REPO
 
 README = REPO / "README.md"
 SAMPLE = "sample_traces/inference_serving.sqlite"
+SNAPSHOT = "sample_traces/training_snapshot.pickle"
 OFFLINE = ["--no-deps", "--no-build-isolation", "--no-index"]
 # Far deeper than any header line fits in: a report must not depend on where the clone is.
 DEEP = Path(*(["a-folder-with-a-long-name"] * 8))
@@ -104,8 +105,9 @@ class Clone:
         nsysfrag = str(self.root / ".venv" / "bin" / "nsysfrag")
         version = self.sh([nsysfrag, "--version"], cwd=elsewhere)
         assert version.stdout.startswith("nsysfrag, version "), version.stdout
-        report = self.sh([nsysfrag, "analyze", str(self.root / SAMPLE), "-q", "--json", "-"], cwd=elsewhere)
-        assert '"schema": "nsysfrag/1"' in report.stdout
+        for sample in (SAMPLE, SNAPSHOT):  # an nsys trace and a snapshot: both models' code
+            argv = [nsysfrag, "analyze", str(self.root / sample), "-q", "--json", "-"]
+            assert '"schema": "nsysfrag/1"' in self.sh(argv, cwd=elsewhere).stdout
 
 
 def _package_holds_only_python(folder: Path) -> None:

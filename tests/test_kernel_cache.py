@@ -3,13 +3,17 @@ compiles only the kernels it needs."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from numba.core.dispatcher import Dispatcher
 
+import nsysfrag
 from nsysfrag import kernel_cache
 from nsysfrag.models.observed import kernel as replay
 from tests.conftest import REPO, SAMPLES
@@ -90,3 +94,19 @@ def test_first_run_says_it_compiles_once_and_compiles_only_what_analyze_needs(
     second = _analyze(tmp_path)
     assert second.returncode == 0 and second.stderr == ""
     assert second.stdout == first.stdout
+
+
+def test_every_cached_kernel_in_the_package_goes_to_the_user_cache() -> None:
+    """A kernel module must call kernel_cache.install() before its first ``cache=True``."""
+    cached = []
+    for module in pkgutil.walk_packages(nsysfrag.__path__, "nsysfrag."):
+        if module.name.endswith("__main__"):  # importing it runs the command line
+            continue
+        for name, value in vars(importlib.import_module(module.name)).items():
+            impl = getattr(getattr(value, "_cache", None), "_impl", None)
+            if isinstance(value, Dispatcher) and impl is not None:
+                cached.append((module.name, name, type(impl.locator).__name__))
+    assert len(cached) > 20  # the replay's, the reader's and the allocator models' kernels
+    assert {locator for _, _, locator in cached} == {"UserCacheLocator"}, [
+        c for c in cached if c[2] != "UserCacheLocator"
+    ]

@@ -63,6 +63,7 @@ def run_nsysfrag(
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "nsysfrag", *args],
+            check=False,
             cwd=cwd or REPO,
             env=full_env,
             input=stdin,
