@@ -156,7 +156,7 @@ def write(tmp_path: Path, data: Any, name: str = "snap.pickle") -> Path:
 
 def run(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run([sys.executable, "-m", "nsysfrag", *args], check=False, capture_output=True,
-                          text=True, env={**os.environ, "NSYSFRAG_WIDTH": "120"})  # fmt: skip
+                          text=True, env={**os.environ, "COLUMNS": "120"})  # fmt: skip
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -53,12 +53,12 @@ STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_fr
 def run(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run([sys.executable, "-m", "nsysfrag", *args], check=False,
                           capture_output=True, text=True,
-                          env={**os.environ, "NSYSFRAG_WIDTH": "120"})  # fmt: skip
+                          env={**os.environ, "COLUMNS": "120"})  # fmt: skip
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def invoke(*args: str) -> Any:
-    return CliRunner().invoke(cli, ["whatif", *args], env={"NSYSFRAG_WIDTH": "120"})
+    return CliRunner().invoke(cli, ["whatif", *args], env={"COLUMNS": "120"})
 
 
 def event(action: str, addr: int, size: int, t: int, stream: int = 0, **extra: Any) -> dict[str, Any]:

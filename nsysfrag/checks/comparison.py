@@ -76,6 +76,10 @@ def load_document(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: no such file; pass JSON written by `nsysfrag analyze --json`")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror}); check the path") from None
+    except RecursionError:  # nesting deeper than any document nsysfrag writes
+        raise InputError(f"{path}: JSON nested too deeply to be an nsysfrag analysis") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"{path}: not JSON ({err}); pass the file `nsysfrag analyze --json` wrote") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("spaces"), list):

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from nsysfrag.commands.feedback import say
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_input,
@@ -26,6 +27,7 @@ from nsysfrag.errors import InputError, NsysError
 from nsysfrag.inputs import format_of
 from nsysfrag.inputs.files import check_input_file, check_regular_file
 from nsysfrag.inputs.nsys import TRACE_FILE, is_report
+from nsysfrag.printable import printable
 
 if TYPE_CHECKING:
     from nsysfrag.inputs.nsys.runner import Nsys
@@ -72,8 +74,7 @@ def analyze_command(
     if is_report(trace):
         trace = export_report(trace, nsys_path, cache_dir, reexport)
         check_outputs(request, trace)
-        with phase("analyzing"):
-            analysis = analyze_input(trace, request)
+        analysis = analyze_input(trace, request)
     else:
         if reexport or cache_dir is not None:
             raise InputError(
@@ -134,7 +135,7 @@ def locate_nsys(explicit: str | None) -> Nsys:
 
 
 def note(message: str) -> None:
-    click.echo(f"nsysfrag: {message}", err=True)
+    say(message)
 
 
 def clock(seconds: float) -> str:
@@ -153,7 +154,8 @@ class _PhaseLine:
     def __rich__(self) -> Text:
         elapsed = time.monotonic() - self.started
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        return Text.assemble((f"{frame} ", "cyan"), (self.label, "bold"), f"  {clock(elapsed)}")
+        label = printable(self.label)
+        return Text.assemble((f"{frame} ", "cyan"), (label, "bold"), f"  {clock(elapsed)}")
 
 
 @contextmanager

@@ -19,7 +19,10 @@ import numpy as np
 import numpy.typing as npt
 from numba import types
 
+from nsysfrag import kernel_cache
 from nsysfrag.events import I64
+
+kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 SQLITE_OK = 0
 SQLITE_ROW = 100
