@@ -6,7 +6,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -184,11 +184,14 @@ def _write_text(path: Path, text: str) -> None:
         raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
 
 
-def analyze_sqlite(sqlite_path: Path, request: ReportRequest) -> Analysis:
+def analyze_sqlite(
+    sqlite_path: Path, request: ReportRequest, *, show_progress: bool = True
+) -> Analysis:
+    """``show_progress=False``: no bar even on a terminal (a job's workers share the coordinator's)."""
     # Loading the compiled replay takes a moment; SQLite reads without the GIL, so overlap them.
     warming = threading.Thread(target=replay.warm_up, daemon=True)
     warming.start()
-    with progress_bar() as progress:
+    with progress_bar() if show_progress else nullcontext(None) as progress:
         trace = read_trace(sqlite_path, progress=progress)
         warming.join()
         return analyze(
@@ -267,7 +270,7 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
     return code
 
 
-def record_run(document: dict[str, Any], request: ReportRequest) -> None:
+def record_run(document: dict[str, Any], request: ReportRequest, rank: int | None = None) -> None:
     """Store the analysis in the history database and say under which run number."""
     run = RunRecord.from_document(
         document,
@@ -275,15 +278,17 @@ def record_run(document: dict[str, Any], request: ReportRequest) -> None:
         label=request.label,
         tags=request.tags,
         capacity_override_bytes=request.capacity,
+        rank=rank,
     )
     with open_store(request.db) as store:
         outcome = store.record(run)
         where = store.location
+    whose = f"rank {rank}: " if rank is not None else ""
     if outcome.created:
-        click.echo(f"nsysfrag: recorded as run {outcome.run_id} in {where}", err=True)
+        click.echo(f"nsysfrag: {whose}recorded as run {outcome.run_id} in {where}", err=True)
     else:
         click.echo(
-            f"nsysfrag: already recorded as run {outcome.run_id} in {where} (same trace and"
-            " analysis options); not recorded again",
+            f"nsysfrag: {whose}already recorded as run {outcome.run_id} in {where} (same trace"
+            " and analysis options); not recorded again",
             err=True,
         )

@@ -45,7 +45,7 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> Table:
             run.recorded_at.strftime("%Y-%m-%d %H:%M"),
             run.label or "",
             "\n".join(f"{k}={v}" for k, v in sorted(run.tags.items())),
-            run.trace_name,
+            run.trace_name if run.rank is None else f"{run.trace_name} (rank {run.rank})",
         ]
         blank = [""] * len(head)
         if not run.spaces:

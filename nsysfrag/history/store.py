@@ -128,6 +128,7 @@ class RunRecord:
     tags: tuple[tuple[str, str], ...] = ()
     host: str | None = None
     recorded_at: datetime | None = None  # None: now
+    rank: int | None = None  # the rank of a distributed job's input (analyze with several)
 
     @classmethod
     def from_document(
@@ -138,6 +139,7 @@ class RunRecord:
         label: str | None = None,
         tags: Sequence[tuple[str, str]] = (),
         capacity_override_bytes: int | None = None,
+        rank: int | None = None,
     ) -> RunRecord:
         """A record of a SPEC §6 document (``nsysfrag analyze --json``) of ``trace_path``."""
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
@@ -154,6 +156,7 @@ class RunRecord:
             tags=tuple(tags),
             host=socket.gethostname(),
             spaces=tuple(flatten_space(s) for s in document["spaces"]),
+            rank=rank,
         )
 
 
@@ -238,6 +241,7 @@ class StoredRun:
     nsysfrag_version: str | None
     tags: Mapping[str, str] = field(default_factory=dict)
     spaces: tuple[StoredSpace, ...] = ()
+    rank: int | None = None
 
     @property
     def trace_name(self) -> str:
@@ -251,6 +255,7 @@ class StoredRun:
             "tags": dict(self.tags),
             "host": self.host,
             "nsysfrag_version": self.nsysfrag_version,
+            "rank": self.rank,
             "trace": {
                 "path": self.trace_path,
                 "name": self.trace_name,
@@ -432,6 +437,7 @@ class HistoryStore:
                 nsysfrag_version=row["nsysfrag_version"],
                 tags=tags[row["id"]],
                 spaces=tuple(spaces[row["id"]]),
+                rank=row["rank"],
             )
             for row in rows
         ]
@@ -462,6 +468,7 @@ def _insert_run(connection: Connection, run: RunRecord) -> int:
             granularity_bytes=run.granularity_bytes,
             capacity_override_bytes=run.capacity_override_bytes or NO_CAPACITY_OVERRIDE,
             nsysfrag_version=__version__,
+            rank=run.rank,
         )
     )
     key = result.inserted_primary_key
