@@ -22,7 +22,6 @@ from nsysfrag.job.pool import Progress
 from nsysfrag.job.worker import RankOutcome, RankTask, analyze_rank, failed
 
 ENV_ADDRESS = "DASK_SCHEDULER_ADDRESS"
-CONNECT_TIMEOUT_S = 20
 
 
 def run_on_cluster(
@@ -33,13 +32,9 @@ def run_on_cluster(
 ) -> list[RankOutcome]:
     """Every task's outcome, run on the cluster whose scheduler is at ``address`` (or named in
     ``scheduler_file``)."""
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise InputError(
-            "--scheduler runs the job on dask.distributed, which is not installed here; pip install"
-            " 'nsysfrag[dask]' (on every worker too), or leave out --scheduler for the local pool"
-        ) from None
+    require_dask()
+    from distributed import Client, as_completed
+
     client = _connect(Client, address, scheduler_file)
     cwd = os.getcwd()
     job = uuid.uuid4().hex[:8]
@@ -65,6 +60,17 @@ def run_on_cluster(
     return outcomes
 
 
+def require_dask() -> None:
+    """InputError unless dask.distributed can be imported (it is an optional extra)."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise InputError(
+            "--scheduler runs the job on dask.distributed, which is not installed here; pip install"
+            " 'nsysfrag[dask]' (on every worker too), or leave out --scheduler for the local pool"
+        ) from None
+
+
 def _connect(client: Any, address: str | None, scheduler_file: Path | None) -> Any:
     where = f"scheduler file {scheduler_file}" if scheduler_file is not None else str(address)
     if scheduler_file is not None and not scheduler_file.is_file():
@@ -72,10 +78,12 @@ def _connect(client: Any, address: str | None, scheduler_file: Path | None) -> A
             f"--scheduler-file {scheduler_file}: no such file; pass the file `dask scheduler"
             " --scheduler-file` wrote"
         )
+    # How long to keep trying is Dask's own setting, distributed.comm.timeouts.connect (30 s;
+    # DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s to change it).
     try:
         if scheduler_file is not None:
-            return client(scheduler_file=str(scheduler_file), timeout=CONNECT_TIMEOUT_S)
-        return client(address, timeout=CONNECT_TIMEOUT_S)
+            return client(scheduler_file=str(scheduler_file))
+        return client(address)
     except (OSError, TimeoutError, ValueError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise InputError(

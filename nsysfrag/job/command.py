@@ -19,8 +19,9 @@ from rich.live import Live
 from rich.text import Text
 
 from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.job.inputs import REPORT_SUFFIXES, RankInput, job_inputs
+from nsysfrag.job.inputs import RankInput, job_inputs
 from nsysfrag.job.worker import RankOutcome, RankTask
+from nsysfrag.nsys import REPORT_SUFFIXES
 
 if TYPE_CHECKING:  # the command modules import this one
     from nsysfrag.commands.analyze import ExportOptions
@@ -89,6 +90,10 @@ def run_job(
             " analyze that rank alone (nsysfrag analyze PATH --png DIR)"
         )
     address, scheduler_file = options.cluster()
+    if address is not None or scheduler_file is not None:
+        from nsysfrag.job.cluster import require_dask
+
+        require_dask()
     inputs = job_inputs(arguments, options.rank_pattern)
     _check_outputs(request, inputs)
     baseline = load_job_document(request.baseline) if request.baseline is not None else None

@@ -18,9 +18,9 @@ from itertools import pairwise
 from pathlib import Path
 
 from nsysfrag.errors import InputError
+from nsysfrag.nsys import REPORT_SUFFIXES
+from nsysfrag.snapshot_reader import SNAPSHOT_SUFFIXES
 
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 INPUT_SUFFIXES = (".sqlite", *REPORT_SUFFIXES, *SNAPSHOT_SUFFIXES)
 # Tried in order on the file name; the first that matches gives the rank.
 _NAME_RANKS = (
@@ -153,11 +153,11 @@ def _expand_nsys_name(text: str) -> list[tuple[Path, int | None]]:
     """``runs/rank%q{RANK}`` -> every ``runs/rank<N>.<suffix>``, ranked by the ``%q{RANK}`` part."""
     folder, name = os.path.split(text)
     variables = [m.group(1) for m in _NSYS_VARIABLE.finditer(name) if m.group(1) is not None]
-    ranked = [i for i, v in enumerate(variables) if "RANK" in v.upper()]
+    ranked = [i for i, v in enumerate(variables) if _is_global_rank(v)]
     if len(variables) > 1 and len(ranked) != 1:
         raise InputError(
-            f"{text}: cannot tell which %q{{…}} is the rank; name it …RANK…, or pass the files"
-            " with --rank-pattern REGEX"
+            f"{text}: cannot tell which %q{{…}} is the rank (RANK, OMPI_COMM_WORLD_RANK,"
+            " SLURM_PROCID, …); pass the files with --rank-pattern REGEX"
         )
     rank_index = ranked[0] if ranked else 0
     parts, index = [], 0
@@ -185,6 +185,12 @@ def _expand_nsys_name(text: str) -> list[tuple[Path, int | None]]:
         assert m is not None
         out.append((path, int(m.group(1)) if variables else None))
     return out
+
+
+def _is_global_rank(variable: str) -> bool:
+    """RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID; not LOCAL_RANK or NODE_RANK."""
+    name = variable.upper()
+    return name == "SLURM_PROCID" or ("RANK" in name and "LOCAL" not in name and "NODE" not in name)
 
 
 def _traces_in(paths: list[Path], keep_unknown: bool = False) -> list[Path]:

@@ -26,6 +26,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from nsysfrag.job.worker import RankOutcome, RankTask, analyze_rank, failed
+from nsysfrag.nsys import REPORT_SUFFIXES
+from nsysfrag.snapshot_reader import SNAPSHOT_SUFFIXES
 
 # Memory a worker needs, the way HolisticTraceAnalysis sizes its parsing pool: a fixed part and
 # a multiple of the input's size. Measured (peak RSS, `ru_maxrss`) on the benchmark's churn
@@ -80,8 +82,6 @@ def plan_pool(first_input: Path, ranks: int, jobs: int | None = None) -> PoolPla
 
 def worker_bytes(path: Path) -> int:
     """The memory one worker needs for an input like ``path`` (see BYTES_PER_INPUT_BYTE)."""
-    from nsysfrag.job.inputs import REPORT_SUFFIXES, SNAPSHOT_SUFFIXES
-
     try:
         size = path.stat().st_size
     except OSError:
