@@ -155,7 +155,7 @@ def test_a_bad_input_does_not_sink_the_job(tmp_path: Path) -> None:
     bad = doc["ranks"][-1]
     assert bad["rank"] == 9 and "analysis" not in bad and "not an SQLite database" in bad["error"]
     assert all("analysis" in r for r in doc["ranks"][:-1])
-    assert re.search(r"^nsysfrag: error: rank 9: .*rank9\.sqlite: not an SQLite database", result.stderr, re.M)
+    assert re.search(r"^nsysfrag: error: rank 9: .*rank9\.sqlite: not an SQLite database", result.stderr, re.MULTILINE)
     assert "Traceback" not in result.stderr
     assert "rank 9 failed" in result.stdout and "1 failed" in result.stdout
 
