@@ -94,7 +94,7 @@ def replay_rate(path: Path) -> tuple[float, int]:
     """Events per second of analyze() on a trace already in memory (replay, every metric after
     every event, hotspots, histograms)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.trace import read_trace
+    from nsysfrag.inputs.nsys.reader import read_trace
 
     trace = read_trace(path)
     analyze(trace)  # compile / warm up

@@ -10,7 +10,7 @@ import random
 import sqlite3
 from pathlib import Path
 
-from nsysfrag.synthetic import ExportOptions, Gpu, global_pid, global_tid, write_export
+from nsysfrag.testing.nsys_export import ExportOptions, Gpu, global_pid, global_tid, write_export
 
 DATA = Path(__file__).resolve().parent / ".data"
 PID, TID = 4242, 4243

@@ -22,15 +22,21 @@ from nsysfrag.analysis import (
     hotspots_of,
     state_after,
 )
-from nsysfrag.errors import InputError
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     format_bytes,
     global_frag,
     growth_per_second,
     local_frag,
     overall_health,
 )
-from nsysfrag.replay import (
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.torch_snapshot.reader import (
+    Snapshot,
+    describe_actions,
+    is_snapshot,
+    read_snapshot,
+)
+from nsysfrag.models.observed.kernel import (
     ALLOCATED,
     FREED,
     UNMATCHED_FREE,
@@ -38,7 +44,7 @@ from nsysfrag.replay import (
     ReplayResult,
     SpaceEvents,
 )
-from nsysfrag.segments_model import (
+from nsysfrag.models.segments.replay import (
     MIN_BLOCK_BYTES,
     MODEL_NAME,
     OOM,
@@ -46,7 +52,6 @@ from nsysfrag.segments_model import (
     free_blocks_after,
     replay_device,
 )
-from nsysfrag.snapshot_reader import Snapshot, describe_actions, is_snapshot, read_snapshot
 
 __all__ = ["MODEL_NAME", "analyze_snapshot", "analyze_snapshot_file", "is_snapshot"]
 

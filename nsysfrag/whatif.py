@@ -60,8 +60,7 @@ from nsysfrag.allocators.torch_caching import (
     split_options,
 )
 from nsysfrag.analysis import State
-from nsysfrag.errors import InputError
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     F64,
     Health,
     format_bytes,
@@ -70,9 +69,10 @@ from nsysfrag.metrics import (
     local_frag,
     overall_health,
 )
-from nsysfrag.replay import ALLOCATED
-from nsysfrag.segments_model import SegmentSet, WindowStart, window_start
-from nsysfrag.snapshot_reader import Snapshot, TraceEntry, read_snapshot
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot, TraceEntry, read_snapshot
+from nsysfrag.models.observed.kernel import ALLOCATED
+from nsysfrag.models.segments.replay import SegmentSet, WindowStart, window_start
 
 SNAPSHOT = "pytorch-snapshot"
 NSYS = "nsys-trace"
@@ -469,7 +469,7 @@ def nsys_sources(path: Path, capacity: int | None) -> tuple[list[_Source], list[
     """One request stream per (process, device) of an nsys export: its driver-level
     allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
-    from nsysfrag.trace import read_trace
+    from nsysfrag.inputs.nsys.reader import read_trace
 
     analysis = analyze(read_trace(path), capacity_bytes=capacity)
     notes = [
@@ -639,7 +639,7 @@ def whatif(
     validate: bool = False,
 ) -> WhatifReport:
     """Replay the input's request streams through ``policies`` (default: all)."""
-    from nsysfrag.snapshot_reader import is_snapshot
+    from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
     chosen = [parse_policy(p) for p in (policies or DEFAULT_POLICIES)]
     seen: set[str] = set()

@@ -5,7 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from nsysfrag.synthetic import ApiRow, ExportOptions, Gpu, MemoryRow, NvtxRow, write_export
+from nsysfrag.testing.nsys_export import (
+    ApiRow,
+    ExportOptions,
+    Gpu,
+    MemoryRow,
+    NvtxRow,
+    write_export,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysfrag.cli import cli
-from nsysfrag.synthetic import FREE, Gpu, MemoryRow
+from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
 from tests.conftest import BASE, REAL_TRACES, SAMPLES, MakeTrace, MiB
 
 SAMPLE = SAMPLES / "training_loop.sqlite"

@@ -20,8 +20,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
-from nsysfrag.metrics import format_bytes, size_class_label
-from nsysfrag.replay import ALLOCATED, FREED
+from nsysfrag.analysis.metrics import format_bytes, size_class_label
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.models.observed.kernel import ALLOCATED, FREED
 from nsysfrag.reporters import figures
 from nsysfrag.reporters.figures import (
     FULL_RESOLUTION_EVENTS,
@@ -37,8 +38,7 @@ from nsysfrag.reporters.figures import (
     step_indices,
 )
 from nsysfrag.reporters.png import write_pngs
-from nsysfrag.synthetic import FREE, ApiRow, MemoryRow, NvtxRow
-from nsysfrag.trace import read_trace
+from nsysfrag.testing.nsys_export import FREE, ApiRow, MemoryRow, NvtxRow
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
 
 S = 1_000_000_000  # ns
@@ -445,7 +445,7 @@ def test_figures_never_import_pyplot(tmp_path: Path) -> None:
         "import sys\n"
         "from pathlib import Path\n"
         "from nsysfrag.analysis import analyze\n"
-        "from nsysfrag.trace import read_trace\n"
+        "from nsysfrag.inputs.nsys.reader import read_trace\n"
         "from nsysfrag.reporters.png import write_pngs\n"
         f"write_pngs(analyze(read_trace({str(SAMPLES / 'caching_allocator.sqlite')!r})), Path({str(tmp_path)!r}))\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"

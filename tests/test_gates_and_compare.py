@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nsysfrag.checks.gates import evaluate, parse_gate
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
-from nsysfrag.gates import evaluate, parse_gate
 from tests.conftest import SAMPLES
 
 INFERENCE = SAMPLES / "inference_serving.sqlite"

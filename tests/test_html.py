@@ -16,14 +16,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, analyze
-from nsysfrag.metrics import format_bytes, free_blocks_health, global_frag_health, local_frag_health
+from nsysfrag.analysis.advice import advise
+from nsysfrag.analysis.metrics import (
+    format_bytes,
+    free_blocks_health,
+    global_frag_health,
+    local_frag_health,
+)
+from nsysfrag.inputs.nsys.reader import read_trace
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html import percent, render, space_anchor, write
-from nsysfrag.synthetic import FREE, ApiRow, ExportOptions, Gpu, MemoryRow, NvtxRow, write_export
-from nsysfrag.trace import read_trace
+from nsysfrag.testing.nsys_export import (
+    FREE,
+    ApiRow,
+    ExportOptions,
+    Gpu,
+    MemoryRow,
+    NvtxRow,
+    write_export,
+)
 from tests.conftest import BASE, SAMPLES, MiB
 
 EVIL = "<script>alert(1)</script>"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nsysfrag import nsys
 from nsysfrag.errors import NsysError
-from nsysfrag.nsys import Nsys, ProfilePlan
-from nsysfrag.synthetic import MemoryRow, write_export
+from nsysfrag.inputs.nsys import runner as nsys
+from nsysfrag.inputs.nsys.runner import Nsys, ProfilePlan
+from nsysfrag.testing.nsys_export import MemoryRow, write_export
 
 FAKE_DIR = Path(__file__).resolve().parent / "fake_nsys"
 FAKE = FAKE_DIR / "nsys"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nsysfrag.cli import main
-from nsysfrag.synthetic import MemoryRow, write_export
+from nsysfrag.testing.nsys_export import MemoryRow, write_export
 from tests.test_nsys import FAKE, FakeNsys, install_fake_nsys
 
 REPO = Path(__file__).resolve().parent.parent

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.analysis import EVENT_NAMES, analyze
-from nsysfrag.synthetic import FREE, ApiRow, Gpu, MemoryRow, NvtxRow, write_export
-from nsysfrag.trace import read_trace
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.testing.nsys_export import FREE, ApiRow, Gpu, MemoryRow, NvtxRow, write_export
 from tests.reference import RefEvent, reference_replay
 
 BASE = 0x7F00_0000_0000

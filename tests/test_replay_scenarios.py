@@ -6,7 +6,8 @@ import pytest
 
 from nsysfrag.analysis import SpaceAnalysis, analyze
 from nsysfrag.errors import InputError
-from nsysfrag.synthetic import (
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.testing.nsys_export import (
     FREE,
     MANAGED,
     PINNED,
@@ -17,7 +18,6 @@ from nsysfrag.synthetic import (
     MemoryRow,
     NvtxRow,
 )
-from nsysfrag.trace import read_trace
 from tests.conftest import BASE, MakeTrace, MiB
 
 CAP = 64 * MiB

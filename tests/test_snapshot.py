@@ -19,11 +19,7 @@ from click.testing import CliRunner
 from nsysfrag.analysis import EVENT_NAMES, Analysis, SpaceAnalysis
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
-from nsysfrag.replay import ALLOCATED, FREED
-from nsysfrag.reporters import csv_report, json_report
-from nsysfrag.segments_model import MODEL_NAME, OOM, SEGMENT_FREE, round_size
-from nsysfrag.snapshot import analyze_snapshot, analyze_snapshot_file
-from nsysfrag.snapshot_reader import (
+from nsysfrag.inputs.torch_snapshot.reader import (
     NO_PYTHON_FRAME,
     NO_STACK,
     is_snapshot,
@@ -31,6 +27,10 @@ from nsysfrag.snapshot_reader import (
     read_snapshot,
     site_of,
 )
+from nsysfrag.models.observed.kernel import ALLOCATED, FREED
+from nsysfrag.models.segments.replay import MODEL_NAME, OOM, SEGMENT_FREE, round_size
+from nsysfrag.reporters import csv_report, json_report
+from nsysfrag.snapshot import analyze_snapshot, analyze_snapshot_file
 from tests.conftest import REPO, SAMPLES, MiB
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from nsysfrag.errors import InputError
-from nsysfrag.synthetic import ApiRow, ExportOptions, MemoryRow, NvtxRow
-from nsysfrag.trace import read_trace
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.testing.nsys_export import ApiRow, ExportOptions, MemoryRow, NvtxRow
 from tests.conftest import BASE, REAL_TRACES, SAMPLES, MakeTrace, MiB
 
 REAL = sorted(REAL_TRACES.glob("*.sqlite")) if REAL_TRACES.is_dir() else []
@@ -171,7 +171,7 @@ def test_api_rows_for_sites_and_failures(make_trace: MakeTrace) -> None:
 
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.name)
 def test_compiled_and_portable_readers_agree(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nsysfrag import sqlite_columns
+    from nsysfrag.inputs.nsys import sqlite_columns
 
     if not sqlite_columns.available():
         pytest.skip("no libsqlite3 for the compiled reader on this machine")

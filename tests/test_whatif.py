@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from nsysfrag.allocators import Policy, parse_policy
 from nsysfrag.analysis import State
+from nsysfrag.analysis.metrics import Health
 from nsysfrag.cli import cli
-from nsysfrag.metrics import Health
-from nsysfrag.snapshot_reader import read_snapshot
-from nsysfrag.synthetic import FREE, Gpu, MemoryRow
+from nsysfrag.inputs.torch_snapshot.reader import read_snapshot
+from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
 from nsysfrag.whatif import (
     PolicyOutcome,
     matched_in_order,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from nsysfrag import nsys, snapshot
+from nsysfrag import snapshot
 from nsysfrag.analysis import Analysis
 from nsysfrag.commands.report_options import (
     ReportRequest,
@@ -25,6 +25,7 @@ from nsysfrag.commands.report_options import (
     report_options,
 )
 from nsysfrag.errors import InputError, NsysError
+from nsysfrag.inputs.nsys import runner as nsys
 from nsysfrag.job.command import job_options
 from nsysfrag.job.inputs import is_job
 

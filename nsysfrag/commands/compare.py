@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from nsysfrag.comparison import Comparison, compare
+from nsysfrag.checks.comparison import Comparison, compare
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.job import terminal as job_terminal
 from nsysfrag.job.comparison import (

@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from nsysfrag import nsys
 from nsysfrag.commands.analyze import clock, locate_nsys, note, nsys_option, phase
 from nsysfrag.commands.report_options import (
     STDOUT,
@@ -24,6 +23,7 @@ from nsysfrag.commands.report_options import (
     report_options,
 )
 from nsysfrag.errors import InputError
+from nsysfrag.inputs.nsys import runner as nsys
 
 TORCH_WARNING = (
     "recorded with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (--torch-tensors): every tensor was its own"

@@ -22,15 +22,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from nsysfrag import replay
 from nsysfrag.analysis import DEFAULT_GRANULARITY, Analysis, analyze
-from nsysfrag.comparison import compare, load_document
+from nsysfrag.checks.comparison import compare, load_document
+from nsysfrag.checks.gates import Gate, evaluate, parse_gate
 from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.events import ProgressCallback
-from nsysfrag.gates import Gate, evaluate, parse_gate
 from nsysfrag.history import RunRecord, database_url, open_store, parse_tags
+from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.inputs.nsys.records import ProgressCallback
+from nsysfrag.models.observed import kernel as replay
 from nsysfrag.reporters import comparison_table, csv_report, json_report, terminal
-from nsysfrag.trace import read_trace
 
 F = TypeVar("F", bound=Callable[..., Any])
 

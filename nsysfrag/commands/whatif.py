@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from nsysfrag import nsys
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.report_options import STDOUT, ByteSize
 from nsysfrag.errors import InputError
+from nsysfrag.inputs.nsys import runner as nsys
 
 
 def _write(path: Path, text: str) -> None:

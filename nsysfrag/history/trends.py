@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nsysfrag.analysis import MODEL_NAME
+from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.errors import InputError
 from nsysfrag.history.schema import SPACE_FIELDS
 from nsysfrag.history.store import StoredRun, StoredSpace
-from nsysfrag.metrics import format_bytes
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 DEFAULT_METRIC = "global_frag"

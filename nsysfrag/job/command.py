@@ -19,9 +19,9 @@ from rich.live import Live
 from rich.text import Text
 
 from nsysfrag.errors import EXIT_GATE, InputError
+from nsysfrag.inputs.nsys.runner import REPORT_SUFFIXES
 from nsysfrag.job.inputs import RankInput, job_inputs
 from nsysfrag.job.worker import RankOutcome, RankTask
-from nsysfrag.nsys import REPORT_SUFFIXES
 
 if TYPE_CHECKING:  # the command modules import this one
     from nsysfrag.commands.analyze import ExportOptions
@@ -150,8 +150,8 @@ def _execute(
 def _report(
     outcomes: list[RankOutcome], request: ReportRequest, baseline: dict[str, Any] | None
 ) -> int:
+    from nsysfrag.checks.gates import evaluate
     from nsysfrag.commands.report_options import STDOUT, _write_text
-    from nsysfrag.gates import evaluate
     from nsysfrag.job import terminal
     from nsysfrag.job.comparison import compare_jobs
     from nsysfrag.job.document import job_document, summaries_of

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsysfrag.comparison import Comparison, checked_document, compare, read_json
+from nsysfrag.checks.comparison import Comparison, checked_document, compare, read_json
 from nsysfrag.errors import InputError
 from nsysfrag.job.document import SCHEMA
 

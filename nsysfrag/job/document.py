@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nsysfrag.gates import HEALTH_ORDER
+from nsysfrag.checks.gates import HEALTH_ORDER
 from nsysfrag.job.worker import RankOutcome
 
 SCHEMA = "nsysfrag-job/1"

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.job import heatmap
 from nsysfrag.job.document import RankSummary
 from nsysfrag.job.terminal import basis_text, hotspot_text, memory_text, oom_text, seconds
-from nsysfrag.metrics import format_bytes
 from nsysfrag.reporters.html import _CSS, _e, _table, percent
 
 TOP_HOTSPOTS = 5

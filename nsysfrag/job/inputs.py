@@ -18,8 +18,8 @@ from itertools import pairwise
 from pathlib import Path
 
 from nsysfrag.errors import InputError
-from nsysfrag.nsys import REPORT_SUFFIXES
-from nsysfrag.snapshot_reader import SNAPSHOT_SUFFIXES
+from nsysfrag.inputs.nsys.runner import REPORT_SUFFIXES
+from nsysfrag.inputs.torch_snapshot.reader import SNAPSHOT_SUFFIXES
 
 INPUT_SUFFIXES = (".sqlite", *REPORT_SUFFIXES, *SNAPSHOT_SUFFIXES)
 # Tried in order on the file name; the first that matches gives the rank.

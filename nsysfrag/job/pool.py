@@ -25,9 +25,9 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+from nsysfrag.inputs.nsys.runner import REPORT_SUFFIXES
+from nsysfrag.inputs.torch_snapshot.reader import SNAPSHOT_SUFFIXES
 from nsysfrag.job.worker import RankOutcome, RankTask, analyze_rank, failed
-from nsysfrag.nsys import REPORT_SUFFIXES
-from nsysfrag.snapshot_reader import SNAPSHOT_SUFFIXES
 
 # Memory a worker needs, the way HolisticTraceAnalysis sizes its parsing pool: a fixed part and
 # a multiple of the input's size. Measured (peak RSS, `ru_maxrss`) on the benchmark's churn
@@ -313,10 +313,12 @@ def _context() -> BaseContext:
 
 def _load_analysis() -> None:
     """Import the analysis and load its compiled code once, for every forked worker."""
-    from nsysfrag import replay, snapshot, trace  # noqa: F401
+    from nsysfrag import snapshot  # noqa: F401
     from nsysfrag.commands import analyze  # noqa: F401
+    from nsysfrag.inputs.nsys import reader  # noqa: F401
+    from nsysfrag.models.observed import kernel
 
-    replay.warm_up()
+    kernel.warm_up()
 
 
 @contextmanager

@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
-from nsysfrag.metrics import format_bytes
 from nsysfrag.reporters import comparison_table
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}

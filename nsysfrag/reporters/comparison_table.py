@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nsysfrag.comparison import Comparison, MetricDelta
-from nsysfrag.metrics import format_bytes
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.checks.comparison import Comparison, MetricDelta
 
 _RATIOS = {"max.global_frag", "max.local_frag", "peak.global_frag", "internal_frag", "alloc_failure_rate"}
 _BYTES = {"peak.largest_free_bytes", "max.live_bytes"}

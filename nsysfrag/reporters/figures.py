@@ -22,9 +22,9 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import Formatter, Locator, MaxNLocator, PercentFormatter
 
 from nsysfrag.analysis import MODEL_NAME, Bucket, SpaceAnalysis, Timeline
-from nsysfrag.events import I64
-from nsysfrag.metrics import F64, format_bytes, size_class_label
-from nsysfrag.replay import ALLOCATED
+from nsysfrag.analysis.metrics import F64, format_bytes, size_class_label
+from nsysfrag.inputs.nsys.records import I64
+from nsysfrag.models.observed.kernel import ALLOCATED
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100

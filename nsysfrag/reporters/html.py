@@ -16,9 +16,9 @@ from pathlib import Path, PurePath
 import matplotlib
 from matplotlib.figure import Figure
 
-from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
-from nsysfrag.metrics import (
+from nsysfrag.analysis.advice import advise
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
-from nsysfrag.metrics import size_class_label
+from nsysfrag.analysis.advice import advise
+from nsysfrag.analysis.metrics import size_class_label
 
 SCHEMA = "nsysfrag/1"
 

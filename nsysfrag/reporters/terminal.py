@@ -7,9 +7,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from nsysfrag.advice import advise
 from nsysfrag.analysis import Analysis, SpaceAnalysis, State
-from nsysfrag.metrics import (
+from nsysfrag.analysis.advice import advise
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

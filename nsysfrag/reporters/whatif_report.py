@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nsysfrag.analysis import State
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     free_blocks_health,

@@ -28,9 +28,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nsysfrag.events import I64, BoolArray
-from nsysfrag.replay import ALLOCATED, FREED, NO_BLOCK, UNMATCHED_FREE, ZERO_SIZE_ALLOC
-from nsysfrag.snapshot_reader import NO_STACK, Segment, Snapshot, TraceEntry
+from nsysfrag.inputs.nsys.records import I64, BoolArray
+from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment, Snapshot, TraceEntry
+from nsysfrag.models.observed.kernel import (
+    ALLOCATED,
+    FREED,
+    NO_BLOCK,
+    UNMATCHED_FREE,
+    ZERO_SIZE_ALLOC,
+)
 
 MODEL_NAME = "pytorch-segments"
 

@@ -9,9 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from nsysfrag.errors import InputError
-from nsysfrag.events import I64, ProgressCallback, Trace
-from nsysfrag.metrics import (
+from nsysfrag.analysis.metrics import (
     F64,
     Health,
     global_frag,
@@ -21,7 +19,10 @@ from nsysfrag.metrics import (
     size_class,
     size_class_label,
 )
-from nsysfrag.replay import (
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.nsys.records import I64, ProgressCallback, Trace
+from nsysfrag.inputs.nsys.sites import SiteResolver
+from nsysfrag.models.observed.kernel import (
     ALLOCATED,
     FREED,
     NO_BLOCK,
@@ -32,7 +33,6 @@ from nsysfrag.replay import (
     assign_slots,
     replay,
 )
-from nsysfrag.sites import SiteResolver
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.errors import InputError
-from nsysfrag.metrics import format_bytes
 
 HEALTH_ORDER = {"ok": 0, "warn": 1, "critical": 2}
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.checks.gates import HEALTH_ORDER
 from nsysfrag.errors import InputError
-from nsysfrag.gates import HEALTH_ORDER
 from nsysfrag.reporters.json_report import SCHEMA
 
 # (label, path in a space document, is a fragmentation metric for --fail-on-regression)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nsysfrag.analysis import SpaceAnalysis
-from nsysfrag.metrics import Health, format_bytes
+from nsysfrag.analysis.metrics import Health, format_bytes
 
 SMALL_BLOCK_BYTES = 1 << 20
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nsysfrag.events import I64, ApiCalls, MemoryEvents, NvtxRanges
+from nsysfrag.inputs.nsys.records import I64, ApiCalls, MemoryEvents, NvtxRanges
 
 NO_RANGE = "(no range)"
 NO_THREAD = -1

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import I64, BoolArray
+from nsysfrag.inputs.nsys.records import I64, BoolArray
 
 # What each event did, per SPEC §2.
 ALLOCATED = 0

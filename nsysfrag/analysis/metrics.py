@@ -7,7 +7,7 @@ import enum
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import I64
+from nsysfrag.inputs.nsys.records import I64
 
 F64 = npt.NDArray[np.float64]
 

@@ -20,9 +20,9 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from nsysfrag import sqlite_columns
 from nsysfrag.errors import InputError
-from nsysfrag.events import (
+from nsysfrag.inputs.nsys import sqlite_columns
+from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
     DEALLOCATION_OPERATION_NAME,

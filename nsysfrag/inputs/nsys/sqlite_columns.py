@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import types
 
-from nsysfrag.events import I64
+from nsysfrag.inputs.nsys.records import I64
 
 SQLITE_OK = 0
 SQLITE_ROW = 100

@@ -1,0 +1,1 @@
+"""What reads the JSON document: gates (``--fail-on``) and run comparisons (``compare``)."""

@@ -1,0 +1,1 @@
+"""The inputs nsysfrag reads: nsys exports and PyTorch memory snapshots."""

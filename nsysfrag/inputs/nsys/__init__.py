@@ -1,0 +1,1 @@
+"""Nsight Systems traces: the SQLite export reader, NVTX sites and the nsys runner."""

@@ -1,0 +1,1 @@
+"""PyTorch CUDA memory snapshots (``torch.cuda.memory._dump_snapshot``)."""

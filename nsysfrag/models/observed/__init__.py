@@ -1,0 +1,1 @@
+"""The ``observed`` model: blocks where the trace says they were."""

@@ -1,0 +1,1 @@
+"""The ``pytorch-segments`` model: caching-allocator blocks inside their segments."""

@@ -1,0 +1,1 @@
+"""Support for tests, samples and benchmarks: writers of synthetic inputs."""
