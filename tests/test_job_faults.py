@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -34,13 +36,21 @@ def _job(tmp_path: Path) -> Path:
     return folder
 
 
-def _start(folder: Path, *args: str) -> subprocess.Popen[str]:
+@contextmanager
+def _running(folder: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``analyze FOLDER --jobs 2 ARGS`` started, and whatever is left of it killed after."""
     # A session of its own: every process the job starts carries its id, so none can hide.
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "nsysfrag", "analyze", str(folder), "--jobs", "2", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"},
     )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 def _opening(session: int) -> list[int]:
@@ -89,8 +99,7 @@ def _wait_for(find: object, timeout: float = 120) -> list[int]:
 def test_a_worker_killed_twice_fails_its_rank_and_the_job_goes_on(tmp_path: Path) -> None:
     folder = _job(tmp_path)
     out = tmp_path / "job.json"
-    proc = _start(folder, "--json", str(out), "-q")
-    try:
+    with _running(folder, "--json", str(out), "-q") as proc:
         killed = []
         for _ in range(2):  # the first attempt and the one retry
             victims = _wait_for(lambda: [p for p in _opening(proc.pid) if p not in killed])
@@ -98,9 +107,6 @@ def test_a_worker_killed_twice_fails_its_rank_and_the_job_goes_on(tmp_path: Path
             os.kill(victims[0], signal.SIGKILL)
             killed.append(victims[0])
         _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 2, stderr
     doc = json.loads(out.read_text())
     assert doc["failed_ranks"] == [2]
@@ -118,17 +124,13 @@ def test_a_worker_killed_once_is_retried_and_its_rank_analyzed(tmp_path: Path) -
     snapshot = SAMPLES / "training_snapshot.pickle"
     os.mkfifo(folder / "rank1.pickle")  # read whole (not seeked), so a FIFO can deliver it
     out = tmp_path / "job.json"
-    proc = _start(folder, "--json", str(out), "-q")
-    try:
+    with _running(folder, "--json", str(out), "-q") as proc:
         (first,) = _wait_for(lambda: _opening(proc.pid))
         os.kill(first, signal.SIGKILL)
         _wait_for(lambda: [p for p in _opening(proc.pid) if p != first])  # the retry, waiting
         with open(folder / "rank1.pickle", "wb") as fifo:  # the retry gets the snapshot
             fifo.write(snapshot.read_bytes())
         _, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, stderr
     doc = json.loads(out.read_text())
     assert doc["failed_ranks"] == []
@@ -144,16 +146,12 @@ def test_a_worker_killed_once_is_retried_and_its_rank_analyzed(tmp_path: Path) -
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupting_a_job_stops_every_worker(tmp_path: Path, sig: signal.Signals) -> None:
     folder = _job(tmp_path)
-    proc = _start(folder, "-q")
-    try:
+    with _running(folder, "-q") as proc:
         _wait_for(lambda: _opening(proc.pid))
         workers = [p for p in _session(proc.pid) if p != proc.pid]
         assert workers, "the pool has workers"
         os.kill(proc.pid, sig)
         _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 128 + sig, stderr
     assert "Traceback" not in stderr
     if sig == signal.SIGINT:
