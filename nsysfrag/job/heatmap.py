@@ -65,20 +65,19 @@ def heat_rows(entries: Sequence[dict[str, Any]], columns: int = COLUMNS) -> tupl
 
 
 def _fill(cells: list[float | None], rel: np.ndarray, values: np.ndarray, span: int, columns: int) -> None:
-    """Raise each cell to the step function's highest value within its slice of time."""
+    """Raise each cell to the step function's highest value within its slice of time: the value
+    holding as the slice starts, or any taken inside it."""
     width = span / columns if span > 0 else 1.0
     bins = np.minimum((rel / width).astype(np.int64), columns - 1)
     last = int(bins[-1])
-    highest = np.full(columns, -np.inf)
+    highest = np.full(last + 1, -np.inf)
     np.maximum.at(highest, bins, values)
-    carried = -np.inf
-    for i in range(last + 1):
-        # The value on entering a slice is the last one before it (a step function holds).
-        value = max(carried, float(highest[i]))
-        current = cells[i]
-        cells[i] = value if current is None else max(current, value)
-        if highest[i] > -np.inf:
-            carried = float(values[np.searchsorted(bins, i, side="right") - 1])
+    holding = np.searchsorted(rel, np.arange(last + 1) * width, side="right") - 1
+    entering = np.where(holding >= 0, values[np.maximum(holding, 0)], -np.inf)
+    for i, value in enumerate(np.maximum(entering, highest).tolist()):
+        if value > -np.inf:  # a space that starts later than its rank's first event
+            current = cells[i]
+            cells[i] = value if current is None else max(current, value)
 
 
 def colour(value: float) -> str:
