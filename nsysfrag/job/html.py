@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.job import heatmap
+from nsysfrag.job import heatmap, terminal
 from nsysfrag.job.document import RankSummary
 from nsysfrag.job.terminal import basis_text, hotspot_text, memory_text, oom_text, seconds
 from nsysfrag.reporters.html import _e, _table, page, percent
@@ -168,6 +168,8 @@ def render(summaries: Sequence[RankSummary], document: dict[str, Any]) -> str:
         "<h2>Ranks</h2>",
         _rank_table(summaries),
     ]
+    if any(not s.basis_known or (s.ooms and not s.verdicts) for s in summaries if s.ok):
+        body.append(f'<p class="sub">{_e(terminal.UNRECORDED)}</p>')
     if rows:
         body += [
             "<h2>Global fragmentation by rank over time</h2>",

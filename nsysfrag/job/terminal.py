@@ -19,6 +19,10 @@ from nsysfrag.reporters import comparison_table
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 _RATIOS = ("global_frag", "local_frag")
+UNRECORDED = (
+    "The analyses of some ranks record no health basis or OOM verdicts (an nsysfrag before they"
+    " were added), so those cells are empty."
+)
 
 
 def seconds(ns: int) -> str:
@@ -100,11 +104,7 @@ def render(
         table.add_row(str(s.rank), health, f"{s.peak_global_frag:.1%}", memory, oom_text(s), hotspot)
     console.print(table)
     if any(not s.basis_known or (s.ooms and not s.verdicts) for s in analyzed):
-        console.print(Text(
-            "The analyses of some ranks record no health basis or OOM verdicts (an nsysfrag"
-            " before they were added).",
-            style="dim",
-        ))
+        console.print(Text(UNRECORDED, style="dim"))
     _worst(summaries, document, console)
     _skew(document, console)
     for s in failed:
