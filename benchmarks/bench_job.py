@@ -73,11 +73,9 @@ def in_process(folder: Path, runs: int = RUNS) -> tuple[float, float, int]:
     """Median seconds of the pool and of one-by-one, analysis loaded; and the pool's size."""
     from nsysfrag.job.pool import _load_analysis, plan_pool, run_pool
     from nsysfrag.job.worker import RankTask
-    from nsysfrag.models.observed import kernel
 
     tasks = [RankTask(r, str(folder / f"rank{r}.sqlite"), None, 512) for r in range(RANKS)]
-    _load_analysis()
-    kernel.warm_up()  # loaded here, so that forked workers have it too
+    _load_analysis()  # imported and compiled code loaded, as the pool does before forking
     size = plan_pool(folder / "rank0.sqlite", RANKS).size
 
     def median(fn: Callable[[], object]) -> float:
