@@ -33,6 +33,8 @@ def _ranks(inputs: list) -> list[tuple[int, str]]:  # type: ignore[type-arg]
         ("snapshot_3.pickle", 3),
         ("report_14.nsys-rep", 14),
         ("3.sqlite", 3),
+        ("llm__1.3b_snapshot.pickle", None),  # a version, not a rank
+        ("v2025.3.2_uvm.sqlite", None),
         ("training_loop.sqlite", None),
         ("v2.sqlite", None),
     ],

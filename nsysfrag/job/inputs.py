@@ -25,8 +25,9 @@ INPUT_SUFFIXES = (".sqlite", *REPORT_SUFFIXES, *SNAPSHOT_SUFFIXES)
 # Tried in order on the file name; the first that matches gives the rank.
 _NAME_RANKS = (
     re.compile(r"rank[_-]?(\d+)", re.IGNORECASE),
-    re.compile(r"_(\d+)\.[^/]*$"),
-    re.compile(r"^(\d+)\."),
+    # The number right before the one suffix: "snapshot_3.pickle", not "model_1.3b.pickle".
+    re.compile(r"_(\d+)\.[A-Za-z][\w-]*$"),
+    re.compile(r"^(\d+)\.[A-Za-z][\w-]*$"),
 )
 _NSYS_VARIABLE = re.compile(r"%q\{([^}]*)\}|%[phn%]")
 
