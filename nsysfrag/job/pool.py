@@ -302,7 +302,10 @@ def _serve(conn: Connection, coordinator: int) -> None:
             return
         if task is None:
             return
-        conn.send(analyze_rank(task))
+        try:
+            conn.send(analyze_rank(task))
+        except OSError:  # the coordinator is gone (killed): nobody to answer
+            return
 
 
 def _context() -> BaseContext:

@@ -10,7 +10,6 @@ space) is all the job's reports need, the heatmap included.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,6 @@ class RankOutcome:
     error: str | None = None
     exit_code: int = 0  # the error's (2 bad input, 3 nsys), 0 when analyzed
     notes: tuple[str, ...] = field(default=())
-    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -58,7 +56,6 @@ def analyze_rank(task: RankTask) -> RankOutcome:
     from nsysfrag.commands.report_options import ReportRequest
     from nsysfrag.reporters import json_report
 
-    started = time.perf_counter()
     given = _Paths(task)
     notes: list[str] = []
     request = ReportRequest(capacity=task.capacity, granularity=task.granularity)
@@ -73,7 +70,7 @@ def analyze_rank(task: RankTask) -> RankOutcome:
     except NsysfragError as err:
         return RankOutcome(
             task.rank, task.path, error=given.restore(str(err)), exit_code=err.exit_code,
-            notes=tuple(given.restore(n) for n in notes), seconds=time.perf_counter() - started,
+            notes=tuple(given.restore(n) for n in notes),
         )
     except MemoryError:
         return failed(
@@ -89,8 +86,7 @@ def analyze_rank(task: RankTask) -> RankOutcome:
         )
     document["trace"]["path"] = given.restore(str(document["trace"]["path"]))
     return RankOutcome(
-        task.rank, task.path, document=document, notes=tuple(given.restore(n) for n in notes),
-        seconds=time.perf_counter() - started,
+        task.rank, task.path, document=document, notes=tuple(given.restore(n) for n in notes)
     )
 
 
