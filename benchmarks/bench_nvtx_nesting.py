@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench_analyze import end_to_end, median_seconds
 
 from nsysfrag.analysis import analyze
-from nsysfrag.inputs.nsys.reader import read_trace
+from nsysfrag.inputs.nsys import read_export
 from nsysfrag.testing.nsys_export import nested_nvtx_export
 
 NAME_CHARS = 1000
@@ -37,7 +37,7 @@ def main() -> None:
             for every in (False, True):
                 path = nested_nvtx_export(Path(tmp) / f"n{ranges}{every}.sqlite", ranges, NAME_CHARS, every)
                 seconds, rss = end_to_end(path)
-                inside = median_seconds(lambda p=path: analyze(read_trace(p)))
+                inside = median_seconds(lambda p=path: analyze(read_export(p)))
                 rows.append((ranges, every, path.stat().st_size, seconds, rss, inside))
     print(f"{'ranges':>7} {'allocations at':>15} {'file':>9} {'read+analyze':>13}"
           f" {'whole command':>14} {'peak RSS':>10}")

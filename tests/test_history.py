@@ -702,7 +702,7 @@ def test_an_older_schema_is_migrated_and_keeps_its_data(db_url: str, tmp_path: P
     with open_store(db_url) as store:
         (run,) = store.runs(RunQuery(tags=(("model", "old"),)))
         assert store.record(make_record(tmp_path, "new")).run_id == 2
-    assert run.label == "from v1" and run.nsysfrag_version is None
+    assert run.label == "from v1" and run.nsysfrag_version is None and run.rank is None
     assert run.recorded_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     (space,) = run.spaces
     assert space.get("process_name") is None and space.get("max.global_frag") == 0.25

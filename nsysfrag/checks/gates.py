@@ -69,14 +69,16 @@ class Trip:
     device: int
     value: Any
 
-    def message(self) -> str:
+    def message(self, rank: int | None = None) -> str:
+        """What tripped, where; ``rank`` names a job's rank first."""
         if self.gate.metric.endswith("_bytes"):
             value, limit = format_bytes(float(self.value)), format_bytes(float(self.gate.limit))
         else:
             value = f"{self.value:.6g}" if isinstance(self.value, float) else str(self.value)
             limit = f"{self.gate.limit:.6g}" if isinstance(self.gate.limit, float) else str(self.gate.limit)
+        where = f"rank {rank}: " if rank is not None else ""
         return (
-            f"gate tripped: pid {self.pid} device {self.device}: {self.gate.metric} = {value}"
+            f"gate tripped: {where}pid {self.pid} device {self.device}: {self.gate.metric} = {value}"
             f" {self.gate.op} {limit} (--fail-on {self.gate.text!r})"
         )
 

@@ -9,7 +9,7 @@ from the cache, see nsysfrag.kernel_cache).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import click
@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from nsysfrag.errors import EXIT_GATE
 from nsysfrag.events import ProgressCallback
 from nsysfrag.printable import printable
 
@@ -31,6 +32,15 @@ from nsysfrag.printable import printable
 def say(message: str) -> None:
     """One line on stderr, ``nsysfrag: MESSAGE``; a path or name in it is shown escaped."""
     click.echo(f"nsysfrag: {printable(message)}", err=True)
+
+
+def say_tripped(lines: Iterable[str]) -> int:
+    """Say each tripped gate or regression; return the exit code they make (1, else 0)."""
+    code = 0
+    for line in lines:
+        say(line)
+        code = EXIT_GATE
+    return code
 
 
 class Feedback:

@@ -14,7 +14,7 @@ import click
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
-from nsysfrag.commands.feedback import feedback, say
+from nsysfrag.commands.feedback import feedback, say, say_tripped
 from nsysfrag.commands.outputs import (
     STDOUT,
     Kept,
@@ -25,8 +25,9 @@ from nsysfrag.commands.outputs import (
     write_text,
 )
 from nsysfrag.commands.params import ByteSize, Delta
-from nsysfrag.errors import EXIT_GATE, InputError
-from nsysfrag.inputs import InputOptions, format_of
+from nsysfrag.errors import InputError
+from nsysfrag.events import ProgressCallback
+from nsysfrag.inputs import InputFormat, InputOptions, format_of
 from nsysfrag.models.observed import DEFAULT_GRANULARITY
 from nsysfrag.reporters import (
     REPORTERS,
@@ -190,20 +191,28 @@ def check_outputs(request: ReportRequest, source: Path) -> None:
 REPLAY_COMPILE_S = 5
 
 
-def analyze_input(path: Path, request: ReportRequest) -> Analysis:
+def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = True) -> Analysis:
     """Read ``path`` with the input format that claims it and analyze every space, with a bar
-    per phase and a notice while kernels compile (commands.feedback)."""
+    per phase and a notice while kernels compile (commands.feedback); ``interactive=False``
+    (a job's worker) shows nothing: the coordinator's line says how the job goes."""
     fmt = format_of(path)
+    if not interactive:
+        return _read_and_analyze(fmt, path, request, None)
     with feedback() as shown, shown.compiling("the replay kernels", REPLAY_COMPILE_S):
-        # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
-        warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
-        if warming is not None:
-            warming.start()
-        options = InputOptions(request.capacity, request.granularity, shown.progress)
-        recording = fmt.open(path, options)
-        if warming is not None:
-            warming.join()
-        return analyze(recording, shown.progress)
+        return _read_and_analyze(fmt, path, request, shown.progress)
+
+
+def _read_and_analyze(
+    fmt: InputFormat, path: Path, request: ReportRequest, progress: ProgressCallback | None
+) -> Analysis:
+    # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
+    warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
+    if warming is not None:
+        warming.start()
+    recording = fmt.open(path, InputOptions(request.capacity, request.granularity, progress))
+    if warming is not None:
+        warming.join()
+    return analyze(recording, progress)
 
 
 def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> int:
@@ -232,21 +241,19 @@ def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> in
         if to_screen:
             comparison_table.render(comparison, str(request.baseline), "this run", console)
         if request.fail_on_regression is not None:
-            for line in comparison.regressions(request.fail_on_regression):
-                say(line)
-                code = EXIT_GATE
-    for trip in evaluate(list(request.gates), document):
-        say(trip.message())
-        code = EXIT_GATE
+            code = say_tripped(comparison.regressions(request.fail_on_regression))
+    code = say_tripped(t.message() for t in evaluate(list(request.gates), document)) or code
     if request.record:
         record_run(document, request, source)
     return code
 
 
-def record_run(document: dict[str, Any], request: ReportRequest, source: Path) -> None:
-    """Store the analysis of ``source`` in the history database and say under which run
-    number. The file itself, not the document's path: that is written for people, with the
-    bytes of a name that is not UTF-8 escaped."""
+def record_run(
+    document: dict[str, Any], request: ReportRequest, source: Path, rank: int | None = None
+) -> None:
+    """Store the analysis of ``source`` (``rank`` of a job) in the history database and say
+    under which run number. The file itself, not the document's path: that is written for
+    people, with the bytes of a name that is not UTF-8 escaped."""
     from nsysfrag.history import RunRecord, open_store
 
     run = RunRecord.from_document(
@@ -255,10 +262,12 @@ def record_run(document: dict[str, Any], request: ReportRequest, source: Path) -
         label=request.label,
         tags=request.tags,
         capacity_override_bytes=request.capacity,
+        rank=rank,
     )
     with open_store(request.db) as store:
         outcome = store.record(run)
         where = store.location
+    whose = f"rank {rank}: " if rank is not None else ""
     if outcome.created:
         said = f"recorded as run {outcome.run_id} in {where}"
     elif outcome.updated:
@@ -271,7 +280,7 @@ def record_run(document: dict[str, Any], request: ReportRequest, source: Path) -
             f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
             " options); not recorded again"
         )
-    say(said)
+    say(whose + said)
 
 
 def _changes(updated: tuple[str, ...], label: str | None) -> str:

@@ -135,7 +135,12 @@ def v2_provenance_and_indexes(connection: Connection) -> None:
     connection.execute(text("CREATE INDEX ix_run_tags_key_value ON run_tags (key, value)"))
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial, v2_provenance_and_indexes)
+def v3_job_rank(connection: Connection) -> None:
+    """The rank of a run that is one input of a distributed job (`analyze` with several)."""
+    connection.execute(text("ALTER TABLE runs ADD COLUMN rank INTEGER"))
+
+
+MIGRATIONS: tuple[Migration, ...] = (v1_initial, v2_provenance_and_indexes, v3_job_rank)
 LATEST = len(MIGRATIONS)
 
 

@@ -47,7 +47,8 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
     for run in runs:
         label = outside(run.label or "")
         tags = Text("\n").join(outside(f"{k}={v}") for k, v in sorted(run.tags.items()))
-        trace = outside(run.trace_name)
+        name = run.trace_name if run.rank is None else f"{run.trace_name} (rank {run.rank})"
+        trace = outside(name)
         recorded = run.recorded_at.strftime("%Y-%m-%d %H:%M")
         about = Text("\n").join(t for t in (Text(str(run.id)), label, tags, trace) if t.plain)
         spaces: list[list[Cell]] = [

@@ -88,6 +88,7 @@ class RunRecord:
     tags: tuple[tuple[str, str], ...] = ()
     host: str | None = None
     recorded_at: datetime | None = None  # None: now
+    rank: int | None = None  # the rank of a distributed job's input (analyze with several)
 
     @classmethod
     def from_document(
@@ -98,6 +99,7 @@ class RunRecord:
         label: str | None = None,
         tags: Sequence[tuple[str, str]] = (),
         capacity_override_bytes: int | None = None,
+        rank: int | None = None,
     ) -> RunRecord:
         """A record of a SPEC §6 document (``nsysfrag analyze --json``) of ``trace_path``."""
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
@@ -114,6 +116,7 @@ class RunRecord:
             tags=tuple(tags),
             host=socket.gethostname(),
             spaces=tuple(flatten_space(s) for s in document["spaces"]),
+            rank=rank,
         )
 
 
@@ -198,6 +201,7 @@ class StoredRun:
     nsysfrag_version: str | None
     tags: Mapping[str, str] = field(default_factory=dict)
     spaces: tuple[StoredSpace, ...] = ()
+    rank: int | None = None
 
     @property
     def trace_name(self) -> str:
@@ -211,6 +215,7 @@ class StoredRun:
             "tags": dict(self.tags),
             "host": self.host,
             "nsysfrag_version": self.nsysfrag_version,
+            "rank": self.rank,
             "trace": {
                 "path": self.trace_path,
                 "name": self.trace_name,
@@ -430,6 +435,7 @@ class HistoryStore:
                 nsysfrag_version=row["nsysfrag_version"],
                 tags=tags[row["id"]],
                 spaces=tuple(spaces[row["id"]]),
+                rank=row["rank"],
             )
             for row in rows
         ]
@@ -460,6 +466,7 @@ def _insert_run(connection: Connection, run: RunRecord) -> int:
             granularity_bytes=run.granularity_bytes,
             capacity_override_bytes=run.capacity_override_bytes or NO_CAPACITY_OVERRIDE,
             nsysfrag_version=__version__,
+            rank=run.rank,
         )
     )
     key = result.inserted_primary_key

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.text import Text
 
@@ -60,9 +62,20 @@ def render(comparison: Comparison, base_name: str, current_name: str, console: C
         for d in s.deltas:
             rows.append([d.label, _format(d.key, d.base), _format(d.key, d.current), _delta(d)])
         console.print(FittedTable(title, Layout(_COLUMNS, rows)))
-    for name in comparison.only_in_base:
-        console.print(Prose(outside(f"only in {base_name}: {name}", style="yellow")))
-    for name in comparison.only_in_current:
-        console.print(Prose(outside(f"only in {current_name}: {name}", style="yellow")))
+    unpaired(comparison.only_in_base, comparison.only_in_current, base_name, current_name, console)
     if not comparison.spaces:
         console.print(Text("No matching spaces to compare.", style="yellow"))
+
+
+def unpaired(
+    only_in_base: Sequence[str],
+    only_in_current: Sequence[str],
+    base_name: str,
+    current_name: str,
+    console: Console,
+) -> None:
+    """What only one side has (spaces, or a job's ranks), one line each."""
+    for name in only_in_base:
+        console.print(Prose(outside(f"only in {base_name}: {name}", style="yellow")))
+    for name in only_in_current:
+        console.print(Prose(outside(f"only in {current_name}: {name}", style="yellow")))

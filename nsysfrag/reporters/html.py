@@ -41,7 +41,8 @@ MAX_SVG_BYTES = 3_000_000
 # deterministic offline page.
 SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-_CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
+# The single-input report's page style; a job's page (nsysfrag.job.html) adds its own rules.
+CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
 thead th { border-bottom: 2px solid #9aa5b1; }
@@ -439,7 +440,7 @@ def render(analysis: Analysis) -> str:
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
     body.append(_definitions())
     body.append(FOOTER)
-    return page(f"nsysfrag — {name}", _CSS, body)
+    return page(f"nsysfrag — {name}", CSS, body)
 
 
 def write(analysis: Analysis, path: Path) -> None:
