@@ -405,3 +405,14 @@ def test_an_impossible_request_size_is_one_line_exit_2(tmp_path: Path) -> None:
     path = snapshot(tmp_path, [event("alloc", 0x1000, 1 << 60, 1)])
     code, _, err = run("whatif", str(path))
     assert code == 2 and "cannot be replayed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_warnings_of_several_spaces_are_one_stderr_line(make_trace: MakeTrace) -> None:
+    # Two processes whose every allocation is a whole 2 MiB segment: each space is warned
+    # about, and stderr still holds one line (a CI log reads one line per run).
+    rows = [MemoryRow(1 + pid, pid, 0, BASE + pid * 64 * MiB, 2 * MiB) for pid in (1, 2)]
+    code, _, stderr = run("whatif", str(make_trace(rows)), "--policy", "best-fit")
+    assert code == 0, stderr
+    (line,) = stderr.splitlines()
+    assert line.startswith("nsysfrag: warning: ") and line.count("caching allocator") == 2
+    assert "process 1" in line and "process 2" in line
