@@ -4,8 +4,9 @@
 dict built without torch or a GPU, so anyone can run the demo. A small re-implementation of the
 PyTorch caching allocator (ALLOCATORS.md §1: ``round_size``, small and large pools, 2 MiB /
 20 MiB / rounded segments, best fit by (size, address), split rules, merging with free
-neighbours in the same segment, ``empty_cache``, the OOM path, expandable segments mapped in
-2 MiB / 20 MiB pages) serves a scripted workload and records the trace PyTorch would record:
+neighbours in the same segment, ``empty_cache``, the OOM path, ``garbage_collection_threshold``
+with a memory fraction, expandable segments mapped in 2 MiB / 20 MiB pages) serves a scripted
+workload and records the trace PyTorch would record:
 
 * ``alloc`` / ``free_requested`` / ``free_completed`` with the requested bytes, and frees of
   blocks used on a side stream completed only at the next allocation (``record_stream``);
@@ -76,6 +77,7 @@ class Block:
     pending: bool = False  # free_requested, waiting for the side stream
     requested: int = 0
     frames: Frames = field(default_factory=list)
+    gc_base: int = 0  # the pool's get_free_block count when the block was last cached
 
     @property
     def end(self) -> int:
@@ -89,9 +91,29 @@ class Block:
 class CachingAllocator:
     """Just enough of PyTorch's native caching allocator (one device, one stream)."""
 
-    def __init__(self, capacity: int, context_bytes: int, expandable: bool, va_base: int) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        context_bytes: int,
+        expandable: bool,
+        va_base: int,
+        memory_fraction: float | None = None,
+        gc_threshold: float = 0.0,
+        faithful: bool = False,
+    ) -> None:
         self.capacity = capacity
         self.usable = capacity - context_bytes  # the CUDA context takes the rest
+        # torch.cuda.set_per_process_memory_fraction: the allocator itself refuses beyond this.
+        self.allowed = int(memory_fraction * capacity) if memory_fraction else None
+        self.limit = min(self.usable, self.allowed) if self.allowed else self.usable
+        # garbage_collection_threshold works only with a memory fraction set.
+        self.gc_threshold = gc_threshold
+        self.gc = bool(self.allowed) and gc_threshold > 0
+        self.free_calls = {"small": 0, "large": 0}  # get_free_block calls: the GC's clock
+        # Expandable segments as PyTorch searches them (get_free_block's growth rule,
+        # find_expandable_block's chains). The samples made before this was written use a
+        # simpler search, kept so that those files stay the same byte for byte.
+        self.faithful = faithful
         self.expandable = expandable
         self.now_us = T0_US
         self.blocks: dict[int, Block] = {}
@@ -102,8 +124,20 @@ class CachingAllocator:
         self.pending: list[Block] = []
         self.va_base = va_base
         # Expandable: one VA reservation per pool, 1.125 x the device, mapped page by page.
-        self.va = {"small": va_base, "large": va_base + 64 * GiB}
-        self.pages = {p: [False] * math.ceil(1.125 * capacity / PAGE[p]) for p in PAGE}
+        # A reservation is (base, mapped flag per page); a pool takes another when no unmapped
+        # range of its reservations fits a request (a new ExpandableSegment).
+        # PyTorch reserves 1.125 x the device; the faithful samples reserve 4 x, so that a
+        # sample under pressure shows the OOM path rather than an exhausted reservation.
+        va = (4 if faithful else 1.125) * capacity
+        self.va_pages = {p: math.ceil(va / PAGE[p]) for p in PAGE}
+        self.reservations: dict[str, list[tuple[int, list[bool]]]] = {
+            p: [(base, [False] * self.va_pages[p])]
+            for p, base in (("small", va_base), ("large", va_base + 64 * GiB))
+        }
+
+    @property
+    def allocated(self) -> int:
+        return sum(b.size for b in self.blocks.values() if b.allocated or b.pending)
 
     # -- time and the trace
 
@@ -147,7 +181,29 @@ class CachingAllocator:
 
     def _best_fit(self, pool: str, size: int) -> Block | None:
         fits = [b for b in self.blocks.values() if b.pool == pool and b.reusable and b.size >= size]
-        return min(fits, key=lambda b: (b.size, b.address)) if fits else None
+        if not fits:
+            return None
+        fits.sort(key=lambda b: (b.size, b.address))
+        if not (self.expandable and self.faithful):
+            return fits[0]
+        # get_free_block with expandable segments: a block followed by unmapped pages counts as
+        # that much larger, so walk on while the next candidate would grow less.
+        k = 0
+        while k + 1 < len(fits) and self._growable(fits[k + 1]) < self._growable(fits[k]):
+            k += 1
+        return fits[k]
+
+    def _growable(self, b: Block) -> int:
+        """The block's size plus the unmapped pages right after it."""
+        page = PAGE[b.pool]
+        mapped = next(m for s, m in self.reservations[b.pool] if s == b.segment)
+        k = (b.end - b.segment) // page
+        if (b.end - b.segment) % page:
+            return b.size
+        n = 0
+        while k + n < len(mapped) and not mapped[k + n]:
+            n += 1
+        return b.size + n * page
 
     # -- the public calls
 
@@ -155,6 +211,8 @@ class CachingAllocator:
         self._process_events()
         size = round_size(nbytes)
         pool = "small" if size <= SMALL_SIZE else "large"
+        if self.gc:
+            self.free_calls[pool] += 1
         block = self._best_fit(pool, size)
         if block is None:
             block = self._grow(pool, size, frames)
@@ -165,6 +223,7 @@ class CachingAllocator:
         if split:
             self._drop(block)
             rest = Block(block.address + size, remaining, pool, block.segment)
+            rest.gc_base = self.free_calls[pool]
             block = Block(block.address, size, pool, block.segment)
             self._add(block)
             self._add(rest)
@@ -191,7 +250,8 @@ class CachingAllocator:
         self._record("free_completed", block.address, block.requested, block.frames)
         block.pending = False
         block.requested, block.frames = 0, []
-        self._merge(block)
+        merged = self._merge(block)
+        merged.gc_base = self.free_calls[merged.pool]
 
     def _process_events(self) -> None:
         pending, self.pending = self.pending, []
@@ -199,6 +259,8 @@ class CachingAllocator:
             self._free_block(b)
 
     def _grow(self, pool: str, size: int, frames: Frames) -> Block:
+        if self.gc:
+            self._garbage_collect()
         for attempt in range(2):
             block = self._map(pool, size) if self.expandable else self._cuda_malloc(pool, size)
             if block is not None:
@@ -211,7 +273,7 @@ class CachingAllocator:
 
     def _cuda_malloc(self, pool: str, size: int) -> Block | None:
         alloc = allocation_size(size)
-        if self.reserved + alloc > self.usable:
+        if self.reserved + alloc > self.limit:
             return None
         # The driver hands out the lowest free 2 MiB-aligned range of its VA window.
         address = self.va_base
@@ -228,36 +290,107 @@ class CachingAllocator:
 
     def _map(self, pool: str, size: int) -> Block | None:
         """find_expandable_block + map_block: the lowest unmapped run that, with the free
-        mapped block just below it, holds ``size``; map whole pages."""
-        page, base, mapped = PAGE[pool], self.va[pool], self.pages[pool]
-        i = 0
-        while i < len(mapped):
-            if mapped[i]:
-                i += 1
+        mapped block just below it, holds ``size`` (in a new reservation when none does); map
+        whole pages."""
+        if self.faithful:
+            return self._map_chain(pool, size)
+        page = PAGE[pool]
+        for base, mapped in self.reservations[pool]:
+            i = 0
+            while i < len(mapped):
+                if mapped[i]:
+                    i += 1
+                    continue
+                j = i
+                while j < len(mapped) and not mapped[j]:
+                    j += 1
+                start = base + i * page
+                below = self.ends.get(start)
+                have = (
+                    start - below.address
+                    if below is not None and below.reusable and below.segment == base
+                    else 0
+                )
+                need = math.ceil((size - have) / page)
+                if need <= j - i:
+                    return self._map_pages(pool, base, mapped, i, need)
+                i = j
+        last_base, last = self.reservations[pool][-1]
+        base = last_base + (len(last) + 1) * page
+        self.reservations[pool].append((base, [False] * self.va_pages[pool]))
+        return self._map(pool, size)
+
+    def _chain(self, pool: str, base: int, mapped: list[bool], at: int, size: int) -> int:
+        """Bytes of the free mapped blocks and unmapped runs that follow one another from
+        ``at``, counted until ``size`` is reached (has_available_address_space)."""
+        page, total = PAGE[pool], 0
+        while total < size:
+            b = self.blocks.get(at)
+            if b is not None:
+                if not b.reusable:
+                    break
+                total, at = total + b.size, b.end
                 continue
-            j = i
-            while j < len(mapped) and not mapped[j]:
-                j += 1
-            start = base + i * page
-            below = self.ends.get(start)
-            have = (
-                start - below.address
-                if below is not None and below.reusable and below.pool == pool
-                else 0
-            )
-            need = math.ceil((size - have) / page)
-            if need <= j - i:
-                if self.reserved + need * page > self.usable:
-                    return None
-                for k in range(i, i + need):
-                    mapped[k] = True
-                self.reserved += need * page
-                self._record("segment_map", start, need * page, [])
-                fresh = Block(start, need * page, pool, base)
-                self._add(fresh)
-                return self._merge(fresh)
-            i = j
-        return None
+            k = (at - base) // page
+            if (at - base) % page or k >= len(mapped) or mapped[k]:
+                break
+            while k < len(mapped) and not mapped[k]:
+                total, k = total + page, k + 1
+            at = base + k * page
+        return total
+
+    def _map_chain(self, pool: str, size: int) -> Block | None:
+        """PyTorch's find_expandable_block and try_allocate_expandable_block: the lowest
+        unmapped run that, starting from the free block just below it, begins a chain of free
+        and unmapped memory holding ``size``; map pages of its unmapped runs, one map per run,
+        until the free block there holds ``size``."""
+        page = PAGE[pool]
+        found = None
+        for base, mapped in self.reservations[pool]:
+            for k in range(len(mapped)):
+                if mapped[k] or (k > 0 and not mapped[k - 1]):
+                    continue  # not the start of an unmapped run
+                at = base + k * page
+                below = self.ends.get(at)
+                if below is not None and below.reusable and below.segment == base:
+                    at = below.address
+                if self._chain(pool, base, mapped, at, size) >= size:
+                    found = (base, mapped, at)
+                    break
+            if found:
+                break
+        if found is None:
+            last_base, last = self.reservations[pool][-1]
+            base = last_base + (len(last) + 1) * page
+            self.reservations[pool].append((base, [False] * self.va_pages[pool]))
+            return self._map_chain(pool, size)
+        base, mapped, at = found
+        block = self.blocks.get(at)
+        while block is None or block.size < size:
+            start = at if block is None else block.end  # the unmapped run to map from
+            k = (start - base) // page
+            run = 0
+            while k + run < len(mapped) and not mapped[k + run]:
+                run += 1
+            want = size if block is None else size - block.size
+            need = math.ceil(min(want, run * page) / page)
+            block = self._map_pages(pool, base, mapped, k, need)
+            if block is None:
+                return None
+        return block
+
+    def _map_pages(self, pool: str, base: int, mapped: list[bool], i: int, need: int) -> Block | None:
+        page = PAGE[pool]
+        if self.reserved + need * page > self.limit:
+            return None
+        for k in range(i, i + need):
+            mapped[k] = True
+        start = base + i * page
+        self.reserved += need * page
+        self._record("segment_map", start, need * page, [])
+        fresh = Block(start, need * page, pool, base)
+        self._add(fresh)
+        return self._merge(fresh)
 
     def _release_cached(self) -> None:
         self._process_events()
@@ -274,8 +407,37 @@ class CachingAllocator:
                 self.reserved -= b.size
                 self._record("segment_free", b.address, b.size, [])
 
+    def _garbage_collect(self) -> None:
+        """garbage_collect_cached_blocks: while reserved is above the threshold, free the whole
+        large-pool segments cached at least as long as the average (in get_free_block calls),
+        pass after pass, until enough is freed or a pass frees nothing."""
+        threshold = self.gc_threshold * (self.allowed or 0)
+        if self.reserved <= threshold:
+            return
+        target = self.reserved - threshold
+        whole = [
+            b for b in self.blocks.values()
+            if b.reusable and b.pool == "large" and self.segments.get(b.address) == b.size
+        ]  # fmt: skip
+        age = {b.address: self.free_calls["large"] - b.gc_base for b in whole}
+        total, freeable, reclaimed, freed = sum(age.values()), len(whole), 0, True
+        while reclaimed < target and freed and freeable > 0:
+            mean = total / freeable
+            freed = False
+            for b in sorted(whole, key=lambda b: (b.size, b.address)):
+                if b.address in self.segments and age[b.address] >= mean:
+                    freed = True
+                    reclaimed += b.size
+                    total -= age[b.address]
+                    freeable -= 1
+                    self._drop(b)
+                    del self.segments[b.address]
+                    self.reserved -= b.size
+                    self._record("segment_free", b.address, b.size, [])
+
     def _unmap(self, b: Block) -> None:
-        page, base, mapped = PAGE[b.pool], self.va[b.pool], self.pages[b.pool]
+        page, base = PAGE[b.pool], b.segment
+        mapped = next(m for s, m in self.reservations[b.pool] if s == base)
         first = -(-(b.address - base) // page)
         last = (b.end - base) // page
         if first >= last:
@@ -300,7 +462,7 @@ class CachingAllocator:
             "allocator_settings": {
                 "PYTORCH_CUDA_ALLOC_CONF": settings_conf,
                 "max_split_size": -1,
-                "garbage_collection_threshold": 0.0,
+                "garbage_collection_threshold": self.gc_threshold,
                 "expandable_segments": self.expandable,
                 "pinned_num_register_threads": 1,
                 "release_lock_on_cudamalloc": False,
@@ -313,17 +475,18 @@ class CachingAllocator:
     def _segments(self) -> list[dict[str, Any]]:
         ranges: list[tuple[int, int, str]] = []
         if self.expandable:
-            for pool, mapped in self.pages.items():
-                k = 0
-                while k < len(mapped):
-                    if mapped[k]:
-                        j = k
-                        while j < len(mapped) and mapped[j]:
-                            j += 1
-                        ranges.append((self.va[pool] + k * PAGE[pool], (j - k) * PAGE[pool], pool))
-                        k = j
-                    else:
-                        k += 1
+            for pool, reservations in self.reservations.items():
+                for base, mapped in reservations:
+                    k = 0
+                    while k < len(mapped):
+                        if mapped[k]:
+                            j = k
+                            while j < len(mapped) and mapped[j]:
+                                j += 1
+                            ranges.append((base + k * PAGE[pool], (j - k) * PAGE[pool], pool))
+                            k = j
+                        else:
+                            k += 1
         else:
             for address, size in self.segments.items():
                 ranges.append((address, size, self.blocks[address].pool))
@@ -708,10 +871,93 @@ def inference_loop(expandable: bool) -> dict[str, Any]:
     return a.snapshot(conf)
 
 
+def generation_under_pressure(variant: str) -> dict[str, Any]:
+    """A 16-layer, 2.5 GiB model reading long documents in chunks on an 8 GiB GPU (512 MiB
+    taken by the CUDA context): each chunk of 512 tokens extends every layer's K and V cache by
+    concatenation (a new, larger tensor; the old one is freed), so each new cache tensor is
+    larger than any the cache holds, and near the device's limit cudaMalloc refuses again and
+    again: each time the allocator frees its cached segments and retries (the OOM-retry path).
+    Each document is longer than the last; one that does not fit (an ``oom``) is dropped and
+    the reader starts again with short ones. A small summary per chunk lives to the document's
+    end, between the cache tensors.
+
+    ``variant``: "native" (the reader calls empty_cache() once, late in the window),
+    "gc" (set_per_process_memory_fraction(0.9375), i.e. 7.5 GiB, and
+    garbage_collection_threshold:0.5: the allocator's collector frees old cached segments
+    before cudaMalloc; documents of random length, the last read until it does not fit and the
+    snapshot dumped in the OOM handler) or "expandable" (expandable_segments:True: pages are
+    mapped, and unmapped on the OOM path)."""
+    rng = random.Random({"native": 20250614, "gc": 20250615, "expandable": 20250616}[variant])
+    conf = {"native": "", "gc": "garbage_collection_threshold:0.5",
+            "expandable": "expandable_segments:True"}[variant]  # fmt: skip
+    a = CachingAllocator(
+        8 * GiB, 512 * MiB, expandable=variant == "expandable", va_base=0x7FA0_0000_0000,
+        faithful=True,
+        memory_fraction=0.9375 if variant == "gc" else None,
+        gc_threshold=0.5 if variant == "gc" else 0.0,
+    )  # fmt: skip
+    st = Stacks("/srv/reader")
+    layers, h, vocab, chunk = 16, 2560, 32000, 512
+    kv_token = h * 2  # K or V of one token in one layer, fp16
+    load = st.py(("loader.py", 40, "load_weights"), ("reader.py", 22, "main"),
+                 torch_frames=(("nn/modules/module.py", 1355, "convert"),))  # fmt: skip
+    a.malloc(vocab * h * 2, load)
+    for _ in range(layers):
+        for n in (h * 2, 3 * h * h * 2, h * h * 2, h * 2, 4 * h * h * 2, 4 * h * h * 2):
+            a.malloc(n, load)
+    a.tick(3e6)
+    at = lambda line, name: st.py(("model.py", line, name), ("reader.py", 57, "read"),
+                                  torch_frames=LINEAR)  # fmt: skip
+    cat = st.py(("cache.py", 31, "update"), ("model.py", 88, "attention"), ("reader.py", 57, "read"))
+    longest = 40  # chunks in the next document: each is longer than the last
+    record = 0  # the most chunks of any document so far
+    while True:
+        tokens = rng.randint(64, 4000)  # what the document's header leaves in the cache
+        kv: list[Block] = []
+        notes: list[Block] = []  # a summary of each chunk, kept to the document's end
+        try:
+            kv += [a.malloc(tokens * kv_token, cat) for _ in range(2 * layers)]
+            for done in range(longest):
+                tokens += chunk
+                notes.append(a.malloc(rng.randint(2, 6) * MiB, at(92, "summarize")))
+                for layer in range(layers):
+                    hidden = a.malloc(chunk * h * 2, at(70, "forward"))
+                    for k in (2 * layer, 2 * layer + 1):  # K and V: torch.cat([past, new])
+                        grown = a.malloc(tokens * kv_token, cat)
+                        a.free(kv[k])
+                        kv[k] = grown
+                    mlp = a.malloc(chunk * 4 * h * 2, at(77, "forward"))
+                    a.free(mlp)
+                    a.free(hidden)
+                    a.tick(rng.uniform(300, 600))
+                record = max(record, done + 1)
+                if variant == "native" and len(a.trace) > 55_000:
+                    a.empty_cache()  # after a checkpoint, once, late in the run
+                    variant = "native, trimmed"
+                if len(a.trace) >= 60_000 and done + 5 >= record and variant != "gc":
+                    return a.snapshot(conf)  # dumped while a document near the limit is read
+            if variant == "gc":  # documents of any length; the last one is read to the end
+                longest = 10**6 if len(a.trace) >= 60_000 else rng.randint(20, 45)
+            else:
+                longest += rng.randint(3, 8)
+        except OutOfMemory:  # the document does not fit: the reader starts over with short ones
+            if variant == "gc" and len(a.trace) >= 60_000:
+                return a.snapshot(conf)  # dumped by the OOM handler
+            a.tick(5e3)
+            longest = 40
+        for b in kv + notes:
+            if b.allocated:
+                a.free(b)
+        a.tick(rng.uniform(1e4, 3e4))
+
+
 SAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "training_snapshot.pickle": training_loop,
     "inference_snapshot.pickle": lambda: inference_loop(expandable=False),
     "inference_expandable_snapshot.pickle": lambda: inference_loop(expandable=True),
+    "pressure_snapshot.pickle": lambda: generation_under_pressure("native"),
+    "pressure_gc_snapshot.pickle": lambda: generation_under_pressure("gc"),
+    "pressure_expandable_snapshot.pickle": lambda: generation_under_pressure("expandable"),
 }
 
 

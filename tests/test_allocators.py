@@ -15,9 +15,6 @@ from nsysfrag.allocators import DEFAULT_POLICIES, Policy, TorchConfig, parse_pol
 from nsysfrag.allocators.base import (
     ALLOC,
     EMPTY_CACHE,
-    FAIL_ALL,
-    FAIL_NONE,
-    FAIL_RELEASE,
     FREE,
     LOG_SEGMENT_ALLOC,
     LOG_SEGMENT_FREE,
@@ -28,8 +25,8 @@ from nsysfrag.allocators.base import (
     SimResult,
 )
 from nsysfrag.allocators.slab import class_of, size_classes
-from nsysfrag.allocators.torch_caching import round_size
 from nsysfrag.errors import InputError
+from nsysfrag.models.segments.rules import round_size
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
@@ -74,16 +71,15 @@ class Run:
 
 
 def stream(*ops: tuple[object, ...]) -> RequestStream:
-    """``("a", name, bytes[, stream[, fail]])`` allocates, ``("f", name)`` frees, ``("e",)`` is
+    """``("a", name, bytes[, stream])`` allocates, ``("f", name)`` frees, ``("e",)`` is
     torch.cuda.empty_cache()."""
-    kind, request, size, streams, fail = [], [], [], [], []
+    kind, request, size, streams = [], [], [], []
     names: dict[object, int] = {}
     for op in ops:
         if op[0] == "a":
             names[op[1]] = len(size)
             size.append(op[2])
             streams.append(op[3] if len(op) > 3 else 0)
-            fail.append(op[4] if len(op) > 4 else FAIL_NONE)
             kind.append(ALLOC)
             request.append(names[op[1]])
         elif op[0] == "f":
@@ -92,7 +88,7 @@ def stream(*ops: tuple[object, ...]) -> RequestStream:
         else:
             kind.append(EMPTY_CACHE)
             request.append(0)
-    return RequestStream.build(kind, request, np.arange(len(kind)), size, streams, fail)
+    return RequestStream.build(kind, request, np.arange(len(kind)), size, streams)
 
 
 def run(policy: str | Policy, *ops: tuple[object, ...], capacity: int = 80 * GiB) -> Run:
@@ -311,19 +307,6 @@ def test_garbage_collection_frees_old_whole_segments_before_cudamalloc() -> None
     assert torch_run(*ops, ("a", "z", 40 * MiB), capacity=100 * MiB).reserved == 100 * MiB
 
 
-def test_a_recorded_release_before_a_request_that_fits_is_an_empty_cache() -> None:
-    # GIVEN a cached 20 MiB segment and a request the recorded run preceded by segment frees
-    r = torch_run(("a", "x", 4 * MiB), ("f", "x"), ("a", "y", 4 * MiB, 0, FAIL_RELEASE))
-    # THEN the cache was emptied first (an OOM path needs the search to fail), then a new segment
-    assert r.segments(LOG_SEGMENT_FREE) == [20 * MiB]
-    assert r.segments(LOG_SEGMENT_ALLOC) == [20 * MiB, 20 * MiB]
-
-
-def test_a_recorded_oom_fails_every_attempt() -> None:
-    r = torch_run(("a", "x", 4 * MiB, 0, FAIL_ALL))
-    assert r.ooms == 1 and r.reserved == 0
-
-
 # ---------------------------------------------------------------- torch: expandable segments
 
 
@@ -335,6 +318,23 @@ def test_expandable_segments_map_whole_pages_of_the_rounded_request() -> None:
     assert r.segments(LOG_SEGMENT_MAP) == [2 * MiB, 40 * MiB]
     assert r.segments(LOG_SEGMENT_ALLOC) == []
     assert r.reserved == 42 * MiB
+
+
+def test_expandable_oom_path_unmaps_free_pages_and_maps_again() -> None:
+    # GIVEN 100 MiB of device and expandable segments: 80 MiB mapped, of which the first
+    # 40 MiB and the top 20 MiB are free
+    ops = [("a", "a", 40 * MiB), ("a", "b", 20 * MiB), ("a", "c", 20 * MiB), ("f", "a"),
+           ("f", "c")]  # fmt: skip
+    # WHEN 60 MiB is requested: growing the free top needs 40 MiB more, 120 MiB in all
+    conf = "expandable_segments=True"
+    r = torch_run(*ops, ("a", "d", 60 * MiB), capacity=100 * MiB, conf=conf)
+    # THEN the device refuses, the free pages are unmapped, and the retry maps 60 MiB
+    assert r.segments(LOG_SEGMENT_UNMAP) == [20 * MiB, 40 * MiB]
+    assert r.segments(LOG_SEGMENT_MAP) == [40 * MiB, 20 * MiB, 20 * MiB, 60 * MiB]
+    assert r.reserved == 80 * MiB and r.ooms == 0
+    # AND on a device with room the top simply grows
+    roomy = torch_run(*ops, ("a", "d", 60 * MiB), capacity=200 * MiB, conf=conf)
+    assert roomy.segments(LOG_SEGMENT_UNMAP) == [] and roomy.reserved == 120 * MiB
 
 
 def test_expandable_segment_grows_in_place_from_its_free_tail() -> None:

@@ -48,6 +48,9 @@ SAMPLE_FILES = (
     "training_snapshot.pickle",
     "inference_snapshot.pickle",
     "inference_expandable_snapshot.pickle",
+    "pressure_snapshot.pickle",
+    "pressure_gc_snapshot.pickle",
+    "pressure_expandable_snapshot.pickle",
 )
 KiB = 1 << 10
 S = 0x7F00_0000_0000  # a segment address

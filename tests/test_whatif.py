@@ -21,6 +21,8 @@ from nsysfrag.analysis import State
 from nsysfrag.analysis.metrics import Health
 from nsysfrag.cli import cli
 from nsysfrag.inputs.torch_snapshot.reader import read_snapshot
+from nsysfrag.reporters.whatif.document import recommendation_document
+from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
 from nsysfrag.whatif import (
     PolicyOutcome,
@@ -30,6 +32,7 @@ from nsysfrag.whatif import (
     validate_snapshot,
     whatif,
 )
+from nsysfrag.whatif.recommend import model_error
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
@@ -131,6 +134,11 @@ def test_json_contract(tmp_path: Path) -> None:
     assert expandable["options"]["expandable_segments"] is True
     assert expandable["alloc_conf"] == "expandable_segments:True"
     assert [p["rank"] for p in space["policies"]] == [1, 2, 3]
+    # an nsys export records no reserved memory: the model's error is unknown (null)
+    assert space["model_error"] is None and space["recorded_peak_reserved_bytes"] is None
+    rec = space["recommendation"]
+    assert rec is None or set(rec) == {"policy", "saving_bytes", "saving_ratio", "model_error"}
+    assert rec is None or (rec["model_error"] is None and rec["saving_ratio"] > 0.01)
 
 
 def test_json_to_stdout_replaces_the_terminal_report() -> None:
@@ -153,35 +161,26 @@ def test_ranking_is_fewest_ooms_then_least_peak_reserved(tmp_path: Path) -> None
 
 
 def test_recommendation_follows_from_the_numbers(tmp_path: Path) -> None:
+    # GIVEN a fragmenting snapshot on a 100 MiB device: torch runs out once, expandable
+    # segments do not but peak higher
     out = tmp_path / "w.json"
     path = snapshot(tmp_path, FRAGMENTING)
     result = invoke(str(path), "--capacity", "100MiB", "--json", str(out), "-q")
     assert result.exit_code == 0, result.output
     space = json.loads(out.read_text())["spaces"][0]
-    rec = space["recommendation"]
     policies = {p["policy"]: p for p in space["policies"]}
-    base, best = policies[rec["baseline"]], policies[rec["policy"]]
-    # the recommended policy is the best one a PyTorch user can switch to
-    switchable = [p for p in space["policies"] if p["alloc_conf"] is not None]
-    assert best is min(switchable, key=lambda p: (p["simulated_ooms"], p["peak_reserved_bytes"]))
-    assert best["simulated_ooms"] == 0 and base["simulated_ooms"] == 1
-    # and the sentence quotes those very numbers
-    text = rec["text"]
-    mib = lambda b: f"{b / MiB:.1f}"
-    assert f"peak reserved {mib(base['peak_reserved_bytes'])} → {mib(best['peak_reserved_bytes'])} MiB" in text
-    change = (best["peak_reserved_bytes"] - base["peak_reserved_bytes"]) / base["peak_reserved_bytes"]
-    assert f"{abs(change) * 100:.0f} %" in text and rec["peak_reserved_change"] == pytest.approx(change)
-    assert "no simulated OOM at 100 MiB (vs 1 with torch)" in text
-    assert text.endswith(f"set PYTORCH_CUDA_ALLOC_CONF={best['alloc_conf']}")
-
-
-def test_expandable_segments_recommended_over_a_backend_switch_when_equal(tmp_path: Path) -> None:
-    path = snapshot(tmp_path, FRAGMENTING)
-    report = whatif(path, ["torch", "torch:expandable_segments=True"], capacity=100 * MiB)
-    rec = report.spaces[0].recommendation
-    assert rec.policy == "torch:expandable_segments=True"
-    assert rec.text.startswith("expandable_segments:True: peak reserved 60.0 → 100.0 MiB (+67 %)")
-    assert rec.text.endswith("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    base = policies[space["baseline"]]
+    assert base["simulated_ooms"] == 1
+    assert space["baseline_peak_reserved_bytes"] == base["peak_reserved_bytes"]
+    # WHEN no switchable policy lowers peak reserved with no more OOMs
+    switchable = [p for p in space["policies"] if p["alloc_conf"] is not None and not p["baseline"]]
+    assert not any(p["peak_reserved_bytes"] < base["peak_reserved_bytes"] * 0.99
+                   and p["simulated_ooms"] <= base["simulated_ooms"] for p in switchable)  # fmt: skip
+    # THEN nothing is recommended, and the words say so with the baseline's numbers
+    assert space["recommendation"] is None
+    text = space["advice"]["text"]
+    assert text.startswith("Keep torch (") and "no policy beats the baseline by more than 1 %" in text
+    assert "1 simulated OOM(s) at 100 MiB" in text
 
 
 def _outcome(name: str, peak: int, ooms: int = 0, baseline: bool = False) -> PolicyOutcome:
@@ -192,25 +191,90 @@ def _outcome(name: str, peak: int, ooms: int = 0, baseline: bool = False) -> Pol
     )  # fmt: skip
 
 
-def test_keep_the_baseline_when_nothing_is_1_percent_better() -> None:
-    outcomes = [_outcome("torch", 1000 * MiB, baseline=True),
-                _outcome("torch:expandable_segments=True", 995 * MiB),
-                _outcome("best-fit", 900 * MiB)]  # fmt: skip
-    rec = recommend(outcomes, 80 * GiB)
-    assert rec.policy is None
-    assert rec.text.startswith("Keep torch: no allocator setting tried lowers peak reserved by 1 %")
-    assert "no simulated OOM at 80 GiB" in rec.text
-    # the reference models are quoted for scale, not recommended
-    assert rec.reference is not None and "the best-fit reference model peaks at 900.00 MiB" in rec.reference
+def _ranked(*outcomes: PolicyOutcome) -> list[PolicyOutcome]:
+    return sorted(outcomes, key=rank_key)
 
 
-def test_fewer_ooms_beat_a_lower_peak() -> None:
-    outcomes = [_outcome("torch", 50 * GiB, ooms=3, baseline=True),
-                _outcome("torch:max_split_size_mb=128", 48 * GiB, ooms=2),
-                _outcome("torch:expandable_segments=True", 60 * GiB, ooms=0)]  # fmt: skip
-    rec = recommend(outcomes, 64 * GiB)
+def test_a_saving_above_the_model_error_is_recommended_with_its_numbers() -> None:
+    # GIVEN a baseline simulated at 1000 MiB against 1030 MiB recorded (e = 3 %)
+    e = model_error(1000 * MiB, 1030 * MiB, None)
+    assert e == pytest.approx(30 / 1030)
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:expandable_segments=True", 900 * MiB),
+                       _outcome("best-fit", 850 * MiB))  # fmt: skip
+    # WHEN expandable segments save 10 %
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1030 * MiB, error=e)
+    # THEN they are recommended, and the JSON carries exactly the contract's four keys
     assert rec.policy == "torch:expandable_segments=True"
-    assert "peak reserved 50.0 → 60.0 GiB (+20 %), no simulated OOM at 64 GiB (vs 3 with torch)" in rec.text
+    assert recommendation_document(rec) == {
+        "policy": "torch:expandable_segments=True", "saving_bytes": 100 * MiB,
+        "saving_ratio": pytest.approx(0.1), "model_error": pytest.approx(e),
+    }  # fmt: skip
+    text = recommendation_text(rec)
+    assert text.startswith("expandable_segments:True: peak reserved 1000.0 → 900.0 MiB (−10 %)")
+    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text and "2.9 %" in text
+    # AND the reference models are quoted for scale, never recommended
+    assert "the best-fit reference model peaks at 850.00 MiB" in (reference_text(rec) or "")
+
+
+def test_a_saving_within_the_model_error_is_not_recommended() -> None:
+    # GIVEN a baseline 11.5 % off the recorded peak (4.78 simulated vs 5.40 GiB recorded)
+    e = model_error(478 * GiB // 100, 540 * GiB // 100, 0.071)
+    assert e == pytest.approx(62 / 540)
+    outcomes = _ranked(_outcome("torch", 478 * GiB // 100, baseline=True),
+                       _outcome("torch:expandable_segments=True", 425 * GiB // 100))  # fmt: skip
+    # WHEN expandable segments would save 11.1 %
+    rec = recommend(outcomes, 16 * GiB, recorded_peak=540 * GiB // 100, error=e)
+    # THEN nothing is recommended: the saving is within the model's error
+    assert rec.policy is None and recommendation_document(rec) is None
+    text = recommendation_text(rec)
+    assert "no policy beats the baseline by more than the model's error" in text
+    assert "11.5 %" in text and "lowers peak reserved by 11.1 %" in text
+
+
+def test_the_larger_of_the_ranking_and_the_replay_error_counts() -> None:
+    # GIVEN a baseline 1 % off in the ranking but 4 % off in the validation replay
+    e = model_error(990 * MiB, 1000 * MiB, -0.04)
+    # WHEN a policy saves 3 % THEN it is not recommended
+    outcomes = _ranked(_outcome("torch", 990 * MiB, baseline=True),
+                       _outcome("cuda-async", 960 * MiB))  # fmt: skip
+    assert e == pytest.approx(0.04)
+    assert recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=e).policy is None
+
+
+def test_a_saving_under_1_percent_is_never_recommended() -> None:
+    # GIVEN a baseline the model matches exactly (e = 0)
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:expandable_segments=True", 991 * MiB))  # fmt: skip
+    # WHEN the best saves 0.9 % THEN the baseline is kept
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
+    assert rec.policy is None
+    assert "no policy beats the baseline by more than 1 %" in recommendation_text(rec)
+    # AND without a recorded figure (nsys) the bar is 1 % too, and the error is null
+    rec = recommend(outcomes, 80 * GiB)
+    assert rec.policy is None and rec.model_error is None
+    assert "cannot be measured" in recommendation_text(rec)
+
+
+def test_more_simulated_ooms_are_never_recommended() -> None:
+    # GIVEN a baseline with 1 simulated OOM, one policy 30 % lower with 2, one higher with none
+    outcomes = _ranked(_outcome("torch", 50 * GiB, ooms=1, baseline=True),
+                       _outcome("torch:max_split_size_mb=128", 35 * GiB, ooms=2),
+                       _outcome("torch:expandable_segments=True", 60 * GiB, ooms=0))  # fmt: skip
+    rec = recommend(outcomes, 64 * GiB, recorded_peak=50 * GiB, error=0.0)
+    # THEN neither is recommended: one has more OOMs, the other saves nothing
+    assert rec.policy is None and recommendation_document(rec) is None
+    assert "would lower peak reserved by 30.0 % but with 2 simulated OOM(s) against 1" in (
+        recommendation_text(rec)
+    )
+
+
+def test_a_native_setting_wins_a_tie_with_a_backend_switch() -> None:
+    outcomes = _ranked(_outcome("torch", 100 * GiB, baseline=True),
+                       _outcome("cuda-async", 80 * GiB),
+                       _outcome("torch:expandable_segments=True", 80 * GiB + MiB))  # fmt: skip
+    rec = recommend(outcomes, 128 * GiB, recorded_peak=100 * GiB, error=0.0)
+    assert rec.policy == "torch:expandable_segments=True"
 
 
 def test_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
@@ -350,8 +414,8 @@ def test_validation_json_keys_on_a_sample(tmp_path: Path) -> None:
 
 def test_validation_detects_the_wrong_model() -> None:
     # the same requests through a torch model with power-of-two rounding: far fewer matches
-    from nsysfrag.allocators.torch_caching import TorchConfig
-    from nsysfrag.whatif import _validate_device
+    from nsysfrag.allocators import TorchConfig
+    from nsysfrag.whatif.validate import _validate_device
 
     snap = read_snapshot(SAMPLES / "inference_snapshot.pickle")
     right = _validate_device(snap, 0, TorchConfig())
@@ -359,6 +423,91 @@ def test_validation_detects_the_wrong_model() -> None:
     assert right is not None and wrong is not None
     assert right.segment_alloc_match == 1.0
     assert wrong.segment_alloc_match is not None and wrong.segment_alloc_match < right.segment_alloc_match
+
+
+def segment(address: int, size: int, *blocks: tuple[int, int, str]) -> dict[str, Any]:
+    return {"device": 0, "address": address, "total_size": size, "stream": 0,
+            "segment_type": "large", "blocks": [
+                {"address": a, "size": n, "requested_size": n, "state": state}
+                for a, n, state in blocks]}  # fmt: skip
+
+
+def test_an_oom_retry_is_reproduced_from_the_capacity_the_record_implies(tmp_path: Path) -> None:
+    # GIVEN a run that cached a 40 MiB segment, then needed 50 MiB: the device refused 90 MiB,
+    # so the allocator freed the cached segment and got its 50 MiB on the retry
+    a, b = 0x1000_0000, 0x2000_0000
+    trace = [
+        event("segment_alloc", a, 40 * MiB, 1), event("alloc", a, 40 * MiB, 2),
+        event("free_completed", a, 40 * MiB, 3),
+        event("segment_free", a, 40 * MiB, 4), event("segment_alloc", b, 50 * MiB, 5),
+        event("alloc", b, 50 * MiB, 6),
+    ]  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[segment(b, 50 * MiB, (b, 50 * MiB, "active_allocated"))])
+    # WHEN the torch model replays it on the device the record implies (no recorded hint)
+    (d,) = validate_snapshot(read_snapshot(path)).devices
+    # THEN the model takes the OOM path itself: the same segments, the same peak
+    assert "OOM retries" in d.capacity_source and d.capacity_bytes == 88 * MiB
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 2
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes == 50 * MiB
+    assert d.recorded_oom_paths == d.simulated_oom_paths == 1 and d.empty_cache_calls == 0
+    # AND with the capacity known to be larger, the same record means empty_cache() was called
+    (roomy,) = validate_snapshot(read_snapshot(path), capacity=1 * GiB).devices
+    assert roomy.capacity_bytes == 88 * MiB  # the record's evidence comes before --capacity
+
+
+def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Path) -> None:
+    # GIVEN a cached 40 MiB segment released with nothing asked for: torch.cuda.empty_cache()
+    a, x = 0x1000_0000, 0x3000_0000
+    trace = [
+        event("segment_alloc", a, 40 * MiB, 1), event("alloc", a, 40 * MiB, 2),
+        event("segment_alloc", x, 10 * MiB, 3), event("alloc", x, 10 * MiB, 4),
+        event("free_completed", a, 40 * MiB, 5), event("segment_free", a, 40 * MiB, 6),
+        event("free_completed", x, 10 * MiB, 7),
+    ]  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[segment(x, 10 * MiB, (x, 10 * MiB, "inactive"))])
+    (d,) = validate_snapshot(read_snapshot(path)).devices
+    # THEN the replay calls empty_cache() there: the model ends where the run ended
+    assert d.empty_cache_calls == 1 and d.recorded_oom_paths == 0
+    assert "unlimited" in d.capacity_source and d.segment_alloc_match == 1.0
+    # AND every policy of the what-if sees the call (the baseline gives its cache back)
+    report = whatif(path, ["torch"])
+    (space,) = report.spaces
+    (base,) = space.outcomes
+    assert base.final_reserved_bytes == 10 * MiB
+    # AND the baseline is checked against the record even without --validate
+    assert space.recommendation.model_error == 0.0
+    assert space.recommendation.recorded_peak_reserved_bytes == 50 * MiB
+
+
+@pytest.mark.parametrize(
+    ("name", "paths"),
+    [("pressure_snapshot.pickle", 15), ("pressure_gc_snapshot.pickle", 100),
+     ("pressure_expandable_snapshot.pickle", 10)],
+)  # fmt: skip
+def test_snapshots_recorded_under_pressure_are_reproduced(name: str, paths: int) -> None:
+    """GIVEN a sample recorded near the device limit (OOM retries; garbage collection; expandable
+    segments unmapped on the OOM path) WHEN the torch model replays it on the capacity the
+    record implies THEN it takes the same OOM paths and meets the validation target."""
+    v = validate_snapshot(read_snapshot(SAMPLES / name))
+    (d,) = v.devices
+    assert d.recorded_oom_paths >= paths and d.simulated_oom_paths == d.recorded_oom_paths
+    assert v.segment_alloc_match is not None and v.segment_alloc_match >= 0.95
+    assert v.peak_error is not None and abs(v.peak_error) <= 0.01 and v.meets_target
+
+
+def test_garbage_collection_settings_come_from_the_snapshot() -> None:
+    # GIVEN a run with garbage_collection_threshold:0.5, whose collector freed cached segments
+    # before most of its cudaMallocs (and a memory fraction, which the snapshot does not record)
+    snap = read_snapshot(SAMPLES / "pressure_gc_snapshot.pickle")
+    (d,) = validate_snapshot(snap).devices
+    # THEN the model collects before the very same mallocs, and none of it is empty_cache()
+    assert d.simulated_oom_paths == d.recorded_oom_paths > 200 and d.empty_cache_calls == 0
+    # AND a model without the collector frees memory only where the device refuses
+    from nsysfrag.allocators import TorchConfig
+    from nsysfrag.whatif.validate import _validate_device
+
+    no_gc = _validate_device(snap, 0, TorchConfig())
+    assert no_gc is not None and no_gc.simulated_oom_paths < d.simulated_oom_paths // 4
 
 
 def _has_segment_events(path: Path) -> bool:
@@ -398,7 +547,7 @@ def test_real_snapshot_whatif_runs_every_policy(tmp_path: Path) -> None:
 def test_policy_objects_compare_by_effective_settings() -> None:
     a = parse_policy("torch:expandable_segments=True")
     b = parse_policy("torch:expandable_segments:True")
-    assert a.torch == b.torch and isinstance(a, Policy)
+    assert a.options == b.options and isinstance(a, Policy)
 
 
 def test_an_impossible_request_size_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -20,168 +20,180 @@ blocks, as the allocator sees them. Arenas beyond 32 TiB are modelled as 32 TiB.
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NamedTuple
+
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import (
-    ALLOC,
-    FREE,
-    I64,
+from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
+from nsysfrag.allocators.family import PolicyFamily
+from nsysfrag.allocators.treap import (
     K1,
     VAL,
-    RequestStream,
-    SimResult,
     ceil_log2,
-    empty_outputs,
+    give_id,
     new_treap,
     t_erase,
     t_insert,
     t_lower_bound,
     t_prefix,
+    take_id,
 )
+
+# The kernel names this module's compiled functions through the module object: numba caches a
+# compiled function that hands other compiled functions on only when it reaches them that way.
+this = sys.modules[__name__]
 
 MIN_ORDER = 9  # 512 B
 PAGE_ORDER = 21  # 2 MiB: the unit memory is mapped in
 MAX_ORDER = 45  # 32 TiB: the largest arena modelled (a page table of 16 M entries)
 
-
-@numba.njit(cache=True)
-def _take_id(ids: I64, state: I64) -> int:
-    # state[0]: next never-used id, state[1]: free ids on the stack
-    if state[1] > 0:
-        state[1] -= 1
-        return int(ids[state[1]])
-    state[0] += 1
-    return int(state[0])
+BUDDY_COUNTERS = np.dtype([
+    ("next_id", np.int64),  # the highest free-block id used so far
+    ("recycled", np.int64),  # free-block ids waiting in free_ids
+    ("reserved", np.int64),  # bytes of the pages that hold a live block
+])  # fmt: skip
 
 
-@numba.njit(cache=True)
-def _add_free(fo: I64, fa: I64, b: int, address: int, order: int) -> None:
-    t_insert(fo, b, order, address, 1 << order)
-    t_insert(fa, b, address, 0, 1 << order)
-
-
-@numba.njit(cache=True)
-def _drop_free(fo: I64, fa: I64, ids: I64, state: I64, b: int) -> None:
-    t_erase(fo, b)
-    t_erase(fa, b)
-    ids[state[1]] = b
-    state[1] += 1
+class Buddy(NamedTuple):
+    by_order: I64  # treap: free blocks keyed by (order, address)
+    by_address: I64  # treap: free blocks keyed by address, value = size
+    free_ids: I64  # recycled free-block ids
+    counters: Any  # one BUDDY_COUNTERS record
+    page_users: I64  # per 2 MiB page: live blocks smaller than a page in it
+    address: I64  # per request: its block's address, -1 when it holds none
+    order: I64  # per request: its block's order
+    top_order: int
 
 
 @numba.njit(cache=True)
-def _state(fo: I64, reserved: int, allocated: int) -> tuple[int, int, int]:
-    """(F, L, N): the free blocks smaller than a page lie in pages that hold live blocks."""
-    count, largest = t_prefix(fo, PAGE_ORDER)
-    return reserved - allocated, max(0, largest), count
+def _add_free(m: Buddy, b: int, address: int, order: int) -> bool:
+    """File free block ``b``; False when the id space ran out."""
+    if b >= len(m.free_ids):
+        return False
+    t_insert(m.by_order, b, order, address, 1 << order)
+    t_insert(m.by_address, b, address, 0, 1 << order)
+    return True
 
 
 @numba.njit(cache=True)
-def _buddy_kernel(
-    kind: I64, request: I64, size: I64, usable: int, top_order: int,
-    fo: I64, fa: I64, ids: I64,
-    out_f: I64, out_l: I64, out_n: I64, out_r: I64, out_a: I64, out_u: I64,
-    oom_event: I64, oom_largest: I64,
-) -> int:  # fmt: skip
-    """Returns the OOM count, or -1 when the free-block id space ran out (retry bigger)."""
-    state = np.zeros(2, dtype=np.int64)
-    page_users = np.zeros((usable >> PAGE_ORDER) + 1, dtype=np.int64)
-    reserved = 0
-    cap = len(ids) - 1
+def _drop_free(m: Buddy, b: int) -> None:
+    t_erase(m.by_order, b)
+    t_erase(m.by_address, b)
+    give_id(m.free_ids, m.counters[0], b)
+
+
+@numba.njit(cache=True)
+def _empty_cache(m: Buddy, event: int) -> int:
+    """torch.cuda.empty_cache(): this model caches nothing, so nothing changes."""
+    return 0
+
+
+@numba.njit(cache=True)
+def _measure(m: Buddy, allocated: int) -> tuple[int, int, int, int]:
+    """(F, L, N, reserved): the free blocks smaller than a page lie in pages that hold live
+    blocks."""
+    count, largest = t_prefix(m.by_order, PAGE_ORDER)
+    reserved = m.counters[0].reserved
+    return reserved - allocated, max(0, largest), count, reserved
+
+
+@numba.njit(cache=True)
+def _tile(m: Buddy, usable: int) -> bool:
+    """The free blocks at the start: the aligned power-of-two blocks that tile [0, usable)."""
     a = 0
     while a + (1 << MIN_ORDER) <= usable:
-        k = top_order
+        k = m.top_order
         while k > MIN_ORDER and (a % (1 << k) != 0 or a + (1 << k) > usable):
             k -= 1
-        b = _take_id(ids, state)
-        if b > cap:
-            return -1
-        _add_free(fo, fa, b, a, k)
+        if not _add_free(m, take_id(m.free_ids, m.counters[0]), a, k):
+            return False
         a += 1 << k
-    n_req = len(size)
-    address = np.full(n_req, -1, dtype=np.int64)
-    order = np.zeros(n_req, dtype=np.int64)
-    allocated = 0
-    live = 0
-    ooms = 0
-    for i in range(len(kind)):
-        r = request[i]
-        if kind[i] == ALLOC:
-            k = max(MIN_ORDER, ceil_log2(size[r]))
-            b = t_lower_bound(fo, k, 0)
-            if b == 0:
-                f, lg, nb = _state(fo, reserved, allocated)
-                oom_event[ooms] = i
-                oom_largest[ooms] = lg
-                ooms += 1
-            else:
-                j = fo[b, K1]
-                a = fa[b, K1]
-                _drop_free(fo, fa, ids, state, b)
-                while j > k:
-                    j -= 1
-                    h = _take_id(ids, state)
-                    if h > cap:
-                        return -1
-                    _add_free(fo, fa, h, a + (1 << j), j)
-                address[r] = a
-                order[r] = k
-                if k >= PAGE_ORDER:
-                    reserved += 1 << k
-                else:
-                    page_users[a >> PAGE_ORDER] += 1
-                    if page_users[a >> PAGE_ORDER] == 1:
-                        reserved += 1 << PAGE_ORDER
-                allocated += 1 << k
-                live += size[r]
-        elif kind[i] == FREE and address[r] >= 0:
-            a = address[r]
-            k = order[r]
-            if k >= PAGE_ORDER:
-                reserved -= 1 << k
-            else:
-                page_users[a >> PAGE_ORDER] -= 1
-                if page_users[a >> PAGE_ORDER] == 0:
-                    reserved -= 1 << PAGE_ORDER
-            address[r] = -1
-            allocated -= 1 << k
-            live -= size[r]
-            while k < top_order:
-                buddy = a ^ (1 << k)
-                b = t_lower_bound(fa, buddy, 0)
-                if b == 0 or fa[b, K1] != buddy or fa[b, VAL] != (1 << k):
-                    break
-                _drop_free(fo, fa, ids, state, b)
-                a = min(a, buddy)
-                k += 1
-            h = _take_id(ids, state)
-            if h > cap:
-                return -1
-            _add_free(fo, fa, h, a, k)
-        f, lg, nb = _state(fo, reserved, allocated)
-        out_f[i] = f
-        out_l[i] = lg
-        out_n[i] = nb
-        out_r[i] = reserved
-        out_a[i] = allocated
-        out_u[i] = live
-    return ooms
+    return True
 
 
-def simulate_buddy(stream: RequestStream, capacity_bytes: int) -> SimResult:
-    n = stream.n_events
+@numba.njit(cache=True)
+def _place(m: Buddy, event: int, r: int, nbytes: int) -> int:
+    k = max(MIN_ORDER, ceil_log2(nbytes))
+    b = t_lower_bound(m.by_order, k, 0)
+    if b == 0:
+        return FAILED
+    j = m.by_order[b, K1]
+    a = m.by_address[b, K1]
+    _drop_free(m, b)
+    while j > k:
+        j -= 1
+        if not _add_free(m, take_id(m.free_ids, m.counters[0]), a + (1 << j), j):
+            return OVERFLOW
+    m.address[r] = a
+    m.order[r] = k
+    c = m.counters[0]
+    if k >= PAGE_ORDER:
+        c.reserved += 1 << k
+    else:
+        m.page_users[a >> PAGE_ORDER] += 1
+        if m.page_users[a >> PAGE_ORDER] == 1:
+            c.reserved += 1 << PAGE_ORDER
+    return 1 << k
+
+
+@numba.njit(cache=True)
+def _release(m: Buddy, r: int) -> int:
+    a = m.address[r]
+    if a < 0:
+        return 0
+    k = m.order[r]
+    c = m.counters[0]
+    if k >= PAGE_ORDER:
+        c.reserved -= 1 << k
+    else:
+        m.page_users[a >> PAGE_ORDER] -= 1
+        if m.page_users[a >> PAGE_ORDER] == 0:
+            c.reserved -= 1 << PAGE_ORDER
+    m.address[r] = -1
+    freed = int(1 << k)
+    while k < m.top_order:
+        buddy = a ^ (1 << k)
+        b = t_lower_bound(m.by_address, buddy, 0)
+        if b == 0 or m.by_address[b, K1] != buddy or m.by_address[b, VAL] != (1 << k):
+            break
+        _drop_free(m, b)
+        a = min(a, buddy)
+        k += 1
+    if not _add_free(m, take_id(m.free_ids, m.counters[0]), a, k):
+        return OVERFLOW
+    return freed
+
+
+@numba.njit(cache=True)
+def _buddy_kernel(kind: I64, request: I64, size: I64, m: Buddy, usable: int, out: Outputs) -> int:
+    """Returns the OOM count, or -1 when the free-block id space ran out (retry bigger)."""
+    if not _tile(m, usable):
+        return -1
+    return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
+                  this._measure, out, 0, 0)
+
+
+def simulate_buddy(stream: RequestStream, capacity_bytes: int, options: object = None) -> SimResult:
+    n_req = stream.n_requests
     usable = min(capacity_bytes, 1 << MAX_ORDER) // (1 << MIN_ORDER) * (1 << MIN_ORDER)
     top_order = max(MIN_ORDER, int(usable - 1).bit_length())
-    max_free = 4 * (stream.n_requests + 1) + 4 * top_order + 64
+    max_free = 4 * (n_req + 1) + 4 * top_order + 64
     while True:
-        outs = empty_outputs(n)
-        oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
-        oom_largest = np.zeros_like(oom_event)
-        ooms = _buddy_kernel(
-            stream.kind.astype(np.int64), stream.request, stream.size, usable, top_order,
-            new_treap(max_free, 1), new_treap(max_free, 2),
-            np.zeros(max_free, dtype=np.int64), *outs, oom_event, oom_largest,
+        model = Buddy(
+            new_treap(max_free, 1), new_treap(max_free, 2), np.zeros(max_free, dtype=np.int64),
+            np.zeros(1, dtype=BUDDY_COUNTERS), np.zeros((usable >> PAGE_ORDER) + 1, np.int64),
+            np.full(n_req, -1, dtype=np.int64), np.zeros(n_req, dtype=np.int64), top_order,
         )  # fmt: skip
+        out = Outputs.empty(stream.n_events, n_req)
+        ooms = _buddy_kernel(
+            stream.kind.astype(np.int64), stream.request, stream.size, model, usable, out
+        )
         if ooms >= 0:
-            return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
+            return SimResult.of(out, ooms)
         max_free *= 4
+
+
+FAMILY = PolicyFamily("buddy", (), "binary buddy (reference)", simulate_buddy)

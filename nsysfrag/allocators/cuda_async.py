@@ -17,7 +17,8 @@ so this model rests on assumptions, each chosen to be what the documentation imp
 * **Release threshold ∞.** PyTorch sets ``cudaMemPoolAttrReleaseThreshold = UINT64_MAX``, so
   the pool keeps its high-water reservation (reserved never shrinks on its own); only when a
   request cannot be placed does the pool trim back to the pages under its top (as
-  ``cudaMemPoolTrimTo`` would) before the request fails.
+  ``cudaMemPoolTrimTo`` would) before the request fails, and when the program calls
+  ``torch.cuda.empty_cache()`` (PyTorch's backend calls ``cudaMemPoolTrimTo(pool, 0)``).
 
 So placement equals ``best-fit``'s; what differs is that reserved memory holds its high-water
 mark, which shows up in free memory (``F`` includes the retained pages above the top) and in
@@ -27,8 +28,22 @@ the final reserved bytes.
 from __future__ import annotations
 
 from nsysfrag.allocators.base import RequestStream, SimResult
+from nsysfrag.allocators.family import PolicyFamily, PolicyOptions
 from nsysfrag.allocators.heap import BEST_FIT, simulate_heap
 
 
-def simulate_cuda_async(stream: RequestStream, capacity_bytes: int) -> SimResult:
+def simulate_cuda_async(stream: RequestStream, capacity_bytes: int, options: object = None) -> SimResult:
     return simulate_heap(stream, capacity_bytes, BEST_FIT, retain=True)
+
+
+def _alloc_conf(options: PolicyOptions | None) -> str:
+    return "backend:cudaMallocAsync"
+
+
+FAMILY = PolicyFamily(
+    "cuda-async",
+    ("cuda_async", "cudamallocasync"),
+    "stream-ordered pool (cudaMallocAsync)",
+    simulate_cuda_async,
+    alloc_conf=_alloc_conf,
+)

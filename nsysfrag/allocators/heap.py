@@ -15,24 +15,25 @@ Reserved memory is ``top`` rounded up to whole 2 MiB pages. Free memory ``F`` is
 the slack between ``top`` and that page boundary, which is one more free block; ``L`` is the
 largest of them and ``N`` their number.
 
-The heap core (:func:`heap_take`, :func:`heap_give`) is shared with ``cuda-async`` and ``slab``.
+The heap core (:func:`heap_take`, :func:`heap_give`) is shared with ``cuda-async`` and ``slab``;
+the events run through the shared loop of :mod:`nsysfrag.allocators.event_loop`.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NamedTuple
+
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import (
-    ALLOC,
-    FREE,
-    I64,
+from nsysfrag.allocators.base import I64, PAGE_BYTES, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.family import PolicyFamily
+from nsysfrag.allocators.treap import (
     K1,
-    PAGE_BYTES,
     VAL,
-    RequestStream,
-    SimResult,
-    empty_outputs,
+    give_id,
     new_treap,
     t_before,
     t_count,
@@ -41,100 +42,120 @@ from nsysfrag.allocators.base import (
     t_insert,
     t_lower_bound,
     t_max_value,
+    take_id,
 )
 
-GRANULARITY = 512
+# The kernel names this module's compiled functions through the module object: numba caches a
+# compiled function that hands other compiled functions on only when it reaches them that way.
+this = sys.modules[__name__]
 
-# Heap scalars.
-H_TOP, H_HOLES, H_CAP, H_MODE, H_NEXT_ID, H_FREE_IDS = range(6)
+GRANULARITY = 512
 BEST_FIT = 0
 FIRST_FIT = 1
 
+HEAP_COUNTERS = np.dtype([
+    ("top", np.int64),  # the heap is [0, top)
+    ("hole_bytes", np.int64),  # free bytes below top
+    ("capacity", np.int64),
+    ("mode", np.int64),  # BEST_FIT or FIRST_FIT
+    ("next_id", np.int64),  # the highest hole id used so far
+    ("recycled", np.int64),  # hole ids waiting in free_ids
+])  # fmt: skip
 
-def new_heap(capacity_bytes: int, max_holes: int, mode: int) -> tuple[I64, I64, I64, I64]:
-    """(address treap, size treap, scalars, free-id stack) of an empty heap."""
-    hs = np.zeros(6, dtype=np.int64)
-    hs[H_CAP] = capacity_bytes
-    hs[H_MODE] = mode
+
+class Heap(NamedTuple):
+    """One growable heap: its holes by address (and by size for best fit)."""
+
+    by_address: I64  # treap: holes keyed by address, value = size
+    by_size: I64  # treap: holes keyed by (size, address); best fit only
+    counters: Any  # one HEAP_COUNTERS record
+    free_ids: I64  # recycled hole ids
+
+
+def new_heap(capacity_bytes: int, max_holes: int, mode: int) -> Heap:
+    counters = np.zeros(1, dtype=HEAP_COUNTERS)
+    counters[0]["capacity"] = capacity_bytes
+    counters[0]["mode"] = mode
     size_tree = new_treap(max_holes if mode == BEST_FIT else 1, seed=2)
-    return new_treap(max_holes, seed=1), size_tree, hs, np.zeros(max_holes, dtype=np.int64)
+    return Heap(new_treap(max_holes, seed=1), size_tree, counters, np.zeros(max_holes, np.int64))
 
 
 @numba.njit(cache=True)
-def _new_hole(hs: I64, ids: I64) -> int:
-    if hs[H_FREE_IDS] > 0:
-        hs[H_FREE_IDS] -= 1
-        return int(ids[hs[H_FREE_IDS]])
-    hs[H_NEXT_ID] += 1
-    return int(hs[H_NEXT_ID])
+def _add_hole(h: Heap, hole: int, address: int, size: int) -> None:
+    c = h.counters[0]
+    t_insert(h.by_address, hole, address, 0, size)
+    if c.mode == BEST_FIT:
+        t_insert(h.by_size, hole, size, address, size)
+    c.hole_bytes += size
 
 
 @numba.njit(cache=True)
-def _add_hole(at: I64, st: I64, hs: I64, h: int, address: int, size: int) -> None:
-    t_insert(at, h, address, 0, size)
-    if hs[H_MODE] == BEST_FIT:
-        t_insert(st, h, size, address, size)
-    hs[H_HOLES] += size
+def _drop_hole(h: Heap, hole: int) -> None:
+    c = h.counters[0]
+    t_erase(h.by_address, hole)
+    if c.mode == BEST_FIT:
+        t_erase(h.by_size, hole)
+    c.hole_bytes -= h.by_address[hole, VAL]
+    give_id(h.free_ids, c, hole)
 
 
 @numba.njit(cache=True)
-def _drop_hole(at: I64, st: I64, hs: I64, ids: I64, h: int) -> None:
-    t_erase(at, h)
-    if hs[H_MODE] == BEST_FIT:
-        t_erase(st, h)
-    hs[H_HOLES] -= at[h, VAL]
-    ids[hs[H_FREE_IDS]] = h
-    hs[H_FREE_IDS] += 1
-
-
-@numba.njit(cache=True)
-def heap_take(at: I64, st: I64, hs: I64, ids: I64, n: int) -> int:
+def heap_take(h: Heap, n: int) -> int:
     """Place ``n`` bytes; return the address, or -1 when the heap cannot grow that far."""
-    if hs[H_MODE] == BEST_FIT:
-        h = t_lower_bound(st, n, 0)
+    c = h.counters[0]
+    if c.mode == BEST_FIT:
+        hole = t_lower_bound(h.by_size, n, 0)
     else:
-        h = t_first_value_at_least(at, n)
-    if h != 0:
-        address = at[h, K1]
-        size = at[h, VAL]
-        _drop_hole(at, st, hs, ids, h)
+        hole = t_first_value_at_least(h.by_address, n)
+    if hole != 0:
+        address = h.by_address[hole, K1]
+        size = h.by_address[hole, VAL]
+        _drop_hole(h, hole)
         if size > n:
-            _add_hole(at, st, hs, _new_hole(hs, ids), address + n, size - n)
+            _add_hole(h, take_id(h.free_ids, h.counters[0]), address + n, size - n)
         return int(address)
-    top = hs[H_TOP]
-    if top + n > hs[H_CAP]:
+    top = c.top
+    if top + n > c.capacity:
         return -1
-    hs[H_TOP] = top + n
+    c.top = top + n
     return int(top)
 
 
 @numba.njit(cache=True)
-def heap_give(at: I64, st: I64, hs: I64, ids: I64, address: int, n: int) -> None:
+def heap_give(h: Heap, address: int, n: int) -> None:
     """Free ``[address, address + n)``, coalescing with the holes beside it."""
+    at = h.by_address
     start = address
     end = address + n
     p = t_before(at, address, 0, 0)
     if p != 0 and at[p, K1] + at[p, VAL] == address:
         start = at[p, K1]
-        _drop_hole(at, st, hs, ids, p)
+        _drop_hole(h, p)
     s = t_lower_bound(at, end, 0)
     if s != 0 and at[s, K1] == end:
         end += at[s, VAL]
-        _drop_hole(at, st, hs, ids, s)
-    if end == hs[H_TOP]:
-        hs[H_TOP] = start
+        _drop_hole(h, s)
+    c = h.counters[0]
+    if end == c.top:
+        c.top = start
     else:
-        _add_hole(at, st, hs, _new_hole(hs, ids), start, end - start)
+        _add_hole(h, take_id(h.free_ids, h.counters[0]), start, end - start)
 
 
 @numba.njit(cache=True)
-def heap_state(at: I64, hs: I64, reserved: int) -> tuple[int, int, int]:
+def heap_top(h: Heap) -> int:
+    return int(h.counters[0].top)
+
+
+@numba.njit(cache=True)
+def heap_state(h: Heap, reserved: int) -> tuple[int, int, int]:
     """(F, L, N) of the heap when ``reserved`` bytes (>= top) back it."""
-    slack = reserved - hs[H_TOP]
+    c = h.counters[0]
+    slack = reserved - c.top
     slack = max(slack, 0)
-    largest = t_max_value(at)
+    largest = t_max_value(h.by_address)
     largest = max(largest, slack)
-    return hs[H_HOLES] + slack, largest, t_count(at) + (1 if slack > 0 else 0)
+    return c.hole_bytes + slack, largest, t_count(h.by_address) + (1 if slack > 0 else 0)
 
 
 @numba.njit(cache=True)
@@ -143,51 +164,65 @@ def pages(n: int) -> int:
     return -(-n // PAGE_BYTES) * PAGE_BYTES
 
 
+# ------------------------------------------------------------------------------ the model
+
+
+class HeapModel(NamedTuple):
+    heap: Heap
+    address: I64  # per request: where it lives, -1 when it holds nothing
+    block: I64  # per request: the bytes it took
+    reserved: I64  # [0]: reserved bytes now
+    retain: bool  # keep the high-water reservation (cuda-async's pool)
+
+
 @numba.njit(cache=True)
-def _heap_kernel(
-    kind: I64, request: I64, size: I64, at: I64, st: I64, hs: I64, ids: I64,
-    out_f: I64, out_l: I64, out_n: I64, out_r: I64, out_a: I64, out_u: I64,
-    oom_event: I64, oom_largest: I64, retain: bool,
-) -> int:  # fmt: skip
-    """The heap replay; ``retain`` keeps the high-water reservation (cuda-async's pool) and
-    trims it back to the top only when a request fails."""
-    n_req = len(size)
-    address = np.full(n_req, -1, dtype=np.int64)
-    block = np.zeros(n_req, dtype=np.int64)
-    allocated = 0
-    live = 0
-    reserved = 0
-    ooms = 0
-    for i in range(len(kind)):
-        r = request[i]
-        if kind[i] == ALLOC:
-            nbytes = -(-size[r] // GRANULARITY) * GRANULARITY
-            a = heap_take(at, st, hs, ids, nbytes)
-            if a < 0:
-                reserved = pages(hs[H_TOP])
-                f, lg, nb = heap_state(at, hs, reserved)
-                oom_event[ooms] = i
-                oom_largest[ooms] = lg
-                ooms += 1
-            else:
-                address[r] = a
-                block[r] = nbytes
-                allocated += nbytes
-                live += size[r]
-        elif kind[i] == FREE and address[r] >= 0:
-            heap_give(at, st, hs, ids, address[r], block[r])
-            address[r] = -1
-            allocated -= block[r]
-            live -= size[r]
-        reserved = max(reserved, pages(hs[H_TOP])) if retain else pages(hs[H_TOP])
-        f, lg, nb = heap_state(at, hs, reserved)
-        out_f[i] = f
-        out_l[i] = lg
-        out_n[i] = nb
-        out_r[i] = reserved
-        out_a[i] = allocated
-        out_u[i] = live
-    return ooms
+def _settle(m: HeapModel) -> None:
+    """Reserved after an event: the pages under the top, or the high-water mark kept."""
+    top = pages(heap_top(m.heap))
+    m.reserved[0] = max(m.reserved[0], top) if m.retain else top
+
+
+@numba.njit(cache=True)
+def _place(m: HeapModel, event: int, r: int, nbytes: int) -> int:
+    rounded = -(-nbytes // GRANULARITY) * GRANULARITY
+    a = heap_take(m.heap, rounded)
+    if a < 0:
+        m.reserved[0] = pages(heap_top(m.heap))  # the pool trims before it gives up
+        return FAILED
+    m.address[r] = a
+    m.block[r] = rounded
+    _settle(m)
+    return rounded
+
+
+@numba.njit(cache=True)
+def _release(m: HeapModel, r: int) -> int:
+    if m.address[r] < 0:
+        return 0
+    heap_give(m.heap, m.address[r], m.block[r])
+    m.address[r] = -1
+    _settle(m)
+    return int(m.block[r])
+
+
+@numba.njit(cache=True)
+def _empty_cache(m: HeapModel, event: int) -> int:
+    """torch.cuda.empty_cache(): a pool that keeps its reservation trims it to the pages under
+    its top (cudaMemPoolTrimTo); a plain heap holds nothing to give back."""
+    m.reserved[0] = pages(heap_top(m.heap))
+    return 0
+
+
+@numba.njit(cache=True)
+def _measure(m: HeapModel, allocated: int) -> tuple[int, int, int, int]:
+    f, lg, nb = heap_state(m.heap, m.reserved[0])
+    return f, lg, nb, m.reserved[0]
+
+
+@numba.njit(cache=True)
+def _heap_kernel(kind: I64, request: I64, size: I64, m: HeapModel, out: Outputs) -> int:
+    return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
+                  this._measure, out, 0, 0)
 
 
 def simulate_heap(
@@ -195,13 +230,27 @@ def simulate_heap(
 ) -> SimResult:
     """Replay ``stream`` through a best-fit (``mode=BEST_FIT``) or first-fit heap; ``retain``
     keeps the high-water reservation (see ``cuda_async``)."""
-    n = stream.n_events
-    at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, mode)
-    outs = empty_outputs(n)
-    oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
-    oom_largest = np.zeros_like(oom_event)
-    ooms = _heap_kernel(
-        stream.kind.astype(np.int64), stream.request, stream.size, at, st, hs, ids,
-        *outs, oom_event, oom_largest, retain,
+    n_req = stream.n_requests
+    model = HeapModel(
+        new_heap(capacity_bytes, n_req + 2, mode), np.full(n_req, -1, dtype=np.int64),
+        np.zeros(n_req, dtype=np.int64), np.zeros(1, dtype=np.int64), retain,
     )  # fmt: skip
-    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
+    out = Outputs.empty(stream.n_events, n_req)
+    ooms = _heap_kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
+    return SimResult.of(out, ooms)
+
+
+def _simulate_best_fit(stream: RequestStream, capacity_bytes: int, options: object) -> SimResult:
+    return simulate_heap(stream, capacity_bytes, BEST_FIT)
+
+
+def _simulate_first_fit(stream: RequestStream, capacity_bytes: int, options: object) -> SimResult:
+    return simulate_heap(stream, capacity_bytes, FIRST_FIT)
+
+
+BEST_FIT_FAMILY = PolicyFamily(
+    "best-fit", ("best_fit", "bestfit"), "best-fit heap (reference)", _simulate_best_fit
+)
+FIRST_FIT_FAMILY = PolicyFamily(
+    "first-fit", ("first_fit", "firstfit"), "first-fit heap (reference)", _simulate_first_fit
+)

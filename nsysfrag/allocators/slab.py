@@ -21,35 +21,41 @@ The unusable tail of a slab (``2 MiB mod class``) is internal fragmentation, not
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NamedTuple
+
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import (
-    ALLOC,
-    FREE,
-    I64,
+from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.family import PolicyFamily
+from nsysfrag.allocators.heap import (
+    BEST_FIT,
+    GRANULARITY,
+    Heap,
+    heap_give,
+    heap_state,
+    heap_take,
+    heap_top,
+    new_heap,
+    pages,
+)
+from nsysfrag.allocators.treap import (
     K1,
-    MiB,
-    RequestStream,
-    SimResult,
-    empty_outputs,
+    give_id,
     new_treap,
     t_count,
     t_erase,
     t_insert,
     t_last,
     t_lower_bound,
+    take_id,
 )
-from nsysfrag.allocators.heap import (
-    BEST_FIT,
-    GRANULARITY,
-    H_TOP,
-    heap_give,
-    heap_state,
-    heap_take,
-    new_heap,
-    pages,
-)
+
+# The kernel names this module's compiled functions through the module object: numba caches a
+# compiled function that hands other compiled functions on only when it reaches them that way.
+this = sys.modules[__name__]
 
 SLAB_BYTES = 2 * MiB
 LARGEST_CLASS = 1 * MiB
@@ -72,144 +78,154 @@ def class_of(sizes: I64, classes: I64) -> I64:
     return idx
 
 
+SLAB_COUNTERS = np.dtype([
+    ("next_id", np.int64),  # the highest slab id used so far
+    ("recycled", np.int64),  # slab ids waiting in slab_ids
+    ("free_slot_bytes", np.int64),  # free slots of all slabs
+])  # fmt: skip
+
+
+class Slabs(NamedTuple):
+    """The slabs (one row per slab id; id 0 unused) and what each request holds."""
+
+    heap: Heap  # large objects and the slabs themselves
+    with_free_slots: I64  # treap: slabs with a free slot, keyed by (class, address)
+    classes: I64  # slot bytes per class
+    klass: I64  # per request: its class, -1 for a large object
+    slab_address: I64
+    slab_class: I64
+    slab_live: I64  # slots in use
+    slab_bump: I64  # slots ever handed out (the next never-used slot)
+    slab_head: I64  # the most recently freed slot's request, -1 for none
+    slab_ids: I64  # recycled slab ids
+    request_slab: I64
+    request_slot: I64
+    request_address: I64  # -1 when the request holds nothing
+    request_bytes: I64
+    free_next: I64  # per request: the next freed slot's request in its slab's free list
+    counters: Any  # one SLAB_COUNTERS record
+
+
 @numba.njit(cache=True)
-def _slab_state(at: I64, hs: I64, nf: I64, classes: I64, free_slot_bytes: int) -> tuple[int, int, int, int]:
-    reserved = pages(hs[H_TOP])
-    f, largest, n = heap_state(at, hs, reserved)
+def _empty_cache(m: Slabs, event: int) -> int:
+    """torch.cuda.empty_cache(): this model caches nothing, so nothing changes."""
+    return 0
+
+
+@numba.njit(cache=True)
+def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int]:
+    reserved = pages(heap_top(m.heap))
+    f, largest, n = heap_state(m.heap, reserved)
+    nf = m.with_free_slots
     last = t_last(nf)
-    if last != 0 and classes[nf[last, K1]] > largest:
-        largest = classes[nf[last, K1]]
-    return f + free_slot_bytes, largest, n + t_count(nf), reserved
+    if last != 0 and m.classes[nf[last, K1]] > largest:
+        largest = m.classes[nf[last, K1]]
+    return f + m.counters[0].free_slot_bytes, largest, n + t_count(nf), reserved
 
 
 @numba.njit(cache=True)
-def _slab_kernel(
-    kind: I64, request: I64, size: I64, klass: I64, classes: I64,
-    at: I64, st: I64, hs: I64, ids: I64, nf: I64,
-    out_f: I64, out_l: I64, out_n: I64, out_r: I64, out_a: I64, out_u: I64,
-    oom_event: I64, oom_largest: I64,
-) -> int:  # fmt: skip
-    n_req = len(size)
-    max_slabs = len(nf)
-    s_addr = np.zeros(max_slabs, dtype=np.int64)
-    s_class = np.zeros(max_slabs, dtype=np.int64)
-    s_live = np.zeros(max_slabs, dtype=np.int64)
-    s_bump = np.zeros(max_slabs, dtype=np.int64)
-    s_head = np.zeros(max_slabs, dtype=np.int64)
-    slab_ids = np.zeros(max_slabs, dtype=np.int64)
-    next_slab = 0
-    free_slabs = 0
-    r_slab = np.zeros(n_req, dtype=np.int64)
-    r_slot = np.zeros(n_req, dtype=np.int64)
-    r_addr = np.full(n_req, -1, dtype=np.int64)
-    r_block = np.zeros(n_req, dtype=np.int64)
-    free_next = np.zeros(n_req, dtype=np.int64)
-    free_slot_bytes = 0
-    allocated = 0
-    live = 0
-    ooms = 0
-    for i in range(len(kind)):
-        r = request[i]
-        if kind[i] == ALLOC:
-            c = klass[r]
-            placed = True
-            if c < 0:
-                nbytes = -(-size[r] // GRANULARITY) * GRANULARITY
-                a = heap_take(at, st, hs, ids, nbytes)
-                if a < 0:
-                    placed = False
-                else:
-                    r_addr[r] = a
-                    r_block[r] = nbytes
-            else:
-                slot_bytes = classes[c]
-                slots = SLAB_BYTES // slot_bytes
-                s = t_lower_bound(nf, c, 0)
-                if s == 0 or nf[s, K1] != c:
-                    a = heap_take(at, st, hs, ids, SLAB_BYTES)
-                    if a < 0:
-                        placed = False
-                    else:
-                        if free_slabs > 0:
-                            free_slabs -= 1
-                            s = slab_ids[free_slabs]
-                        else:
-                            next_slab += 1
-                            s = next_slab
-                        s_addr[s] = a
-                        s_class[s] = c
-                        s_live[s] = 0
-                        s_bump[s] = 0
-                        s_head[s] = -1
-                        t_insert(nf, s, c, a, 0)
-                        free_slot_bytes += slots * slot_bytes
-                if placed:
-                    if s_head[s] >= 0:
-                        q = s_head[s]
-                        r_slot[r] = r_slot[q]
-                        s_head[s] = free_next[q]
-                    else:
-                        r_slot[r] = s_bump[s]
-                        s_bump[s] += 1
-                    s_live[s] += 1
-                    free_slot_bytes -= slot_bytes
-                    if s_live[s] == slots:
-                        t_erase(nf, s)
-                    r_slab[r] = s
-                    r_addr[r] = s_addr[s] + r_slot[r] * slot_bytes
-                    r_block[r] = slot_bytes
-            if placed:
-                allocated += r_block[r]
-                live += size[r]
-            else:
-                f, lg, nb, res = _slab_state(at, hs, nf, classes, free_slot_bytes)
-                oom_event[ooms] = i
-                oom_largest[ooms] = lg
-                ooms += 1
-        elif kind[i] == FREE and r_addr[r] >= 0:
-            allocated -= r_block[r]
-            live -= size[r]
-            c = klass[r]
-            if c < 0:
-                heap_give(at, st, hs, ids, r_addr[r], r_block[r])
-            else:
-                s = r_slab[r]
-                slot_bytes = classes[c]
-                slots = SLAB_BYTES // slot_bytes
-                if s_live[s] == slots:
-                    t_insert(nf, s, c, s_addr[s], 0)
-                free_next[r] = s_head[s]
-                s_head[s] = r
-                s_live[s] -= 1
-                free_slot_bytes += slot_bytes
-                if s_live[s] == 0:
-                    t_erase(nf, s)
-                    heap_give(at, st, hs, ids, s_addr[s], SLAB_BYTES)
-                    free_slot_bytes -= slots * slot_bytes
-                    slab_ids[free_slabs] = s
-                    free_slabs += 1
-            r_addr[r] = -1
-        f, lg, nb, res = _slab_state(at, hs, nf, classes, free_slot_bytes)
-        out_f[i] = f
-        out_l[i] = lg
-        out_n[i] = nb
-        out_r[i] = res
-        out_a[i] = allocated
-        out_u[i] = live
-    return ooms
+def _new_slab(m: Slabs, c: int) -> int:
+    """A fresh slab of class ``c`` from the heap, or 0 when the heap is full."""
+    a = heap_take(m.heap, SLAB_BYTES)
+    if a < 0:
+        return 0
+    k = m.counters[0]
+    s = take_id(m.slab_ids, k)
+    m.slab_address[s] = a
+    m.slab_class[s] = c
+    m.slab_live[s] = 0
+    m.slab_bump[s] = 0
+    m.slab_head[s] = -1
+    t_insert(m.with_free_slots, s, c, a, 0)
+    k.free_slot_bytes += (SLAB_BYTES // m.classes[c]) * m.classes[c]
+    return int(s)
 
 
-def simulate_slab(stream: RequestStream, capacity_bytes: int) -> SimResult:
-    n = stream.n_events
+@numba.njit(cache=True)
+def _place(m: Slabs, event: int, r: int, nbytes: int) -> int:
+    c = m.klass[r]
+    if c < 0:
+        rounded = -(-nbytes // GRANULARITY) * GRANULARITY
+        a = heap_take(m.heap, rounded)
+        if a < 0:
+            return FAILED
+        m.request_address[r] = a
+        m.request_bytes[r] = rounded
+        return rounded
+    slot_bytes = m.classes[c]
+    slots = SLAB_BYTES // slot_bytes
+    s = t_lower_bound(m.with_free_slots, c, 0)
+    if s == 0 or m.with_free_slots[s, K1] != c:
+        s = _new_slab(m, c)
+        if s == 0:
+            return FAILED
+    if m.slab_head[s] >= 0:
+        q = m.slab_head[s]
+        m.request_slot[r] = m.request_slot[q]
+        m.slab_head[s] = m.free_next[q]
+    else:
+        m.request_slot[r] = m.slab_bump[s]
+        m.slab_bump[s] += 1
+    m.slab_live[s] += 1
+    m.counters[0].free_slot_bytes -= slot_bytes
+    if m.slab_live[s] == slots:
+        t_erase(m.with_free_slots, s)
+    m.request_slab[r] = s
+    m.request_address[r] = m.slab_address[s] + m.request_slot[r] * slot_bytes
+    m.request_bytes[r] = slot_bytes
+    return int(slot_bytes)
+
+
+@numba.njit(cache=True)
+def _release(m: Slabs, r: int) -> int:
+    if m.request_address[r] < 0:
+        return 0
+    c = m.klass[r]
+    if c < 0:
+        heap_give(m.heap, m.request_address[r], m.request_bytes[r])
+    else:
+        s = m.request_slab[r]
+        slot_bytes = m.classes[c]
+        slots = SLAB_BYTES // slot_bytes
+        if m.slab_live[s] == slots:
+            t_insert(m.with_free_slots, s, c, m.slab_address[s], 0)
+        m.free_next[r] = m.slab_head[s]
+        m.slab_head[s] = r
+        m.slab_live[s] -= 1
+        k = m.counters[0]
+        k.free_slot_bytes += slot_bytes
+        if m.slab_live[s] == 0:
+            t_erase(m.with_free_slots, s)
+            heap_give(m.heap, m.slab_address[s], SLAB_BYTES)
+            k.free_slot_bytes -= slots * slot_bytes
+            give_id(m.slab_ids, k, s)
+    m.request_address[r] = -1
+    return int(m.request_bytes[r])
+
+
+@numba.njit(cache=True)
+def _slab_kernel(kind: I64, request: I64, size: I64, m: Slabs, out: Outputs) -> int:
+    return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
+                  this._measure, out, 0, 0)
+
+
+def simulate_slab(stream: RequestStream, capacity_bytes: int, options: object = None) -> SimResult:
+    n_req = stream.n_requests
     classes = size_classes()
-    klass = class_of(stream.size, classes)
-    max_slabs = int(min(stream.n_requests, capacity_bytes // SLAB_BYTES)) + 2
-    at, st, hs, ids = new_heap(capacity_bytes, stream.n_requests + 2, BEST_FIT)
-    outs = empty_outputs(n)
-    oom_event = np.zeros(stream.n_requests + 1, dtype=np.int64)
-    oom_largest = np.zeros_like(oom_event)
-    ooms = _slab_kernel(
-        stream.kind.astype(np.int64), stream.request, stream.size, klass, classes,
-        at, st, hs, ids, new_treap(max_slabs, 4), *outs, oom_event, oom_largest,
+    max_slabs = int(min(n_req, capacity_bytes // SLAB_BYTES)) + 2
+
+    def zeros(n: int) -> I64:
+        return np.zeros(n, dtype=np.int64)
+
+    model = Slabs(
+        new_heap(capacity_bytes, n_req + 2, BEST_FIT), new_treap(max_slabs, 4), classes,
+        class_of(stream.size, classes), zeros(max_slabs), zeros(max_slabs), zeros(max_slabs),
+        zeros(max_slabs), zeros(max_slabs), zeros(max_slabs), zeros(n_req), zeros(n_req),
+        np.full(n_req, -1, dtype=np.int64), zeros(n_req), zeros(n_req), np.zeros(1, dtype=SLAB_COUNTERS),
     )  # fmt: skip
-    return SimResult.of(outs, oom_event[:ooms], oom_largest[:ooms])
+    out = Outputs.empty(stream.n_events, n_req)
+    ooms = _slab_kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
+    return SimResult.of(out, ooms)
+
+
+FAMILY = PolicyFamily("slab", (), "size-class slabs (reference)", simulate_slab)

@@ -67,7 +67,7 @@ def whatif_command(
             --html whatif.html --json whatif.json
         nsysfrag whatif snap.pickle --validate --json -
     """
-    from nsysfrag.reporters import whatif_report
+    from nsysfrag.reporters import whatif as whatif_report
     from nsysfrag.whatif import whatif
 
     for p in policies:

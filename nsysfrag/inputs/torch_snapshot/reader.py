@@ -1,9 +1,10 @@
 """Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) into typed records.
 
 The only module that knows the snapshot's pickle layout. A snapshot is plain data (dicts, lists,
-strings, numbers, tuples), so it is read with an unpickler that refuses every global: a pickle
-that asks to import anything (``os.system``, ``torch.Tensor``) is rejected before any of it
-runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
+strings, numbers, tuples), so it is read with an unpickler that refuses every global
+(``unpickle``): a pickle that asks to import anything (``os.system``, ``torch.Tensor``) is
+rejected before any of it runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md
+§2):
 
 * the dict of ``torch.cuda.memory._snapshot()`` from PyTorch 2.1 to current: ``segments``,
   ``device_traces`` and, in newer versions, ``allocator_settings``;
@@ -13,8 +14,6 @@ runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md §2):
 
 from __future__ import annotations
 
-import io
-import pickle
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -24,11 +23,17 @@ from typing import Any, TypeGuard
 
 from nsysfrag import events
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.files import check_input_file
+from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
+from nsysfrag.inputs.torch_snapshot.unpickle import PICKLE_PROTO, load_plain_pickle, paused_gc
+
+__all__ = ["load_plain_pickle", "paused_gc"]  # read from here by the other snapshot readers
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
-PICKLE_PROTO = 0x80  # the first byte of every pickle of protocol 2 or later
 MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals must fit int64
+INT64 = 1 << 63
+# time_us is microseconds since the epoch; 2**53 us is the year 2255, and keeps every time
+# difference, in ns, inside int64.
+MAX_TIME_US = 1 << 53
 
 # Trace actions (TraceEntry::Action in CUDACachingAllocator.h); "free" is the name MemoryViz
 # still accepts for a free before PyTorch split it into free_requested / free_completed.
@@ -48,6 +53,7 @@ ACTION_KINDS = {
     "oom": events.FAILED_ALLOC,
     "snapshot": events.MARK,
 }
+SITE_ACTIONS = frozenset({"alloc", "free_completed", "free", "oom"})  # entries whose stack is kept
 
 ALLOCATED = "allocated"
 PENDING_FREE = "pending_free"
@@ -119,6 +125,7 @@ class Snapshot:
     unknown_actions: Counter[str] = field(default_factory=Counter)
     skipped_entries: int = 0  # history entries without a valid address or size for their action
     time_origin_us: int | None = None  # the earliest time_us of any entry: time 0 of the report
+    warnings: list[str] = field(default_factory=list)  # values the reader ignored, in words
 
     def devices(self) -> list[int]:
         """Devices with a segment or a history entry, ascending."""
@@ -126,18 +133,12 @@ class Snapshot:
         return sorted(found)
 
 
-class _RefusedGlobal(Exception):
-    pass
+class BadField(Exception):
+    """A value the model needs is out of range: ``where`` (``device_traces[0][7].time_us``)
+    and what is wrong with it; the caller prefixes the file."""
 
-
-class _PlainDataUnpickler(pickle.Unpickler):
-    """Builds containers and scalars only: every global (class, function) is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _RefusedGlobal(f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _RefusedGlobal("a persistent object")
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where} {what}")
 
 
 def is_snapshot(path: Path) -> bool:
@@ -151,66 +152,54 @@ def is_snapshot(path: Path) -> bool:
         return False
 
 
-def load_plain_pickle(path: Path) -> Any:
-    """Unpickle ``path`` without importing anything; raise :class:`InputError` otherwise."""
-    check_input_file(
-        path,
-        expected="pass the .pickle written by _dump_snapshot()",
-        directory="pass a snapshot file (.pickle)",
-    )
-    data = path.read_bytes()
-    if not data:
-        raise InputError(f"{path}: the file is empty; dump the snapshot again")
-    if data[0] != PICKLE_PROTO:
-        raise InputError(
-            f"{path}: not a pickle (no protocol header); pass the file written by"
-            " torch.cuda.memory._dump_snapshot(), or an nsys .sqlite export"
-        )
-    try:
-        return _PlainDataUnpickler(io.BytesIO(data)).load()
-    except _RefusedGlobal as err:
-        raise InputError(
-            f"{path}: the pickle references {err}, and a memory snapshot holds only plain data;"
-            " refusing to load it (never unpickle untrusted files with pickle.load)"
-        ) from None
-    except EOFError:
-        raise InputError(
-            f"{path}: the pickle is truncated; copy or dump the snapshot again"
-        ) from None
-    except pickle.UnpicklingError as err:
-        if "truncated" in str(err):
-            raise InputError(
-                f"{path}: the pickle is truncated; copy or dump the snapshot again"
-            ) from None
-        raise InputError(f"{path}: not a readable pickle ({err}); the file is corrupt") from None
-    except RecursionError:
-        raise InputError(f"{path}: the pickle nests too deeply to be a memory snapshot") from None
-    except MemoryError:
-        raise InputError(f"{path}: the pickle does not fit in memory") from None
-    except Exception as err:  # noqa: BLE001 - any malformed opcode stream is the same user error
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise InputError(
-            f"{path}: not a readable pickle ({reason}); the file is corrupt or truncated"
-        ) from None
-
-
 def read_snapshot(path: str | Path) -> Snapshot:
     """Read the snapshot at ``path``; raise :class:`InputError` for anything unusable."""
     path = Path(path)
-    return parse_snapshot(load_plain_pickle(path), str(path))
+    with paused_gc():
+        return parse_snapshot(load_plain_pickle(path), str(path), path.stat().st_size)
 
 
-def parse_snapshot(data: Any, path: str) -> Snapshot:
-    """Typed records from an unpickled snapshot (or the list ``memory_snapshot()`` returns)."""
-    shape = _Shape(path)
-    if isinstance(data, list):
-        segments = [shape.segment(s, f"[{i}]") for i, s in enumerate(data)]
-        return Snapshot(
-            path,
-            "segment list from torch.cuda.memory_snapshot() (state only, no trace)",
-            _sorted(segments),
-            {},
+@dataclass(frozen=True)
+class SnapshotParts:
+    """The top level of an unpickled snapshot, checked: what every reader of it shares."""
+
+    segments: list[Segment]
+    raw_traces: list[list[Any]]  # device -> its entries, unparsed
+    settings: dict[str, Any]
+    state_only_list: bool  # the bare segment list of torch.cuda.memory_snapshot()
+    legacy: bool  # 2.0 blocks with history
+    warnings: list[str]
+
+    def layout(self, timed: bool) -> str:
+        if self.state_only_list:
+            return "segment list from torch.cuda.memory_snapshot() (state only, no trace)"
+        if self.legacy:
+            return "PyTorch 2.0 snapshot (blocks carry history)"
+        if self.settings:
+            return "PyTorch snapshot with allocator_settings (2.5 or later)"
+        if timed:
+            return "PyTorch snapshot (2.1 or later)"
+        return "PyTorch snapshot without timestamps (2.0/2.1)"
+
+    def expandable(self) -> bool:
+        return bool(self.settings.get("expandable_segments")) or any(
+            s.expandable for s in self.segments
         )
+
+    def divisions(self) -> dict[int, int]:
+        divisions, _ = _divisions(self.settings.get("roundup_power2_divisions"))
+        return divisions
+
+
+def snapshot_parts(data: Any, path: str, file_bytes: int | None) -> SnapshotParts:
+    """Check the top level and the segments; bound the expansion against ``file_bytes``."""
+    shape = _Shape(path)
+    limit = ExpansionLimit.for_file(path, file_bytes) if file_bytes is not None else None
+    if isinstance(data, list):
+        if limit is not None:
+            limit.check(_blocks_in(data), "segments and blocks")
+        segments = [shape.segment(s, f"[{i}]") for i, s in enumerate(data)]
+        return SnapshotParts(_sorted(segments), [], {}, True, False, [])
     if not isinstance(data, dict) or "segments" not in data:
         kind = _a(data)
         raise InputError(
@@ -218,23 +207,12 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
             " 'segments' and 'device_traces'); write one with torch.cuda.memory._dump_snapshot()"
         )
     raw_segments = shape.list_of(data["segments"], "segments")
-    segments = [shape.segment(s, f"segments[{i}]") for i, s in enumerate(raw_segments)]
-    histories: dict[int, list[HistoryEntry]] = {}
-    unknown: Counter[str] = Counter()
-    skipped = 0
     raw_traces = shape.list_of(data.get("device_traces", []), "device_traces")
-    for device, raw in enumerate(raw_traces):
-        entries = shape.list_of(raw, f"device_traces[{device}]")
-        history = []
-        for entry in entries:
-            parsed = _history_entry(entry)
-            if isinstance(parsed, HistoryEntry):
-                history.append(parsed)
-            elif parsed:
-                unknown[parsed] += 1
-            else:
-                skipped += 1
-        histories[device] = history
+    traces = [shape.list_of(raw, f"device_traces[{d}]") for d, raw in enumerate(raw_traces)]
+    if limit is not None:
+        limit.check(_blocks_in(raw_segments), "segments and blocks")
+        limit.check(sum(map(len, traces)), "trace entries")
+    segments = [shape.segment(s, f"segments[{i}]") for i, s in enumerate(raw_segments)]
     settings = data.get("allocator_settings")
     settings = settings if isinstance(settings, dict) else {}
     legacy = any(
@@ -243,29 +221,58 @@ def parse_snapshot(data: Any, path: str) -> Snapshot:
         for b in s.get("blocks", [])
         if isinstance(b, dict)
     )
+    _, warnings = _divisions(settings.get("roundup_power2_divisions"))
+    return SnapshotParts(_sorted(segments), traces, settings, False, legacy, warnings)
+
+
+def _blocks_in(raw_segments: list[Any]) -> int:
+    """Segments plus their blocks, counted without walking the blocks."""
+    return len(raw_segments) + sum(
+        len(s["blocks"])
+        for s in raw_segments
+        if isinstance(s, dict) and isinstance(s.get("blocks"), list)
+    )
+
+
+def parse_snapshot(data: Any, path: str, file_bytes: int | None = None) -> Snapshot:
+    """Typed records from an unpickled snapshot (or the list ``memory_snapshot()`` returns);
+    ``file_bytes`` (the pickle's size) bounds how far its memo may expand it."""
+    parts = snapshot_parts(data, path, file_bytes)
+    if parts.state_only_list:
+        return Snapshot(path, parts.layout(False), parts.segments, {})
+    histories: dict[int, list[HistoryEntry]] = {}
+    unknown: Counter[str] = Counter()
+    skipped = 0
+    sites: dict[int, str] = {}  # id(frames) -> site: a stack shared through the memo, once
+    for device, entries in enumerate(parts.raw_traces):
+        history = []
+        for index, entry in enumerate(entries):
+            try:
+                parsed = _history_entry(entry, device, index, sites)
+            except BadField as err:
+                raise InputError(f"{path}: not a usable PyTorch memory snapshot: {err}") from None
+            if isinstance(parsed, HistoryEntry):
+                history.append(parsed)
+            elif parsed:
+                unknown[parsed] += 1
+            else:
+                skipped += 1
+        histories[device] = history
     timed = any(e.time_us is not None for h in histories.values() for e in h)
-    if legacy:
-        layout = "PyTorch 2.0 snapshot (blocks carry history)"
-    elif settings:
-        layout = "PyTorch snapshot with allocator_settings (2.5 or later)"
-    elif timed:
-        layout = "PyTorch snapshot (2.1 or later)"
-    else:
-        layout = "PyTorch snapshot without timestamps (2.0/2.1)"
-    expandable = bool(settings.get("expandable_segments")) or any(s.expandable for s in segments)
     times = [e.time_us for h in histories.values() for e in h if e.time_us is not None]
     return Snapshot(
         path=path,
-        layout=layout,
-        segments=_sorted(segments),
+        layout=parts.layout(timed),
+        segments=parts.segments,
         histories=histories,
-        allocator_conf=_str_or_none(settings.get("PYTORCH_CUDA_ALLOC_CONF")),
-        max_split_size=_max_split_size(settings.get("max_split_size")),
-        roundup_power2_divisions=_divisions(settings.get("roundup_power2_divisions")),
-        expandable_segments=expandable,
+        allocator_conf=_str_or_none(parts.settings.get("PYTORCH_CUDA_ALLOC_CONF")),
+        max_split_size=_max_split_size(parts.settings.get("max_split_size")),
+        roundup_power2_divisions=parts.divisions(),
+        expandable_segments=parts.expandable(),
         unknown_actions=unknown,
         skipped_entries=skipped,
         time_origin_us=min(times) if times else None,
+        warnings=parts.warnings,
     )
 
 
@@ -297,7 +304,8 @@ def site_of(frames: object) -> str:
     if first_python is not None:
         return _frame_text(first_python)
     for frame in frames:
-        m = _AUTOGRAD_NODE.search(str(frame.get("name", ""))) if isinstance(frame, dict) else None
+        name = frame.get("name") if isinstance(frame, dict) else None
+        m = _AUTOGRAD_NODE.search(name) if isinstance(name, str) else None
         if m:
             return f"autograd {m.group(1)}"
     return NO_PYTHON_FRAME
@@ -307,11 +315,24 @@ def _frame_text(frame: dict[str, Any]) -> str:
     # The last two path components: enough to tell model.py files apart, short enough to read.
     parts = re.split(r"[\\/]", str(frame.get("filename", "")))
     name = "/".join(p for p in parts[-2:] if p)
-    return f"{name}:{frame.get('line', '?')} {frame.get('name', '?')}"
+    return f"{name}:{_plain(frame.get('line', '?'))} {_plain(frame.get('name', '?'))}"
 
 
-def _history_entry(entry: object) -> HistoryEntry | str | None:
-    """The entry, or its action name when the action is unknown, or None when malformed."""
+def _plain(value: object) -> str:
+    """A frame's line or name as text; anything but a string or a 64-bit integer is '?' (a
+    hostile value must not cost a recursive repr or a 5,000-digit conversion)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and -INT64 <= value < INT64:
+        return str(value)
+    return "?"
+
+
+def entry_fields(entry: object, device: int, index: int) -> tuple[Any, ...] | str | None:
+    """``(action, address, size, stream, time_us, device_free, frames)`` of a trace entry, or
+    its action name when the action is unknown, or None when it is malformed (skipped); raises
+    :class:`BadField` for a value no snapshot can hold (a time beyond 2**53 us, a 70-bit
+    stream). ``frames`` is kept only for the actions whose stack names a site."""
     if not isinstance(entry, dict):
         return None
     action = entry.get("action")
@@ -320,26 +341,49 @@ def _history_entry(entry: object) -> HistoryEntry | str | None:
     if action not in KNOWN_ACTIONS:
         return action
     size = entry.get("size", 0)
-    stream = entry.get("stream", 0)
-    time_us = entry.get("time_us")
-    free = entry.get("device_free")
-    device_free = int(free) if action == "oom" and _is_int(free) else None
     address = 0 if action in ("oom", "snapshot") else entry.get("addr")
     if not (_is_int(address) and _is_int(size)) or not (
         0 <= address < MAX_INT and 0 <= size < MAX_INT
     ):
         return None
-    return HistoryEntry(
-        action=action,
-        address=int(address),
-        size=int(size),
-        stream=int(stream) if _is_int(stream) else 0,
-        time_us=int(time_us) if _is_int(time_us) else None,
-        site=site_of(entry.get("frames"))
-        if action in ("alloc", "free_completed", "free", "oom")
-        else NO_STACK,
-        device_free=device_free,
-    )
+    stream = entry.get("stream", 0)
+    if not _is_int(stream):
+        stream = 0
+    elif not -INT64 <= stream < INT64:
+        where = f"device_traces[{device}][{index}].stream"
+        raise BadField(where, f"is {describe(stream)}, not a CUDA stream")
+    time_us = entry.get("time_us")
+    if not _is_int(time_us):
+        time_us = None
+    elif not -MAX_TIME_US <= time_us < MAX_TIME_US:
+        raise BadField(
+            f"device_traces[{device}][{index}].time_us",
+            f"is {describe(time_us)}, not a time in microseconds since the epoch",
+        )
+    device_free = None
+    if action == "oom" and _is_int(free := entry.get("device_free")):
+        if not 0 <= free < MAX_INT:
+            where = f"device_traces[{device}][{index}].device_free"
+            raise BadField(where, f"is {describe(free)}, not a byte count")
+        device_free = int(free)
+    frames = entry.get("frames") if action in SITE_ACTIONS else None
+    return action, int(address), int(size), int(stream), time_us, device_free, frames
+
+
+def _history_entry(
+    entry: object, device: int, index: int, sites: dict[int, str]
+) -> HistoryEntry | str | None:
+    """The entry, or its action name when the action is unknown, or None when malformed."""
+    fields = entry_fields(entry, device, index)
+    if not isinstance(fields, tuple):
+        return fields
+    action, address, size, stream, time_us, device_free, frames = fields
+    site = NO_STACK
+    if action in SITE_ACTIONS:
+        site = sites.get(id(frames)) if frames is not None else None  # type: ignore[assignment]
+        if site is None:
+            site = sites[id(frames)] = site_of(frames)
+    return HistoryEntry(action, address, size, stream, time_us, site, device_free)
 
 
 class _Shape:
@@ -347,6 +391,13 @@ class _Shape:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.sites: dict[int, str] = {}  # id(frames) -> site: a shared stack is walked once
+
+    def site(self, frames: object) -> str:
+        site = self.sites.get(id(frames))
+        if site is None:
+            site = self.sites[id(frames)] = site_of(frames)
+        return site
 
     def fail(self, where: str, what: str) -> InputError:
         return InputError(
@@ -365,6 +416,14 @@ class _Shape:
             raise self.fail(f"{where}.{key}", "is missing, not an integer or out of range")
         return int(value)
 
+    def stream(self, seg: dict[str, Any], where: str) -> int:
+        value = seg.get("stream")
+        if not _is_int(value):
+            return 0
+        if not -INT64 <= value < INT64:
+            raise self.fail(f"{where}.stream", f"is {describe(value)}, not a CUDA stream")
+        return int(value)
+
     def segment(self, seg: object, where: str) -> Segment:
         if not isinstance(seg, dict):
             raise self.fail(where, f"is {_a(seg)}, not a segment dict")
@@ -380,19 +439,22 @@ class _Shape:
             # 2.0 blocks have no address: they tile the segment in order.
             start = self.integer(b, "address", bw, default=offset)
             offset = start + size
-            state = _BLOCK_STATES.get(str(b.get("state")))
+            raw_state = b.get("state")
+            state = _BLOCK_STATES.get(raw_state) if isinstance(raw_state, str) else None
             if state is None:
-                raise self.fail(f"{bw}.state", f"is {b.get('state')!r}, not a block state")
+                raise self.fail(f"{bw}.state", f"is {describe(raw_state)}, not a block state")
             if state == INACTIVE:
                 continue
             requested, frames = _requested_and_frames(b, size)
-            blocks.append(Block(start, size, requested, state == PENDING_FREE, site_of(frames)))
+            if not 0 <= requested < MAX_INT:
+                raise self.fail(f"{bw}.requested_size", f"is {describe(requested)}, out of range")
+            blocks.append(Block(start, size, requested, state == PENDING_FREE, self.site(frames)))
         segment_type = seg.get("segment_type")
         return Segment(
             device=self.integer(seg, "device", where, default=0),
             address=address,
             size=total,
-            stream=int(seg["stream"]) if _is_int(seg.get("stream")) else 0,
+            stream=self.stream(seg, where),
             small_pool=None if segment_type not in ("small", "large") else segment_type == "small",
             expandable=bool(seg.get("is_expandable", False)),
             blocks=tuple(sorted(blocks, key=lambda b: b.address)),
@@ -415,6 +477,19 @@ def _a(value: object) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
+def describe(value: object) -> str:
+    """A value for a one-line message: short strings and integers as they are, anything else
+    (a 5,000-digit integer, a 100,000-deep list) by its kind, never by a full repr."""
+    if _is_int(value):
+        small = -(10**20) < value < 10**20
+        return str(value) if small else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "…")
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    return _a(value)
+
+
 def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -430,20 +505,48 @@ def _max_split_size(value: object) -> int | None:
     return int(value)
 
 
-def _divisions(value: object) -> dict[int, int]:
+MAX_DIVISIONS = 1 << 20  # PyTorch takes a power of two; anything larger rounds nothing more
+
+
+def _divisions(value: object) -> tuple[dict[int, int], list[str]]:
+    """``roundup_power2_divisions`` as {interval start in MiB: divisions}, and a warning for
+    each entry ignored: keys and values that are not integers in range (``inf``, 2**100)."""
     if not isinstance(value, dict):
-        return {}
+        return {}, []
     out = {}
+    ignored = []
     for k, v in value.items():
-        try:
-            out[int(k)] = int(v)
-        except (TypeError, ValueError):
+        key = _small_int(k, MAX_INT)
+        count = _small_int(v, MAX_DIVISIONS + 1)
+        if key is None or key < 1 or count is None or count < 0:
+            ignored.append(f"{describe(k)}: {describe(v)}")
             continue
-    return out
+        out[key] = count
+    if not ignored:
+        return out, []
+    warning = (
+        f"allocator_settings.roundup_power2_divisions: ignored {len(ignored)} entr"
+        f"{'y' if len(ignored) == 1 else 'ies'} that are not an interval start in MiB and a"
+        f" division count ({', '.join(ignored[:3])}{', …' if len(ignored) > 3 else ''}); sizes"
+        " in those intervals are rounded as without divisions"
+    )
+    return out, [warning]
+
+
+def _small_int(value: object, limit: int) -> int | None:
+    """An int (or the text of one, as PyTorch writes the keys) below ``limit``; else None."""
+    if isinstance(value, str) and len(value) <= 24:
+        try:
+            value = int(value)
+        except ValueError:
+            return None
+    if _is_int(value) and -limit < value < limit:
+        return int(value)
+    return None
 
 
 def describe_actions(counts: Counter[str], limit: int = 5) -> str:
     """``foo ×3, bar ×1`` for a warning."""
     items: Sequence[tuple[str, int]] = counts.most_common(limit)
-    text = ", ".join(f"{name!r} ×{n}" for name, n in items)
+    text = ", ".join(f"{describe(name)} ×{n}" for name, n in items)
     return text + (", …" if len(counts) > limit else "")

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import AllocationEvents, InputCounts, KnownSites, SourceInfo, Words
+from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo, Words
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
+from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
     NO_STACK,
@@ -23,7 +24,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     describe_actions,
 )
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
-from nsysfrag.models.segments.rules import MIN_BLOCK_BYTES, AllocatorSettings
+from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
@@ -36,8 +37,8 @@ WORDS = Words(
 )
 
 
-def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
-    """One space per CUDA device of ``snapshot``.
+def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:
+    """One space per CUDA device of ``snapshot`` (its records, or its columns).
 
     ``options.capacity_bytes`` is C for every device; without it the model takes C from the
     snapshot's OOM entries (reserved + CUDA free at the OOM), else from the peak reserved
@@ -49,7 +50,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
     if options.granularity_bytes != DEFAULT_GRANULARITY:
         warnings.append(
             f"--granularity {options.granularity_bytes} is ignored for a PyTorch snapshot: block"
-            f" sizes are recorded (the caching allocator rounds to {MIN_BLOCK_BYTES} B itself)"
+            f" sizes are recorded (the caching allocator rounds to {K_MIN_BLOCK} B itself)"
         )
     if snapshot.unknown_actions:
         n = sum(snapshot.unknown_actions.values())
@@ -76,6 +77,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
             " moment of the snapshot; record history with"
             " torch.cuda.memory._record_memory_history() to see how it got there"
         )
+    warnings.extend(snapshot.warnings)
     if snapshot.expandable_segments:
         warnings.append(
             "expandable segments: before raising OOM PyTorch unmaps fully free pages and maps"
@@ -95,8 +97,11 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
     )
     spaces = []
     for device in devices:
-        entries = snapshot.histories.get(device, [])
-        events, timestamps = device_events(entries, snapshot.time_origin_us or 0)
+        if isinstance(snapshot, SnapshotColumns):
+            events, timestamps = columns_events(snapshot, device)
+        else:
+            entries = snapshot.histories.get(device, [])
+            events, timestamps = device_events(entries, snapshot.time_origin_us or 0)
         final = tuple(s for s in snapshot.segments if s.device == device)
         spaces.append(
             RecordedSpace(
@@ -105,7 +110,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
                 device_name=f"cuda:{device}",
                 process_name=None,
                 events=events,
-                model=SegmentsModel(final, settings, facts),
+                model=SegmentsModel(final, settings, facts, progress=options.progress),
                 capacity_bytes=options.capacity_bytes,
                 timestamps=timestamps,
             )
@@ -113,7 +118,7 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
     return Recording(
         source=SourceInfo(kind="torch-snapshot", path=snapshot.path, version=None, words=WORDS),
         model=MODEL_NAME,
-        granularity_bytes=MIN_BLOCK_BYTES,
+        granularity_bytes=K_MIN_BLOCK,
         spaces=spaces,
         warnings=warnings,
         counts=InputCounts(skipped_rows=snapshot.skipped_entries),
@@ -122,6 +127,37 @@ def recording_of(snapshot: Snapshot, options: InputOptions) -> Recording:
             " nothing to analyze"
         ),
     )
+
+
+def columns_events(columns: SnapshotColumns, device: int) -> tuple[AllocationEvents, bool]:
+    """A device's history columns as events (the columns' action codes are the event kinds);
+    False when the history has no timestamps."""
+    history = columns.histories.get(device, EMPTY_HISTORY)
+    time_ns, timestamps = history_times(history.time_us, columns.time_origin_us or 0)
+    device_free = np.full(len(history), -1, dtype=np.int64)
+    device_free[history.oom_rows] = history.oom_device_free
+    events = AllocationEvents(
+        time_ns=time_ns,
+        kind=history.action,
+        address=history.address.view(np.uint64),
+        bytes=history.size,
+        sites=KnownSites(columns.stack_site[history.stack], columns.site_names),
+        stream=history.stream,
+        device_free_bytes=device_free,
+    )
+    return events, timestamps
+
+
+def history_times(time_us: I64, origin_us: int) -> tuple[I64, bool]:
+    """ns since ``origin_us`` per entry, never decreasing (an entry without a time takes the
+    one before it, the first ones the first time there is); entry numbers when the history has
+    no timestamps at all."""
+    present = time_us != NO_TIME
+    if not present.any():
+        return np.arange(len(time_us), dtype=np.int64), False
+    rel = np.where(present, time_us - origin_us, np.iinfo(np.int64).min)
+    rel[0] = max(int(rel[0]), int(rel[np.argmax(present)]))
+    return np.maximum.accumulate(rel) * 1000, True
 
 
 def device_events(entries: Sequence[HistoryEntry], origin_us: int) -> tuple[AllocationEvents, bool]:

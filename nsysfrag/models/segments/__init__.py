@@ -1,17 +1,23 @@
 """The ``pytorch-segments`` model: caching-allocator blocks inside their segments.
 
 ``replay`` runs the model from the layout at the start of the window (``window``) through the
-segments and blocks of ``layout``, with the allocator's ``rules``. This module turns a run into
-the one state series and the figures only a snapshot has: reserved memory, the window, OOMs.
+segments and blocks of ``layout``, with the allocator's ``rules``: the pure-Python reference.
+``compiled`` runs the same model as compiled array code (``kernel``, ``kernel_layout``), event
+for event the same (the property tests hold it to the reference); it is the one used, unless
+``NSYSFRAG_SEGMENTS_REFERENCE=1``. This module turns a run into the one state series and the
+figures only a snapshot has: reserved memory, the window, OOMs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
+from nsysfrag.models.segments.compiled import CompiledDevice
 from nsysfrag.models.segments.replay import (
     DeviceReplay,
     OomEvent,
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
 
 MODEL_NAME = "pytorch-segments"
+REFERENCE_ENV = "NSYSFRAG_SEGMENTS_REFERENCE"  # =1: the pure-Python replay, for comparison
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +83,17 @@ class SegmentsModel:
     settings: AllocatorSettings
     facts: SnapshotFacts
     name: str = MODEL_NAME
+    progress: ProgressCallback | None = field(default=None, compare=False)
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
-        r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
+        compiled = None
+        if os.environ.get(REFERENCE_ENV, "") in ("", "0"):
+            compiled = CompiledDevice(
+                space.events, self.final_segments, self.settings, space.timestamps
+            )
+            r = compiled.replay(self.progress)
+        else:
+            r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
         series = series_of(
             r,
             held_peak=r.peak_allocated,
@@ -88,7 +103,7 @@ class SegmentsModel:
         )
         warnings: list[str] = []
         if len(r.time_ns) == 0:
-            return SegmentsRun(self, space, r, series, 0, "", warnings)
+            return SegmentsRun(self, space, r, series, 0, "", warnings, compiled)
         capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
         device = space.device
         if r.conflicts:
@@ -107,7 +122,7 @@ class SegmentsModel:
                 f"device {device}: the trace has no timestamps (PyTorch before 2.1), so times"
                 " are entry numbers, 1 ns apart, and growth_per_s is 0"
             )
-        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings)
+        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings, compiled)
 
 
 @dataclass(frozen=True)
@@ -119,8 +134,11 @@ class SegmentsRun:
     capacity_bytes: int
     capacity_source: str  # "--capacity", "oom" or "reserved_peak"
     warnings: list[str]
+    compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
+        if self.compiled is not None:
+            return self.compiled.free_blocks_at(point)
         m = self.model
         return free_blocks_after(self.space.events, m.final_segments, m.settings, point)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from nsysfrag.models.segments.rules import expandable_page
 
 
 @dataclass(slots=True)
@@ -15,6 +17,23 @@ class _Seg:
     stream: int
     small_pool: bool | None
     expandable: bool
+    # Expandable ranges: pages of `page` bytes counted from `origin`, for the releasable bytes.
+    page: int = 0
+    origin: int = 0
+
+
+def releasable_in(start: int, end: int, seg_start: int, seg: _Seg | None) -> int:
+    """The bytes of free block ``[start, end)`` that could go back to the driver (SPEC §9 R):
+    a non-expandable segment entirely, if the block is all of it; in an expandable range, the
+    whole pages inside the block (a range's pages start at its ``origin``: the start of the
+    first map of the range, and unmapping whole pages keeps the grid)."""
+    if seg is None:
+        return 0
+    if not seg.expandable:
+        return end - start if start == seg_start and end == seg.end else 0
+    first = -((seg.origin - start) // seg.page)  # ceil((start - origin) / page)
+    last = (end - seg.origin) // seg.page
+    return max(last - first, 0) * seg.page
 
 
 class SegmentSet:
@@ -53,7 +72,8 @@ class SegmentSet:
             base = left
         else:
             base = start
-            self.add(start, _Seg(end, stream, None, True))
+            page = expandable_page(None, end - start)
+            self.add(start, _Seg(end, stream, None, True, page, start))
         right = self.seg.get(end)
         if right is not None and self._joins(end, stream):
             self.seg[base].end = self.remove(end).end
@@ -69,9 +89,9 @@ class SegmentSet:
             return False
         seg = self.remove(base)
         if base < start:
-            self.add(base, _Seg(start, seg.stream, seg.small_pool, seg.expandable))
+            self.add(base, replace(seg, end=start))
         if end < seg.end:
-            self.add(end, _Seg(seg.end, seg.stream, seg.small_pool, seg.expandable))
+            self.add(end, replace(seg))
         return True
 
     def ranges(self) -> list[tuple[int, int]]:
@@ -111,6 +131,9 @@ class Layout:
         self.allocated = 0
         self.requested = 0
         self.free_total = 0
+        # R (SPEC §9), kept incrementally: each free block's share, fixed when it is added.
+        self.free_releasable: dict[int, int] = {}
+        self.releasable_total = 0
         for start in segments.starts:
             self.reserved += segments.seg[start].end - start
             self._add_free(start, segments.seg[start].end)
@@ -122,11 +145,17 @@ class Layout:
         self.free_end[start] = end
         self.free_total += end - start
         heapq.heappush(self._heap, (start - end, start))
+        seg_start = self.segs.find(start)
+        seg = self.segs.seg[seg_start] if seg_start is not None else None
+        share = releasable_in(start, end, seg_start or 0, seg)
+        self.free_releasable[start] = share
+        self.releasable_total += share
 
     def _remove_free(self, start: int) -> int:
         del self.free_starts[bisect_left(self.free_starts, start)]
         end = self.free_end.pop(start)
         self.free_total -= end - start
+        self.releasable_total -= self.free_releasable.pop(start)
         return end
 
     def free_containing(self, address: int) -> tuple[int, int] | None:

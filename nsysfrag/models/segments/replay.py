@@ -24,11 +24,10 @@ from nsysfrag.events import I64, AllocationEvents, BoolArray
 from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
-    MIN_BLOCK_BYTES,
-    SMALL_BUFFER_BYTES,
-    SMALL_SIZE_BYTES,
+    K_SMALL_BUFFER,
     AllocatorSettings,
     round_size,
+    should_split,
 )
 from nsysfrag.models.segments.window import WindowStart, _final_segments, window_start
 from nsysfrag.models.series import (
@@ -80,6 +79,7 @@ class DeviceReplay:
     live_bytes: I64
     reserved_bytes: I64
     allocated_bytes: I64
+    releasable_bytes: I64  # R (SPEC §9): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
     freed_alloc: I64
@@ -280,7 +280,7 @@ class _Replayer:
         elif a == "segment_alloc" or a == "segment_map":
             if not layout.segs.overlaps(e.address, e.address + e.size) and e.size > 0:
                 if a == "segment_alloc":
-                    small = e.size == SMALL_BUFFER_BYTES
+                    small = e.size == K_SMALL_BUFFER
                     layout.add_segment(
                         e.address, e.size, _Seg(e.address + e.size, e.stream, small, False)
                     )
@@ -300,13 +300,11 @@ class _Replayer:
             if base is None or layout.segs.seg[base].end < end:
                 self.conflicts += 1
             else:
+                if a == "segment_free" and (base != e.address or layout.segs.seg[base].end != end):
+                    self.conflicts += 1
+                # The segments first: what is left of the free block belongs to the new ones.
+                layout.segs.unmap_range(e.address, end)
                 layout.remove_free_range(e.address, end)
-                if a == "segment_free":
-                    if base != e.address or layout.segs.seg[base].end != end:
-                        self.conflicts += 1
-                    layout.segs.unmap_range(e.address, end)
-                else:
-                    layout.segs.unmap_range(e.address, end)
                 layout.reserved -= e.size
             self._point(t, _SEGMENT_CODES[a], e.address, e.size)
         elif a == "oom":
@@ -372,12 +370,9 @@ class _Replayer:
         remaining = available - size
         small = seg.small_pool
         if small is None:
-            small = not seg.expandable and seg.end - seg_start == SMALL_BUFFER_BYTES
-        if small or seg.expandable or self.settings.expandable_segments:
-            split = remaining >= MIN_BLOCK_BYTES
-        else:
-            max_split = self.settings.max_split_size
-            split = (max_split is None or size < max_split) and remaining > SMALL_SIZE_BYTES
+            small = not seg.expandable and seg.end - seg_start == K_SMALL_BUFFER
+        expandable = seg.expandable or self.settings.expandable_segments
+        split = should_split(remaining, size, small, expandable, self.settings.max_split_size)
         return size if split else available
 
     def _free(self, e: HistoryEntry, t: int) -> None:
@@ -458,6 +453,7 @@ class _Replayer:
         c["live"].append(layout.requested)
         c["reserved"].append(layout.reserved)
         c["allocated"].append(layout.allocated)
+        c["releasable"].append(layout.releasable_total)
         c["site"].append(site)
         c["overlap"].append(overlap)
         c["out_of_order"].append(out_of_order)
@@ -492,6 +488,7 @@ class _Replayer:
             live_bytes=i64("live"),
             reserved_bytes=i64("reserved"),
             allocated_bytes=i64("allocated"),
+            releasable_bytes=i64("releasable"),
             out_of_order=flag("out_of_order"),
             hole=flag("hole"),
             freed_alloc=i64("freed"),
@@ -528,7 +525,7 @@ class _Replayer:
 
 _COLUMNS = (
     "time", "event", "address", "bytes", "free", "largest", "blocks", "live", "reserved",
-    "allocated", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
+    "allocated", "releasable", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
 )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Segment
 from nsysfrag.models.segments.layout import SegmentSet, _Seg
-from nsysfrag.models.segments.rules import SMALL_BUFFER_BYTES
+from nsysfrag.models.segments.rules import K_SMALL_BUFFER, expandable_page
 
 
 @dataclass(slots=True)
@@ -41,7 +41,9 @@ def _final_segments(segments: Sequence[Segment]) -> tuple[SegmentSet, dict[int, 
     for s in segments:
         if s.size <= 0 or segs.overlaps(s.address, s.address + s.size):
             continue
-        segs.add(s.address, _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable))
+        page = expandable_page(s.small_pool, s.size) if s.expandable else 0
+        seg = _Seg(s.address + s.size, s.stream, s.small_pool, s.expandable, page, s.address)
+        segs.add(s.address, seg)
         for b in s.blocks:
             blocks[b.address] = _Recreated(b.size, b.requested_bytes, b.pending_free, b.site)
     return segs, blocks
@@ -84,7 +86,7 @@ def window_start(segments: Sequence[Segment], entries: Sequence[HistoryEntry]) -
             if segs.overlaps(e.address, e.address + e.size) or e.size == 0:
                 conflicts += 1
             else:
-                small = e.size == SMALL_BUFFER_BYTES
+                small = e.size == K_SMALL_BUFFER
                 segs.add(e.address, _Seg(e.address + e.size, e.stream, small, False))
         elif a == "segment_map":
             if not segs.unmap_range(e.address, e.address + e.size):

@@ -1,0 +1,44 @@
+"""Every policy ``whatif`` can replay, in the order reports and ``--help`` list them.
+
+Adding a policy: write its model as a module that defines a
+:class:`~nsysfrag.allocators.family.PolicyFamily`, and add that family to :data:`FAMILIES`
+(and to :data:`DEFAULT_POLICIES` when every ``whatif`` should run it).
+"""
+
+from __future__ import annotations
+
+from nsysfrag.allocators import buddy, cuda_async, heap, slab, torch
+from nsysfrag.allocators.family import PolicyFamily
+
+FAMILIES: tuple[PolicyFamily, ...] = (
+    torch.FAMILY,
+    cuda_async.FAMILY,
+    heap.BEST_FIT_FAMILY,
+    heap.FIRST_FIT_FAMILY,
+    buddy.FAMILY,
+    slab.FAMILY,
+)
+
+# What runs without --policy: every family, plus the option PyTorch users reach for first.
+DEFAULT_POLICIES = (
+    "torch",
+    "torch:expandable_segments=True",
+    "cuda-async",
+    "best-fit",
+    "first-fit",
+    "buddy",
+    "slab",
+)
+
+_BY_NAME = {f.name: f for f in FAMILIES}
+_BY_SPELLING = {spelling.lower(): f for f in FAMILIES for spelling in (f.name, *f.aliases)}
+
+
+def family(name: str) -> PolicyFamily:
+    """The family called ``name`` (its canonical name)."""
+    return _BY_NAME[name]
+
+
+def lookup(spelling: str) -> PolicyFamily | None:
+    """The family ``--policy`` means by ``spelling`` (a name or an alias, any case)."""
+    return _BY_SPELLING.get(spelling.lower())

@@ -1,0 +1,305 @@
+"""A PyTorch memory snapshot as columns: each device's trace parsed once into numpy arrays.
+
+The record reader (``reader``) turns every trace entry into a Python object; at a million entries that
+object churn is most of the time. Here the entries go straight from the unpickled lists into
+columns (action code, address, size, stream, time, stack id), a chunk at a time and mostly in
+C (``map`` over the dicts, ``numpy.fromiter``); a chunk holding anything unusual (a missing
+key, a bool where an int belongs, an unknown action) is parsed entry by entry with the very
+checks the record reader applies, so both readers accept, skip and refuse the same entries.
+Stacks become ids (``stacks``); only the OOM entries keep their frames.
+
+The final ``segments`` (a few thousand blocks at most) stay records. Nothing of the unpickled
+object graph outlives :func:`read_snapshot_columns`: it is dropped as soon as the columns exist.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nsysfrag.errors import InputError
+from nsysfrag.events import FAILED_ALLOC, I8, I64, MARK, ProgressCallback
+from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
+from nsysfrag.inputs.torch_snapshot.reader import (
+    ACTION_KINDS,
+    INT64,
+    MAX_INT,
+    MAX_TIME_US,
+    SITE_ACTIONS,
+    BadField,
+    Segment,
+    _max_split_size,
+    _str_or_none,
+    entry_fields,
+    load_plain_pickle,
+    paused_gc,
+    snapshot_parts,
+)
+from nsysfrag.inputs.torch_snapshot.stacks import Frame, StackTable, frames_of
+
+# The action column holds the event model's kinds (``nsysfrag.events``) as they are.
+_SITE_KINDS = np.array(sorted(ACTION_KINDS[a] for a in SITE_ACTIONS), dtype=np.int8)
+NO_TIME = np.iinfo(np.int64).min  # the entry has no time_us (PyTorch before 2.1)
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryColumns:
+    """One device's history, oldest first, one array element per kept entry."""
+
+    action: I8  # the event kinds of nsysfrag.events (reader.ACTION_KINDS)
+    address: I64  # 0 for oom and snapshot
+    size: I64  # requested bytes (alloc/free_*), segment or mapped bytes, rounded request (oom)
+    stream: I64
+    time_us: I64  # NO_TIME where the entry has none
+    stack: I64  # id into SnapshotColumns.stack_site; 0: no stack recorded or not kept
+    oom_rows: I64  # the entries that are OOMs
+    oom_device_free: I64  # per OOM: what cudaMemGetInfo reported free, -1 if not recorded
+    oom_frames: tuple[tuple[Frame, ...], ...]  # per OOM: the failed request's whole stack
+
+    def __len__(self) -> int:
+        return len(self.action)
+
+
+@dataclass(frozen=True)
+class SnapshotColumns:
+    """Everything the pytorch-segments model reads from a snapshot, in columns."""
+
+    path: str
+    layout: str
+    segments: list[Segment]
+    histories: dict[int, HistoryColumns]
+    stack_site: I64  # stack id -> site code
+    site_names: list[str]  # site code -> the site; 0 is "(no stack recorded)"
+    allocator_conf: str | None = None
+    max_split_size: int | None = None
+    roundup_power2_divisions: dict[int, int] = field(default_factory=dict)
+    expandable_segments: bool = False
+    unknown_actions: Counter[str] = field(default_factory=Counter)
+    skipped_entries: int = 0
+    time_origin_us: int | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def devices(self) -> list[int]:
+        """Devices with a segment or a trace entry, ascending."""
+        found = {s.device for s in self.segments} | {d for d, h in self.histories.items() if len(h)}
+        return sorted(found)
+
+    def site(self, stack: int) -> str:
+        return self.site_names[int(self.stack_site[stack])]
+
+
+def read_snapshot_columns(
+    path: str | Path, progress: ProgressCallback | None = None
+) -> SnapshotColumns:
+    """Read the snapshot at ``path`` into columns; raise :class:`InputError` if unusable."""
+    path = Path(path)
+    # The collector stays off until the object graph is gone: turned on while millions of new
+    # containers are alive, it would scan them all once before they are freed anyway.
+    with paused_gc():
+        data = load_plain_pickle(path, progress)
+        columns = snapshot_columns(data, str(path), path.stat().st_size, progress)
+        del data  # the only reference to the object graph
+    return columns
+
+
+def snapshot_columns(
+    data: Any, path: str, file_bytes: int | None = None, progress: ProgressCallback | None = None
+) -> SnapshotColumns:
+    """Columns from an unpickled snapshot (``file_bytes`` bounds its expansion)."""
+    with paused_gc():
+        parts = snapshot_parts(data, path, file_bytes)
+        limit = ExpansionLimit.for_file(path, file_bytes) if file_bytes is not None else None
+        stacks = StackTable(limit)
+        reader = _TraceReader(path, stacks, progress, sum(map(len, parts.raw_traces)))
+        histories = {d: reader.device(d, entries) for d, entries in enumerate(parts.raw_traces)}
+    times = [h.time_us[h.time_us != NO_TIME] for h in histories.values()]
+    timed = [t for t in times if len(t)]
+    return SnapshotColumns(
+        path=path,
+        layout=parts.layout(bool(timed)),
+        segments=parts.segments,
+        histories=histories,
+        stack_site=stacks.stack_site,
+        site_names=stacks.site_names,
+        allocator_conf=_str_or_none(parts.settings.get("PYTORCH_CUDA_ALLOC_CONF")),
+        max_split_size=_max_split_size(parts.settings.get("max_split_size")),
+        roundup_power2_divisions=parts.divisions(),
+        expandable_segments=parts.expandable(),
+        unknown_actions=reader.unknown,
+        skipped_entries=reader.skipped,
+        time_origin_us=min(int(t.min()) for t in timed) if timed else None,
+        warnings=parts.warnings,
+    )
+
+
+@dataclass
+class _Chunk:
+    action: I8
+    address: I64
+    size: I64
+    stream: I64
+    time_us: I64
+    frames: list[Any]  # per entry whose action keeps a stack, in order
+    oom_entries: list[tuple[int, Any]]  # the OOM entries themselves (index in the trace, entry)
+
+
+class _TraceReader:
+    def __init__(
+        self, path: str, stacks: StackTable, progress: ProgressCallback | None, total: int
+    ) -> None:
+        self.path = path
+        self.stacks = stacks
+        self.progress = progress
+        self.total = total
+        self.done = 0
+        self.unknown: Counter[str] = Counter()
+        self.skipped = 0
+
+    def device(self, device: int, entries: list[Any]) -> HistoryColumns:
+        chunks = []
+        for start in range(0, len(entries), CHUNK):
+            part = entries[start : start + CHUNK]
+            try:
+                chunk = _fast_chunk(part, start)
+                if chunk is None:
+                    chunk = self._careful_chunk(part, device, start)
+            except BadField as err:
+                raise InputError(
+                    f"{self.path}: not a usable PyTorch memory snapshot: {err}"
+                ) from None
+            chunks.append((chunk, self.stacks.intern(chunk.frames)))
+            self.done += len(part)
+            if self.progress is not None:
+                self.progress("parsing trace entries", self.done, self.total)
+        return _columns(chunks, device, self.path)
+
+    def _careful_chunk(self, part: list[Any], device: int, start: int) -> _Chunk:
+        """Entry by entry, with the record reader's checks: skips, unknown actions, errors."""
+        rows = []
+        frames = []
+        ooms = []
+        for k, entry in enumerate(part):
+            fields = entry_fields(entry, device, start + k)
+            if isinstance(fields, tuple):
+                rows.append(fields)
+                if fields[0] in SITE_ACTIONS:
+                    frames.append(fields[6])
+                if fields[0] == "oom":
+                    ooms.append((start + k, entry))
+            elif fields is None:
+                self.skipped += 1
+            else:
+                self.unknown[fields] += 1
+        n = len(rows)
+        codes = np.fromiter((ACTION_KINDS[r[0]] for r in rows), dtype=np.int8, count=n)
+        times = (NO_TIME if r[4] is None else r[4] for r in rows)
+        return _Chunk(
+            codes,
+            np.fromiter((r[1] for r in rows), dtype=np.int64, count=n),
+            np.fromiter((r[2] for r in rows), dtype=np.int64, count=n),
+            np.fromiter((r[3] for r in rows), dtype=np.int64, count=n),
+            np.fromiter(times, dtype=np.int64, count=n),
+            frames,
+            ooms,
+        )
+
+
+def _fast_chunk(part: list[Any], start: int) -> _Chunk | None:
+    """The chunk parsed in bulk, or None when any entry needs a closer look."""
+    n = len(part)
+    if set(map(type, part)) != {dict}:
+        return None
+    get = dict.get
+    code_of: Any = ACTION_KINDS.get
+    try:
+        codes = np.fromiter(map(code_of, map(get, part, repeat("action")), repeat(-1)), np.int8, n)
+    except TypeError:  # an unhashable action
+        return None
+    if (codes < 0).any():
+        return None
+    addresses = list(map(get, part, repeat("addr")))
+    no_address = (codes == FAILED_ALLOC) | (codes == MARK)
+    for i in np.flatnonzero(no_address).tolist():  # oom and snapshot entries have none
+        addresses[i] = 0
+    address = _int_column(addresses, 0, MAX_INT)
+    size = _int_column(list(map(get, part, repeat("size"), repeat(0))), 0, MAX_INT)
+    stream = _int_column(list(map(get, part, repeat("stream"), repeat(0))), -INT64, INT64)
+    times = list(map(get, part, repeat("time_us")))
+    types = set(map(type, times))
+    time_us: I64 | None
+    if types == {type(None)}:
+        time_us = np.full(n, NO_TIME, dtype=np.int64)
+    else:
+        if type(None) in types:
+            times = [NO_TIME if t is None else t for t in times]
+            types.discard(type(None))
+        time_us = (
+            _int_column(times, -MAX_TIME_US, MAX_TIME_US, allow=NO_TIME) if types == {int} else None
+        )
+    if address is None or size is None or stream is None or time_us is None:
+        return None
+    keeps_stack = np.isin(codes, _SITE_KINDS)
+    frames = list(compress(map(get, part, repeat("frames")), keeps_stack.tolist()))
+    ooms = [(start + i, part[i]) for i in np.flatnonzero(codes == FAILED_ALLOC).tolist()]
+    return _Chunk(codes, address, size, stream, time_us, frames, ooms)
+
+
+def _int_column(values: list[Any], low: int, high: int, allow: int | None = None) -> I64 | None:
+    """``values`` as int64 when every one is a plain int in [low, high) (or ``allow``)."""
+    if set(map(type, values)) != {int}:
+        return None
+    try:
+        out = np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        return None
+    bad = (out < low) | (out >= high)
+    if allow is not None:
+        bad &= out != allow
+    return None if bad.any() else out
+
+
+def _columns(chunks: list[tuple[_Chunk, I64]], device: int, path: str) -> HistoryColumns:
+    def join(name: str) -> Any:
+        parts = [getattr(c, name) for c, _ in chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    action = join("action").astype(np.int8)
+    stack = np.zeros(len(action), dtype=np.int64)
+    keeps = np.isin(action, _SITE_KINDS)
+    ids = [s for _, s in chunks]
+    if ids:
+        stack[keeps] = np.concatenate(ids)
+    oom_rows = np.flatnonzero(action == FAILED_ALLOC)
+    oom_entries = [e for c, _ in chunks for e in c.oom_entries]
+    free = np.full(len(oom_rows), -1, dtype=np.int64)
+    frames = []
+    for k, (index, entry) in enumerate(oom_entries):
+        try:
+            fields = entry_fields(entry, device, index)
+        except BadField as err:
+            raise InputError(f"{path}: not a usable PyTorch memory snapshot: {err}") from None
+        assert isinstance(fields, tuple)
+        if fields[5] is not None:
+            free[k] = fields[5]
+        frames.append(frames_of(fields[6]))
+    return HistoryColumns(
+        action=action,
+        address=join("address"),
+        size=join("size"),
+        stream=join("stream"),
+        time_us=join("time_us"),
+        stack=stack,
+        oom_rows=oom_rows.astype(np.int64),
+        oom_device_free=free,
+        oom_frames=tuple(frames),
+    )
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+EMPTY_HISTORY = HistoryColumns(np.zeros(0, np.int8), _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, _NONE, ())

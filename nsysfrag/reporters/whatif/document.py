@@ -1,0 +1,154 @@
+"""The what-if report as JSON-ready data (schema ``nsysfrag-whatif/1``), deterministic for a
+given input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nsysfrag.allocators.base import UNLIMITED
+from nsysfrag.reporters.json_report import state_document
+from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
+from nsysfrag.whatif import (
+    VALIDATION_TARGET_MATCH,
+    VALIDATION_TARGET_PEAK,
+    PolicyOutcome,
+    Recommendation,
+    SpaceComparison,
+    Validation,
+    WhatifReport,
+)
+
+SCHEMA = "nsysfrag-whatif/1"
+
+
+def policy_document(o: PolicyOutcome, rank: int) -> dict[str, Any]:
+    return {
+        "policy": o.name,
+        "family": o.policy.family,
+        "description": o.policy.description,
+        "options": o.policy.option_summary,
+        "alloc_conf": o.policy.alloc_conf(),
+        "rank": rank,
+        "baseline": o.baseline,
+        "model": o.name,
+        "peak": state_document(o.peak),
+        "max": {
+            "global_frag": o.max_global_frag,
+            "local_frag": o.max_local_frag,
+            "free_blocks": o.max_free_blocks,
+            "live_bytes": o.max_live_bytes,
+        },
+        "final": state_document(o.final),
+        "health": o.health.label,
+        "internal_frag": o.internal_frag,
+        "growth_per_s": o.growth_per_s,
+        "peak_reserved_bytes": o.peak_reserved_bytes,
+        "final_reserved_bytes": o.final_reserved_bytes,
+        "peak_requested_bytes": o.peak_requested_bytes,
+        "reserved_over_requested_at_peak": o.reserved_over_requested_at_peak,
+        "max_reserved_over_max_requested": o.max_reserved_over_max_requested,
+        "simulated_ooms": o.simulated_ooms,
+        "first_oom_time_ns": o.first_oom_time_ns,
+        "largest_free_at_oom_bytes": o.largest_free_at_oom_bytes,
+    }
+
+
+def space_document(s: SpaceComparison) -> dict[str, Any]:
+    rec = s.recommendation
+    return {
+        "label": s.label,
+        "pid": s.pid,
+        "device": s.device,
+        "capacity_bytes": s.capacity_bytes,
+        "capacity_source": s.capacity_source,
+        "requests": s.requests,
+        "frees": s.frees,
+        "streams": s.streams,
+        "timestamps": s.timestamps,
+        "recorded_peak_reserved_bytes": s.recorded_peak_reserved_bytes,
+        "warnings": s.warnings,
+        "baseline": rec.baseline,
+        "baseline_peak_reserved_bytes": rec.baseline_peak_reserved_bytes,
+        "model_error": rec.model_error,
+        "ranking": [o.name for o in s.outcomes],
+        "recommendation": recommendation_document(rec),
+        "advice": {
+            "text": recommendation_text(rec),
+            "alloc_conf": rec.chosen.alloc_conf if rec.chosen else None,
+            "threshold": rec.threshold,
+            "reference": reference_text(rec),
+        },
+        "policies": [policy_document(o, i + 1) for i, o in enumerate(s.outcomes)],
+    }
+
+
+def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
+    """SPEC's ``recommendation``: null, or the policy to switch to and what it saves."""
+    if rec.chosen is None:
+        return None
+    return {
+        "policy": rec.chosen.policy,
+        "saving_bytes": rec.chosen.saving_bytes,
+        "saving_ratio": rec.chosen.saving_ratio,
+        "model_error": rec.model_error,
+    }
+
+
+def validation_document(v: Validation) -> dict[str, Any]:
+    return {
+        "model": "torch",
+        "settings": v.settings,
+        "segment_alloc_match": v.segment_alloc_match,
+        "peak_reserved_simulated_bytes": v.peak_reserved_simulated_bytes,
+        "peak_reserved_recorded_bytes": v.peak_reserved_recorded_bytes,
+        "peak_reserved_error": v.peak_error,
+        "meets_target": v.meets_target,
+        "target": {
+            "segment_alloc_match": VALIDATION_TARGET_MATCH,
+            "peak_reserved_error": VALIDATION_TARGET_PEAK,
+        },
+        "devices": [
+            {
+                "device": d.device,
+                "compared_action": d.action,
+                "recorded_segment_allocs": d.recorded_segment_allocs,
+                "simulated_segment_allocs": d.simulated_segment_allocs,
+                "matched_segment_allocs": d.matched_segment_allocs,
+                "segment_alloc_match": d.segment_alloc_match,
+                "peak_reserved_recorded_bytes": d.peak_reserved_recorded_bytes,
+                "peak_reserved_simulated_bytes": d.peak_reserved_simulated_bytes,
+                "peak_reserved_error": d.peak_error,
+                "initial_reserved_bytes": d.initial_reserved_bytes,
+                "requests": d.requests,
+                "capacity_bytes": d.capacity_bytes if d.capacity_bytes < UNLIMITED else None,
+                "capacity_source": d.capacity_source,
+                "recorded_oom_paths": d.recorded_oom_paths,
+                "simulated_oom_paths": d.simulated_oom_paths,
+                "empty_cache_calls": d.empty_cache_calls,
+                "note": d.note,
+            }
+            for d in v.devices
+        ],
+    }
+
+
+def document(report: WhatifReport) -> dict[str, Any]:
+    """The whole report as JSON-ready data (deterministic for a given input)."""
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "input": {
+            "path": report.input_path,
+            "kind": report.input_kind,
+            "request_level": report.request_level,
+            "notes": report.notes,
+        },
+        "spaces": [space_document(s) for s in report.spaces],
+    }
+    if report.validation is not None:
+        doc["validation"] = validation_document(report.validation)
+    return doc
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,193 @@
+"""The what-if report's words and numbers as text, shared by the terminal and HTML renderers:
+the recommendation in a sentence, the reference models for scale, and the small formatters."""
+
+from __future__ import annotations
+
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
+from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, SWITCH, Candidate
+
+VALIDATION_COLUMNS = (
+    "device", "compared", "recorded", "simulated", "matched\nin order", "match",
+    "peak reserved\nrecorded", "peak reserved\nsimulated", "error", "OOM paths\nrec. → sim.",
+    "empty\ncache",
+)  # fmt: skip
+
+
+def pair(a: int, b: int) -> str:
+    """``61.2 → 47.9 GiB``: both in the unit of the larger, with enough decimals to differ."""
+    big = max(abs(a), abs(b), 1)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if big >= scale:
+            x, y = a / scale, b / scale
+            digits = 1 if big / scale >= 10 else 2
+            while digits < 4 and a != b and f"{x:.{digits}f}" == f"{y:.{digits}f}":
+                digits += 1
+            return f"{x:.{digits}f} → {y:.{digits}f} {unit}"
+    return f"{a} → {b} B"
+
+
+def signed_percent(x: float) -> str:
+    text = f"{abs(x) * 100:.0f} %"
+    return ("−" if x < 0 else "+") + text
+
+
+def capacity_text(capacity: int) -> str:
+    return format_bytes(capacity).replace(".00 ", " ")
+
+
+def conf_text(conf: str | None) -> str:
+    if conf == "":
+        return "the default settings (unset PYTORCH_CUDA_ALLOC_CONF)"
+    return f"PYTORCH_CUDA_ALLOC_CONF={conf}"
+
+
+def percent(x: float) -> str:
+    return f"{x * 100:.1f} %"
+
+
+def _label(c: Candidate) -> str:
+    """A torch setting by its PYTORCH_CUDA_ALLOC_CONF, anything else by its name."""
+    return (c.alloc_conf or "defaults") if c.family == "torch" else c.policy
+
+
+def _ooms(rec: Recommendation, c: Candidate) -> str:
+    cap = capacity_text(rec.capacity_bytes)
+    if c.simulated_ooms == 0:
+        extra = f" (vs {rec.baseline_ooms} with {rec.baseline})" if rec.baseline_ooms else ""
+        return f"no simulated OOM at {cap}{extra}"
+    return f"{c.simulated_ooms} simulated OOM(s) at {cap} (vs {rec.baseline_ooms})"
+
+
+def _checked(rec: Recommendation) -> str:
+    """How the model's error on this input was measured, in words."""
+    if rec.model_error is None or rec.recorded_peak_reserved_bytes is None:
+        return "the input records no reserved memory to check the model against"
+    return (
+        f"{rec.baseline} simulates {format_bytes(rec.baseline_peak_reserved_bytes)} of peak"
+        f" reserved, the run recorded {format_bytes(rec.recorded_peak_reserved_bytes)}"
+    )
+
+
+def recommendation_text(rec: Recommendation) -> str:
+    """Plain words that follow from the numbers."""
+    if rec.verdict == SEGMENTS:
+        return (
+            "No recommendation: the requests look like caching-allocator segments (every size a"
+            " multiple of 2 MiB), so the replay says nothing about the tensors inside them."
+        )
+    if rec.model_error is None:
+        error = f"The model's error cannot be measured on this input ({_checked(rec)})"
+    else:
+        error = f"The model's error on this input is {percent(rec.model_error)} ({_checked(rec)})"
+    c = rec.chosen
+    if rec.verdict == SWITCH and c is not None:
+        return (
+            f"{_label(c)}: peak reserved"
+            f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
+            f" ({signed_percent(-c.saving_ratio)}), {_ooms(rec, c)};"
+            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger."
+        )
+    cap = capacity_text(rec.capacity_bytes)
+    ooms = (
+        f"no simulated OOM at {cap}" if rec.baseline_ooms == 0
+        else f"{rec.baseline_ooms} simulated OOM(s) at {cap}"
+    )  # fmt: skip
+    bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
+    text = (
+        f"Keep {rec.baseline} ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved,"
+        f" {ooms}): no policy beats the baseline by more than {bar}"
+    )
+    other = rec.best_other
+    if other is not None and other.saving_bytes > 0:
+        if other.simulated_ooms > rec.baseline_ooms:
+            text += (
+                f"; {_label(other)} would lower peak reserved by {percent(other.saving_ratio)}"
+                f" but with {other.simulated_ooms} simulated OOM(s) against {rec.baseline_ooms}"
+            )
+        else:
+            text += (
+                f"; the best, {_label(other)}, lowers peak reserved by"
+                f" {percent(other.saving_ratio)}"
+            )
+    return f"{text}. {error}."
+
+
+def baseline_text(rec: Recommendation) -> str:
+    """The baseline, simulated, with the recorded figure beside it."""
+    sim = format_bytes(rec.baseline_peak_reserved_bytes)
+    if rec.recorded_peak_reserved_bytes is None:
+        return f"{rec.baseline}: {sim} peak reserved simulated (nothing recorded to compare)"
+    error = (
+        "model error n/a: the snapshot has no trace to check the model against"
+        if rec.model_error is None
+        else f"model error {percent(rec.model_error)}"
+    )
+    return (
+        f"{rec.baseline}: {sim} peak reserved simulated,"
+        f" {format_bytes(rec.recorded_peak_reserved_bytes)} recorded ({error})"
+    )
+
+
+def reference_text(rec: Recommendation) -> str | None:
+    """A line about the reference models, for scale."""
+    s = rec.scale
+    if s is None:
+        return None
+    return (
+        f"For scale: the {s.policy} reference model peaks at"
+        f" {format_bytes(s.peak_reserved_bytes)} reserved for"
+        f" {format_bytes(s.peak_requested_bytes)} requested at most; {rec.baseline} peaks at"
+        f" {format_bytes(rec.baseline_peak_reserved_bytes)}."
+    )
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}×"
+
+
+def change(o: PolicyOutcome, base: PolicyOutcome | None) -> str:
+    if base is None or o is base or base.peak_reserved_bytes == 0:
+        return "baseline" if o.baseline else ""
+    d = (o.peak_reserved_bytes - base.peak_reserved_bytes) / base.peak_reserved_bytes
+    return ("−" if d < 0 else "+") + f"{abs(d) * 100:.1f} %"
+
+
+def when(ns: int | None, s: SpaceComparison) -> str:
+    """A time relative to the stream's start, or a trace entry number without timestamps."""
+    if ns is None:
+        return ""
+    return f"{(ns - s.first_time_ns) / 1e9:.3f} s" if s.timestamps else f"entry {ns}"
+
+
+def oom_list(sizes: list[int], shown: int = 8) -> str:
+    text = ", ".join(format_bytes(x) for x in sizes[:shown])
+    return text + (" …" if len(sizes) > shown else "")
+
+
+def space_title(s: SpaceComparison) -> str:
+    return f"{s.label} · capacity {format_bytes(s.capacity_bytes)}"
+
+
+def space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
+    peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
+    meta = [
+        ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_source})"),
+        (
+            "requests",
+            (
+                f"{s.requests:,} allocations, {s.frees:,} frees, {s.streams} stream(s);"
+                f" at most {format_bytes(peak_requested)} requested at once"
+            ),
+        ),
+    ]
+    meta.append(("baseline", baseline_text(s.recommendation)))
+    return meta
+
+
+def match(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def error(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2%}"

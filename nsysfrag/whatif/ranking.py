@@ -1,0 +1,61 @@
+"""Replay one request stream through every policy and rank the outcomes: fewest simulated OOMs,
+then least peak reserved, then least fragmentation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from nsysfrag.allocators import Policy
+from nsysfrag.allocators.base import FREE
+from nsysfrag.whatif.recommend import model_error, recommend
+from nsysfrag.whatif.results import SpaceComparison, rank_key
+from nsysfrag.whatif.streams import RequestSource
+from nsysfrag.whatif.summary import summarize
+
+
+def rank_policies(
+    source: RequestSource, policies: Sequence[Policy], replay_error: float | None = None
+) -> SpaceComparison:
+    """Replay one request stream through every policy and rank them; ``replay_error`` is the
+    validation replay's peak error on this device, where there is one."""
+    outcomes = []
+    todo = list(policies)
+    baseline = next((p for p in todo if p.same_settings(source.baseline)), None)
+    if baseline is None and not source.segments_suspected:
+        baseline = source.baseline
+        todo.insert(0, baseline)
+    for p in todo:
+        started = time.perf_counter()
+        r = p.simulate(source.stream, source.capacity_bytes)
+        seconds = time.perf_counter() - started
+        outcomes.append(
+            summarize(p, r, source.stream, source.capacity_bytes, p is baseline, seconds)
+        )
+    outcomes.sort(key=rank_key)
+    stream = source.stream
+    base = next((o for o in outcomes if o.baseline), None)
+    recorded = source.recorded_peak_reserved_bytes
+    error = (
+        model_error(base.peak_reserved_bytes, recorded, replay_error)
+        if base is not None and source.validatable
+        else None
+    )
+    return SpaceComparison(
+        label=source.label,
+        pid=source.pid,
+        device=source.device,
+        capacity_bytes=source.capacity_bytes,
+        capacity_source=source.capacity_source,
+        requests=stream.n_requests,
+        frees=int((stream.kind == FREE).sum()),
+        streams=len(stream.stream_names),
+        first_time_ns=int(stream.time_ns[0]) if stream.n_events else 0,
+        recorded_peak_reserved_bytes=source.recorded_peak_reserved_bytes,
+        outcomes=outcomes,
+        recommendation=recommend(
+            outcomes, source.capacity_bytes, source.segments_suspected, recorded, error
+        ),
+        warnings=source.warnings,
+        timestamps=source.timestamps,
+    )

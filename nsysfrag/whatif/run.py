@@ -1,0 +1,60 @@
+"""``whatif(path)``: an input's request streams, replayed through every policy and ranked, with
+the torch model's validation when asked."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from nsysfrag.allocators import DEFAULT_POLICIES, Policy, parse_policy
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot
+from nsysfrag.whatif.ranking import rank_policies
+from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
+from nsysfrag.whatif.streams import nsys_streams, snapshot_streams
+from nsysfrag.whatif.validate import validate_snapshot
+
+
+def whatif(
+    path: Path,
+    policies: Sequence[str] = (),
+    capacity: int | None = None,
+    validate: bool = False,
+) -> WhatifReport:
+    """Replay the input's request streams through ``policies`` (default: all)."""
+    from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
+
+    unique: dict[str, Policy] = {}  # a policy named twice runs once
+    for text in policies or DEFAULT_POLICIES:
+        p = parse_policy(text)
+        unique.setdefault(p.name, p)
+    if capacity is not None and capacity < 1:
+        raise InputError("--capacity must be a positive number of bytes")
+    snapshot = is_snapshot(path) if path.exists() else path.suffix.lower() in (".pickle", ".pkl")
+    snap: Snapshot | None = None
+    if validate and not snapshot:
+        raise InputError(
+            f"{path}: --validate needs a PyTorch memory snapshot (its recorded segment events are"
+            " the ground truth); this looks like an nsys export"
+        )
+    if snapshot:
+        sources, notes, snap = snapshot_streams(path, capacity)
+        kind = SNAPSHOT
+        level = "tensor-level requests (the snapshot's alloc / free_completed)"
+    else:
+        sources, notes = nsys_streams(path, capacity)
+        kind = NSYS
+        level = "driver-level allocations (nsys CUDA memory events)"
+    # The model's own error on this input: every what-if of a snapshot quotes it.
+    checked = validate_snapshot(snap, capacity) if snap is not None else None
+    validation = checked if validate else None
+    if not sources:
+        if validation is not None:
+            return WhatifReport(str(path), kind, level, [], notes, validation)
+        raise InputError(
+            f"{path}: no allocation to replay (no alloc in the trace and no live block);"
+            " record a trace of the run's allocations"
+        )
+    errors = {d.device: d.peak_error for d in checked.devices} if checked else {}
+    spaces = [rank_policies(s, list(unique.values()), errors.get(s.device)) for s in sources]
+    return WhatifReport(str(path), kind, level, spaces, notes, validation)

@@ -1,0 +1,208 @@
+"""The ``torch`` model against a snapshot's own history (``whatif --validate``, and the model
+error every what-if of a snapshot quotes).
+
+``validate_snapshot`` starts from the layout at the start of the recorded window (rebuilt by
+:func:`nsysfrag.models.segments.window.window_start`), replays the recorded requests with the
+snapshot's allocator settings on the device the record implies
+(:mod:`nsysfrag.whatif.capacity`), and compares the ``segment_alloc`` (``segment_map`` for
+expandable segments) sizes and the peak reserved bytes with what the allocator recorded. The
+model meets the device's limit on its own and takes PyTorch's OOM path there (garbage
+collection, then releasing cached blocks and retrying); only the program's own
+``empty_cache()`` calls come from the record.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from nsysfrag.allocators import TorchConfig
+from nsysfrag.allocators.base import (
+    ALLOC,
+    EMPTY_CACHE,
+    I64,
+    LOG_SEGMENT_ALLOC,
+    LOG_SEGMENT_FREE,
+    LOG_SEGMENT_MAP,
+    LOG_SEGMENT_UNMAP,
+)
+from nsysfrag.allocators.torch import simulate_torch
+from nsysfrag.inputs.torch_snapshot.reader import Snapshot
+from nsysfrag.models.segments.window import window_start
+from nsysfrag.whatif.capacity import read_record, replay_capacity
+from nsysfrag.whatif.layout import ES_VA_VALIDATION, layout_of
+from nsysfrag.whatif.streams import StreamBuilder, snapshot_times, stream_names, trace_events
+
+VALIDATION_TARGET_MATCH = 0.95
+VALIDATION_TARGET_PEAK = 0.01
+
+
+@dataclass(frozen=True)
+class DeviceValidation:
+    device: int
+    recorded_segment_allocs: int
+    simulated_segment_allocs: int
+    matched_segment_allocs: int
+    action: str  # segment_alloc, or segment_map for expandable segments
+    peak_reserved_recorded_bytes: int
+    peak_reserved_simulated_bytes: int
+    initial_reserved_bytes: int
+    requests: int
+    capacity_bytes: int  # the device the replay ran on (UNLIMITED: no limit)
+    capacity_source: str
+    recorded_oom_paths: int  # mallocs that released cached memory first (OOM retry, GC, OOM)
+    simulated_oom_paths: int  # mallocs that released cached memory first in the model
+    empty_cache_calls: int  # the program's own releases, replayed as such
+    note: str | None = None
+
+    @property
+    def segment_alloc_match(self) -> float | None:
+        if self.recorded_segment_allocs == 0:
+            return None
+        return self.matched_segment_allocs / self.recorded_segment_allocs
+
+    @property
+    def peak_error(self) -> float | None:
+        if self.peak_reserved_recorded_bytes == 0:
+            return None
+        return (
+            self.peak_reserved_simulated_bytes - self.peak_reserved_recorded_bytes
+        ) / self.peak_reserved_recorded_bytes
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The torch model against a snapshot's recorded segment history, all devices together."""
+
+    settings: str
+    devices: list[DeviceValidation]
+
+    @property
+    def recorded(self) -> int:
+        return sum(d.recorded_segment_allocs for d in self.devices)
+
+    @property
+    def segment_alloc_match(self) -> float | None:
+        if self.recorded == 0:
+            return None
+        return sum(d.matched_segment_allocs for d in self.devices) / self.recorded
+
+    @property
+    def peak_reserved_simulated_bytes(self) -> int:
+        return sum(d.peak_reserved_simulated_bytes for d in self.devices)
+
+    @property
+    def peak_reserved_recorded_bytes(self) -> int:
+        return sum(d.peak_reserved_recorded_bytes for d in self.devices)
+
+    @property
+    def peak_error(self) -> float | None:
+        rec = self.peak_reserved_recorded_bytes
+        return None if rec == 0 else (self.peak_reserved_simulated_bytes - rec) / rec
+
+    @property
+    def meets_target(self) -> bool | None:
+        match, err = self.segment_alloc_match, self.peak_error
+        if match is None or err is None:
+            return None
+        return match >= VALIDATION_TARGET_MATCH and abs(err) <= VALIDATION_TARGET_PEAK
+
+
+@numba.njit(cache=True)
+def _lcs_length(a: I64, b: I64) -> int:
+    """Length of the longest common subsequence (two-row dynamic programme)."""
+    m = len(b)
+    prev = np.zeros(m + 1, dtype=np.int64)
+    cur = np.zeros(m + 1, dtype=np.int64)
+    for i in range(len(a)):
+        ai = a[i]
+        for j in range(m):
+            if ai == b[j]:
+                cur[j + 1] = prev[j] + 1
+            else:
+                cur[j + 1] = max(prev[j + 1], cur[j])
+        prev, cur = cur, prev
+    return int(prev[m])
+
+
+def matched_in_order(recorded: Sequence[int], simulated: Sequence[int]) -> int:
+    """How many recorded sizes the simulation reproduced, same size and same order (LCS)."""
+    if not recorded or not simulated:
+        return 0
+    if len(recorded) * len(simulated) <= 400_000_000:
+        return _lcs_length(np.asarray(recorded, np.int64), np.asarray(simulated, np.int64))
+    # Too long for the exact programme: matching blocks are a common subsequence (a lower bound).
+    blocks = difflib.SequenceMatcher(None, list(recorded), list(simulated), autojunk=False)
+    return sum(m.size for m in blocks.get_matching_blocks())
+
+
+def validate_snapshot(snap: Snapshot, capacity: int | None = None) -> Validation:
+    """Replay each device's recorded requests through ``torch`` with the snapshot's settings,
+    from the layout at the start of its window, and compare with the recorded segments.
+    ``capacity`` (--capacity) is the device when the record implies none."""
+    config = TorchConfig.from_settings(
+        snap.max_split_size, snap.roundup_power2_divisions,
+        snap.expandable_segments, snap.allocator_conf,
+    )  # fmt: skip
+    devices = [_validate_device(snap, d, config, capacity) for d in snap.devices()]
+    return Validation(config.conf_string() or "defaults", [d for d in devices if d is not None])
+
+
+def _validate_device(
+    snap: Snapshot, device: int, config: TorchConfig, capacity: int | None = None
+) -> DeviceValidation | None:
+    final = [s for s in snap.segments if s.device == device]
+    trace = snap.histories.get(device, [])
+    if not trace:
+        return None
+    start = window_start(final, trace)
+    names: dict[int, int] = {}
+    b = StreamBuilder()
+    layout, live, _ = layout_of(start, config, names, b)
+    record = read_record(trace, layout.reserved_bytes)
+    cap, cap_source = replay_capacity(capacity, record)
+    empty_at = set(record.program_releases(cap, config.garbage_collection_threshold))
+    times = snapshot_times(trace)
+    trace_events(b, trace, times, names, live, empty_at)
+    recorded_action = "segment_map" if config.expandable_segments else "segment_alloc"
+    other = "segment_alloc" if config.expandable_segments else "segment_map"
+    if not any(e.action == recorded_action for e in trace) and any(e.action == other for e in trace):
+        recorded_action = other  # expandable segments were toggled at run time
+    recorded = [e.size for e in trace if e.action == recorded_action]
+    if not b.kind:
+        b.event(EMPTY_CACHE, 0, times[0] if times else 0)  # a no-op: keeps the arrays non-empty
+    if not b.size:
+        b.new_request(1, 0)  # EMPTY_CACHE events name request 0
+    stream = b.build(stream_names(names))
+    result = simulate_torch(stream, cap, config, layout, es_va_bytes=ES_VA_VALIDATION)
+    log = result.segment_log
+    kind_wanted = LOG_SEGMENT_MAP if recorded_action == "segment_map" else LOG_SEGMENT_ALLOC
+    simulated = log["size"][log["kind"] == kind_wanted].tolist()
+    released = np.isin(log["kind"], (LOG_SEGMENT_FREE, LOG_SEGMENT_UNMAP))
+    in_malloc = np.unique(log["event"][released])
+    simulated_oom_paths = int((stream.kind[in_malloc] == ALLOC).sum())
+    simulated_peak = max(record.initial, int(result.reserved_bytes.max()) if stream.n_events else 0)
+    note = None
+    if not recorded:
+        note = f"the trace has no {recorded_action} event to compare"
+    return DeviceValidation(
+        device=device,
+        recorded_segment_allocs=len(recorded),
+        simulated_segment_allocs=len(simulated),
+        matched_segment_allocs=matched_in_order(recorded, simulated),
+        action=recorded_action,
+        peak_reserved_recorded_bytes=record.peak,
+        peak_reserved_simulated_bytes=simulated_peak,
+        initial_reserved_bytes=record.initial,
+        requests=stream.n_requests,
+        capacity_bytes=cap,
+        capacity_source=cap_source,
+        recorded_oom_paths=len(record.runs) - len(empty_at),
+        simulated_oom_paths=simulated_oom_paths,
+        empty_cache_calls=len(empty_at),
+        note=note,
+    )
