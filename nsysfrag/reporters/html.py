@@ -41,7 +41,8 @@ MAX_SVG_BYTES = 3_000_000
 # deterministic offline page.
 SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-_CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
+# The single-input report's page style; a job's page (nsysfrag.job.html) adds its own rules.
+CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
 thead th { border-bottom: 2px solid #9aa5b1; }
@@ -350,9 +351,11 @@ TERMS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Health",
-        "The worst level of the three rated metrics, each at its maximum over the moments it"
-        " counts at: global frag always, local frag and free blocks only while at least 5 % of"
-        " the device is free.",
+        (
+            "The worst level of the three rated metrics, each at its maximum over the moments it"
+            " counts at: global frag always, local frag and free blocks only while at least 5 % of"
+            " the device is free."
+        ),
     ),
     ("Peak", "The state after the first event at which global_frag reaches its maximum."),
     (
@@ -440,7 +443,7 @@ def render(analysis: Analysis) -> str:
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
     body.append(_definitions())
     body.append(FOOTER)
-    return page(f"nsysfrag — {name}", _CSS, body)
+    return page(f"nsysfrag — {name}", CSS, body)
 
 
 def write(analysis: Analysis, path: Path) -> None:

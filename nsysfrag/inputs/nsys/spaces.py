@@ -25,7 +25,7 @@ from nsysfrag.events import (
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
-from nsysfrag.models.observed import MODEL_NAME, ObservedModel
+from nsysfrag.models.observed import MAX_ARENA_BYTES, MODEL_NAME, ObservedModel
 
 WORDS = Words(space_title=f"{MODEL_NAME} address space", figure_title=f"{MODEL_NAME} address space")
 
@@ -47,19 +47,22 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()
     }
     model = ObservedModel(options.granularity_bytes)
-    spaces = [
-        RecordedSpace(
-            pid=key[0],
-            device=key[1],
-            device_name=_device_name(trace, key),
-            process_name=trace.process_names.get(key[0]),
-            events=_space_events(trace, resolver, groups[key], failures.get(key, [])),
-            model=model,
-            capacity_bytes=_capacity(trace, key, options.capacity_bytes),
-            other_kind_events=other.get(key, 0),
+    spaces = []
+    for key in sorted(groups):
+        events = _space_events(trace, resolver, groups[key], failures.get(key, []))
+        _check_span(trace, key, events, options.granularity_bytes)
+        spaces.append(
+            RecordedSpace(
+                pid=key[0],
+                device=key[1],
+                device_name=_device_name(trace, key),
+                process_name=trace.process_names.get(key[0]),
+                events=events,
+                model=model,
+                capacity_bytes=_capacity(trace, key, options.capacity_bytes),
+                other_kind_events=other.get(key, 0),
+            )
         )
-        for key in sorted(groups)
-    ]
     warnings = []
     if trace.vmm_calls:
         warnings.append(
@@ -140,19 +143,40 @@ def _space_events(
     )
 
 
+def _check_span(trace: Trace, key: SpaceKey, events: AllocationEvents, granularity: int) -> None:
+    """Refuse a space whose blocks cannot be laid out in the observed model's 64-bit offsets
+    from B: addresses or sizes no GPU has, so a damaged trace."""
+    is_block = (events.kind == ALLOC) & (events.bytes > 0)
+    if not is_block.any():
+        return
+    address, nbytes = events.address[is_block], events.bytes[is_block]
+    base, highest, largest = int(address.min()), int(address.max()), int(nbytes.max())
+    if highest - base + largest + granularity <= MAX_ARENA_BYTES:
+        return
+    pid, device = key
+    raise InputError(
+        f"{trace.path}: process {pid} device {device} has allocations from {base:#x} to"
+        f" {highest:#x} of up to {largest:,} bytes, a span of 8 EiB or more that no"
+        " GPU has: its addresses or sizes are damaged; re-export the trace with"
+        " `nsys export --type sqlite --force-overwrite=true`"
+    )
+
+
 def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[SpaceKey, I64]:
     """Event indices (in order) of each (pid, device) among ``rows``."""
     if len(rows) == 0:
         return {}
-    keys = (pid[rows] << 32) | device[rows]
-    if (keys == keys[0]).all():  # the common case: one process on one device
-        return {(int(pid[rows[0]]), int(device[rows[0]])): rows}
-    order = np.argsort(keys, kind="stable")
-    uniq, first = np.unique(keys[order], return_index=True)
-    bounds = np.append(first, len(rows))
+    pids, devices = pid[rows], device[rows]
+    if (pids == pids[0]).all() and (devices == devices[0]).all():  # one process, one device
+        return {(int(pids[0]), int(devices[0])): rows}
+    # Sorted on both columns rather than on one packed key: a device id can be any int64.
+    order = np.lexsort((devices, pids))
+    pids, devices = pids[order], devices[order]
+    bounds = np.flatnonzero((pids[1:] != pids[:-1]) | (devices[1:] != devices[:-1])) + 1
+    bounds = np.concatenate([[0], bounds, [len(rows)]])
     return {
-        (int(k >> 32), int(k & 0xFFFFFFFF)): rows[order[bounds[j] : bounds[j + 1]]]
-        for j, k in enumerate(uniq.tolist())
+        (int(pids[a]), int(devices[a])): rows[order[a:b]]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     }
 
 

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
+# The most an arena may span: block offsets and footprint ends from B are int64. Inputs refuse
+# a space whose blocks span more (nsys: ``inputs.nsys.spaces``): its addresses are damaged.
+MAX_ARENA_BYTES = (1 << 63) - 1
 # The kinds the model places: allocations, and frees that make memory reusable.
 _PLACEABLE = np.zeros(len(KIND_NAMES), dtype=np.bool_)
 _PLACEABLE[[ALLOC, FREE, FREE_COMPLETED]] = True
@@ -147,6 +150,9 @@ def kernel_events_of(
         # No allocation to anchor the arena: use the lowest address seen so the layout is
         # defined (every event is then an unmatched free or a zero-size allocation).
         base = int(address.min())
+    # Addresses are unsigned 64-bit; offsets from B are signed, which the input made safe for
+    # every block (MAX_ARENA_BYTES). A free far above every block (2**63 or more) wraps
+    # negative: a free of no block, as it should be.
     above = address >= np.uint64(base)
     offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
