@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from nsysfrag.checks.comparison import compare
 from tests.conftest import SAMPLES
 from tests.job_helpers import JOB_SAMPLES, expected_worst, job_folder, run, single
 
@@ -99,8 +100,8 @@ def test_terminal_report_fits_80_columns(job: tuple[Path, dict[str, Any], bytes]
     assert re.search(r"nsysfrag job · 4 ranks: 4 analyzed, 0 failed", out)
     assert re.search(rf"worst rank: {doc['worst']['rank']} — peak global fragmentation", out)
     assert "skew across 4 ranks (max / median)" in out
-    for rank in range(4):
-        assert re.search(rf"^│\s+{rank} │", out, re.MULTILINE)
+    for rank in range(4):  # a row per rank, boxed or not (the layout drops borders to fit)
+        assert re.search(rf"^[│ ]\s*{rank}\s+[│ ]\s*(OK|WARN|CRITICAL)", out, re.MULTILINE)
     # One input keeps the single-input report.
     alone = run("analyze", "job/rank0.sqlite", cwd=folder.parent)
     assert "observed address space" in alone.stdout and "nsysfrag job" not in alone.stdout
@@ -131,14 +132,14 @@ def test_html_report_links_ranks_and_escapes_names(tmp_path: Path) -> None:
 
 def test_fail_on_applies_to_every_rank_and_names_it(job: tuple[Path, dict[str, Any], bytes]) -> None:
     folder, doc, _ = job
-    result = run("analyze", "job", "-q", "--fail-on", "global_frag>0.3", cwd=folder.parent)
+    result = run("analyze", "job", "-q", "--fail-on", "global_frag>0.1", cwd=folder.parent)
     tripped = {
         r["rank"]
         for r in doc["ranks"]
         for s in r["analysis"]["spaces"]
-        if s["max"]["global_frag"] > 0.3
+        if s["max"]["global_frag"] > 0.1
     }
-    assert tripped  # the samples include fragmented ranks
+    assert tripped and len(tripped) < len(doc["ranks"])  # some ranks trip, not all
     assert result.returncode == 1
     named = {int(m) for m in re.findall(r"gate tripped: rank (\d+): pid \d+ device \d+", result.stderr)}
     assert named == tripped
@@ -171,10 +172,10 @@ def test_baseline_and_compare_go_rank_by_rank(job: tuple[Path, dict[str, Any], b
     shutil.copyfile(folder / "rank0.sqlite", folder.parent / "rank1.sqlite")
     result = run("analyze", "rank0.pickle", "rank1.sqlite", "--baseline", "job.json",
                  "--fail-on-regression", "0.01", cwd=folder.parent)  # fmt: skip
+    # A rank regresses when comparing its baseline analysis with its new one, alone, does.
     grew = [
         r for r in (0, 1)
-        if max(s["max"]["global_frag"] for s in doc["ranks"][1 - r]["analysis"]["spaces"])
-        - max(s["max"]["global_frag"] for s in doc["ranks"][r]["analysis"]["spaces"]) > 0.01
+        if compare(doc["ranks"][r]["analysis"], doc["ranks"][1 - r]["analysis"]).regressions(0.01)
     ]  # fmt: skip
     assert grew
     assert result.returncode == 1
