@@ -99,6 +99,16 @@ class Words:
     version_label: str = "nsys version"  # the heading of the recording tool's version
     no_version: str = "unknown nsys version"  # said when the input names no version
     no_version_short: str = "unknown"  # the same where space is short
+    input_noun: str = "trace"  # what the file is called in a report's header
+    site_label: str = "allocation site (NVTX)"  # the axis of sites on a figure
+    # What "free" and "largest free" mean in the rated metrics, for the reports' legends.
+    free_meaning: str = "free"
+    largest_meaning: str = "largest free block"
+    # A failure whose input records no request size says so in these words.
+    size_unknown: str = "size not recorded"
+    # The definitions of this input's own terms (name, meaning) that a report's glossary
+    # lists before the terms every input shares.
+    terms: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +122,6 @@ class SourceInfo:
     # Blocks are driver allocations (cudaMalloc): a caching allocator above them would hide
     # its own fragmentation, which is worth saying when every block looks like its segment.
     driver_allocations: bool = False
+    # The time of the input's first event, the origin of every time a report shows (set by
+    # the analysis, which sees every space).
+    first_event_ns: int = 0

@@ -101,3 +101,49 @@ def test_a_capacity_oom_says_no_layout_would_have_held_it(tmp_path: Path) -> Non
     text = " ".join(space["advice"])
     assert "was out of capacity: 40.00 MiB requested with 2.00 MiB free on the device" in text
     assert "60.00 MiB reserved, 32.00 MiB allocated, 28.00 MiB stranded, 0 B releasable" in text
+
+
+def _report(path: Path, tmp: Path) -> tuple[str, str]:
+    """The terminal report at 80 columns and the HTML page of ``path``."""
+    page = tmp / "report.html"
+    result = CliRunner().invoke(
+        cli, ["analyze", str(path), "--html", str(page)], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout, page.read_text(encoding="utf-8")
+
+
+def test_the_reports_lead_with_a_fragmentation_oom_in_its_own_numbers(tmp_path: Path) -> None:
+    """GIVEN the three segments and a 20 MiB request that fails by fragmentation
+    WHEN the terminal and HTML reports are written
+    THEN both show, before the state table, the request, the device free memory, reserved,
+    allocated, stranded, releasable and largest free block at the failure, the verdict in
+    words, and the sites whose blocks strand memory with their stranded bytes."""
+    terminal, html = _report(_three_segments(tmp_path, 20 * MiB), tmp_path)
+    for text, state in ((terminal, "State ("), (html, "<h3>State (")):
+        failure = text[: text.index(state)]
+        for figure in (
+            "20.00 MiB",  # requested
+            "device free 2.00 MiB" if text is terminal else ">2.00 MiB<",
+            "60.00 MiB",  # reserved
+            "32.00 MiB",  # allocated
+            "28.00 MiB",  # stranded
+            "12.00 MiB",  # largest free block
+        ):
+            assert figure in failure, figure
+        assert "fragmentation" in failure and "proj/a.py:10 f" in failure
+        assert "24.00 MiB in 2 segments" in failure
+    assert "at 0.000 s: 20.00 MiB requested — fragmentation" in terminal
+
+
+def test_an_nsys_failure_says_its_size_is_not_recorded(tmp_path: Path) -> None:
+    """GIVEN two failed cudaMalloc calls, the first before any event (64 MiB free)
+    WHEN the terminal and HTML reports are written
+    THEN both list each failure with its own time and free memory, say nsys recorded no size
+    and the verdict is unknown, and never quote the peak's free memory for a failure."""
+    case = failures_at_their_moment(tmp_path)
+    terminal, html = _report(case.path, tmp_path)
+    for text, state in ((terminal, "State ("), (html, "<h3>State (")):
+        failure = text[: text.index(state)]
+        assert "Failed allocations: 2 (size not recorded by nsys, verdict unknown)" in failure
+        assert "64.00 MiB" in failure and "48.00 MiB" not in failure

@@ -41,8 +41,11 @@ def render(argv: list[str], width: int, cwd: Path) -> str:
 def check_fits(text: str, width: int, wide: str) -> None:
     for line in text.splitlines():
         assert cell_len(line) <= width, f"{cell_len(line)} > {width}: {line!r}"
-    # Only the content's own elisions ("…" in a shortened list), never a cut cell.
-    assert text.count("…") == wide.count("…")
+    # Only the content's own elisions ("…" in a shortened list) and sites shortened from the
+    # left ("…/" before their innermost part, which stays whole), never a cut cell.
+    assert text.count("…") - text.count("…/") == wide.count("…") - wide.count("…/")
+    for innermost in re.findall(r"…/([^\s/│┃]+)", text):
+        assert f"/{innermost}" in wide, innermost
     assert not SPLIT.search(text), SPLIT.search(text)
 
 

@@ -7,6 +7,8 @@ what to change.
 
 from __future__ import annotations
 
+import dataclasses
+
 from nsysfrag.analysis.results import (
     Analysis,
     Bucket,
@@ -38,6 +40,9 @@ __all__ = [
 def analyze(recording: Recording, progress: ProgressCallback | None = None) -> Analysis:
     """Run every space of ``recording`` in its model and summarize it."""
     total = sum(len(space.events) for space in recording.spaces)
+    # Every time a report shows counts from the input's first event, in every space alike.
+    firsts = [int(space.events.time_ns[0]) for space in recording.spaces if len(space.events)]
+    source = dataclasses.replace(recording.source, first_event_ns=min(firsts, default=0))
     spaces, warnings, done = [], list(recording.warnings), 0
     for space in recording.spaces:
         if progress is not None:
@@ -47,13 +52,13 @@ def analyze(recording: Recording, progress: ProgressCallback | None = None) -> A
         if len(run.series) == 0:  # nothing the model places: no figures
             continue
         warnings += run.warnings
-        spaces.append(summarize(space, run, recording.source, recording.model))
+        spaces.append(summarize(space, run, source, recording.model))
     if progress is not None:
         progress("replaying events", done, total)
     if recording.spaces and not spaces:
         raise InputError(f"{recording.source.path}: {recording.nothing_to_analyze}")
     return Analysis(
-        source=recording.source,
+        source=source,
         granularity_bytes=recording.granularity_bytes,
         spaces=spaces,
         model=recording.model,

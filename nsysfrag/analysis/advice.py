@@ -10,8 +10,26 @@ SMALL_BLOCK_BYTES = 1 << 20
 SITES_NAMED = 3
 
 
-def advise(s: SpaceAnalysis) -> list[str]:
-    """Plain-language advice for one space, most important first."""
+# What to do about a failure of each verdict (the advice and the reports' failure sections).
+CAPACITY_REMEDY = (
+    "the program needs less memory there (smaller batches, activation checkpointing) or a larger"
+    " device"
+)
+
+
+def fragmentation_remedy(expandable: bool) -> str:
+    """What to do about a failure by fragmentation, given whether expandable segments are on."""
+    if expandable:
+        return "free those blocks before the large allocation (expandable segments are on already)"
+    return (
+        "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free those blocks before the"
+        " large allocation"
+    )
+
+
+def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
+    """Plain-language advice for one space, most important first; ``failures=False`` leaves
+    out the failed allocations (for a report that shows each of them on its own)."""
     lines: list[str] = []
     if s.span_mode:
         lines.append(
@@ -32,7 +50,8 @@ def advise(s: SpaceAnalysis) -> list[str]:
             f" reserved memory ({format_bytes(s.capacity_bytes)}). Pass --capacity (e.g."
             " --capacity 80GiB) to rate it against the real device."
         )
-    lines += failure_advice(s)
+    if failures:
+        lines += failure_advice(s)
     if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
@@ -73,7 +92,7 @@ def advise(s: SpaceAnalysis) -> list[str]:
             f"{s.counts.overlaps} allocation(s) overlapped live blocks: the trace missed some"
             " frees (dropped events?), so the layout is approximate."
         )
-    if s.health is Health.OK and not lines:
+    if s.health is Health.OK and not lines and not s.ooms:
         lines.append("No action needed: fragmentation stayed within the healthy range.")
     return lines
 
@@ -123,15 +142,9 @@ def _describe(f: Failure, first: bool, expandable: bool) -> str:
     if f.verdict == CAPACITY:
         return (
             f"{when} that ran out of memory at {at} was out of capacity: {numbers}. Even with no"
-            " fragmentation at all it would not have fit: the program needs less memory there"
-            " (smaller batches, activation checkpointing) or a larger device."
+            f" fragmentation at all it would not have fit: {CAPACITY_REMEDY}."
         )
-    remedy = (
-        "free those blocks before the large allocation (expandable segments are on already)"
-        if expandable
-        else "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free those blocks before"
-        " the large allocation"
-    )
+    remedy = fragmentation_remedy(expandable)
     sites = ", ".join(f"'{x.site}'" for x in f.stranded_sites[:SITES_NAMED])
     held = f" in segments that also hold blocks from {sites}" if sites else ""
     return (

@@ -165,6 +165,7 @@ class SpaceAnalysis:
     source: SourceInfo  # the input, and the words reports use for it
     model: str  # which model produced these figures
     snapshot: SnapshotSection | None = None  # the figures only a PyTorch snapshot has
+    timestamps: bool = True  # False: the times are entry numbers (a snapshot without times)
 
 
 @dataclass(frozen=True)

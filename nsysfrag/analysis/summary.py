@@ -209,6 +209,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         source=source,
         model=model,
         snapshot=run.snapshot_section(f.peak_index, at_peak),
+        timestamps=space.timestamps,
     )
 
 

@@ -1,7 +1,7 @@
 """The job in the terminal: a table of ranks, the worst rank and why, the skew across ranks.
 
-Readable at 80 columns (reporters.layout): figures stay whole, a hotspot's site wraps inside its
-column, and text from an input or a document is printed as text, control characters escaped.
+Readable at 80 columns (reporters.layout): figures stay whole, a hotspot's site is shortened from
+the left (its innermost frame or range kept whole), and text from an input or a document is printed as text, control characters escaped.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 _RATIOS = ("global_frag", "local_frag")
@@ -74,7 +74,7 @@ _RANK_COLUMNS = (
     Column("peak frag", justify="right"),
     Column("peak memory", justify="right"),
     Column("OOMs", kind="words"),
-    Column("top hotspot", kind="name"),
+    Column("top hotspot", kind="site"),
 )
 
 
@@ -85,11 +85,14 @@ def _rank_row(s: RankSummary) -> list[Cell]:
     basis = basis_text(s)
     if basis:
         health.append(f"\n{printable(basis)}", style="dim")
-    hotspot = Text("—") if s.hotspot is None else outside(s.hotspot.site)
-    if s.hotspot is not None:
-        hotspot.append(
-            f"\n{printable(s.hotspot.size_class)} · {format_bytes(s.hotspot.hole_bytes)} holes",
-            style="dim",
+    hotspot: Cell = "—"
+    if s.hotspot is not None:  # the site shortened from the left where the column is narrow
+        hotspot = Site(
+            s.hotspot.site,
+            Text(
+                f"\n{printable(s.hotspot.size_class)} · {format_bytes(s.hotspot.hole_bytes)} holes",
+                style="dim",
+            ),
         )
     memory = Text(format_bytes(s.peak_memory_bytes))
     memory.append(f"\n{printable(s.memory_kind)}", style="dim")

@@ -5,7 +5,8 @@ pyplot, so building figures touches no global state and is safe from several thr
 (PNG files, an HTML page) is the caller's business: iterate ``figure_builders``.
 
 Time series are step functions (each point is the state after an event and holds until the
-next), on an x axis of seconds since the space's first event.
+next), on an x axis of seconds since the input's first event (reporters.time_base, the same
+time base as the report's tables).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from nsysfrag.analysis.metrics import F64, format_bytes, size_class_label
 from nsysfrag.events import I64
 from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.models.series import ALLOCATED
+from nsysfrag.reporters.time_base import axis_label, moment, since_start_array, since_start_s
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100
@@ -144,23 +146,16 @@ def _title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None
 
 
 def _seconds(space: SpaceAnalysis) -> F64:
-    t = space.timeline.time_ns
-    seconds: F64 = (t - t[0]).astype(np.float64) / 1e9
-    return seconds
-
-
-def _trace_time(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s" if abs(ns) >= 1_000_000 else f"{ns / 1e3:.1f} µs"
+    return since_start_array(space, space.timeline.time_ns)
 
 
 def _time_axis(ax: Axes, space: SpaceAnalysis) -> None:
+    """x: the report's one time base (reporters.time_base), from the space's first event to its
+    last."""
     t = space.timeline.time_ns
-    span = float(int(t[-1]) - int(t[0])) / 1e9
-    ax.set_xlim(0.0, span if span > 0 else 1.0)
-    ax.set_xlabel(
-        f"time since the space's first event (s; that event is at {_trace_time(int(t[0]))}"
-        " of the trace)"
-    )
+    first, last = since_start_s(space, int(t[0])), since_start_s(space, int(t[-1]))
+    ax.set_xlim(first, last if last > first else first + 1.0)
+    ax.set_xlabel(axis_label(space))
 
 
 def step_indices(time_ns: I64, values: npt.NDArray[np.generic]) -> I64:
@@ -265,7 +260,7 @@ def fragmentation_timeline(space: SpaceAnalysis) -> Figure:
     _step(ax, space, tl.global_frag, 100.0, color=GLOBAL_COLOR, linewidth=1.6,
           label="global frag = (F − L) / C")  # fmt: skip
 
-    peak_x = float(int(space.peak.time_ns) - int(tl.time_ns[0])) / 1e9
+    peak_x = since_start_s(space, space.peak.time_ns)
     peak_y = space.peak.global_frag * 100.0
     top = _zoomed_top(max(space.max_global_frag, space.max_local_frag) * 100.0, 100.0)
     ax.plot(
@@ -277,7 +272,7 @@ def fragmentation_timeline(space: SpaceAnalysis) -> Figure:
     right_half = peak_x > x0 + 0.6 * (x1 - x0)
     near_top = peak_y > 0.6 * top
     ax.annotate(
-        f"peak {peak_y:.1f} % at {peak_x:.2f} s",
+        f"peak {peak_y:.1f} % at {moment(space, space.peak.time_ns)}",
         xy=(peak_x, peak_y),
         xytext=(-12 if right_half else 12, -30 if near_top else 22),
         textcoords="offset points",
@@ -382,11 +377,10 @@ def size_histograms(space: SpaceAnalysis) -> Figure:
     _histogram(
         left, space.size_histogram, "allocation sizes (whole trace)", "allocations", "no allocations"
     )
-    peak_s = float(int(space.peak.time_ns) - int(space.timeline.time_ns[0])) / 1e9
     _histogram(
         right,
         space.free_block_histogram,
-        f"free blocks at peak fragmentation ({peak_s:.2f} s)",
+        f"free blocks at peak fragmentation ({moment(space, space.peak.time_ns)})",
         "free blocks",
         "no free memory at the peak",
     )
@@ -452,9 +446,8 @@ def address_map(space: SpaceAnalysis) -> Figure:
             keep = np.arange(len(allocs))
         offsets = tl.address[allocs] - np.uint64(space.base_address)
         highest = int((offsets + tl.bytes[allocs].astype(np.uint64)).max())
-        t0 = int(t[0])
-        x0 = (start_ns[keep] - t0).astype(np.float64) / 1e9
-        x1 = (end_ns[keep] - t0).astype(np.float64) / 1e9
+        x0 = since_start_array(space, start_ns[keep])
+        x1 = since_start_array(space, end_ns[keep])
         y0 = offsets[keep].astype(np.float64)
         y1 = y0 + nbytes[keep]
         corners = ((x0, y0), (x0, y1), (x1, y1), (x1, y0))
@@ -519,7 +512,7 @@ def hotspots_chart(space: SpaceAnalysis) -> Figure:
             ax.text(b + top * 0.01, yi, text, va="center", fontsize=8)
         _bytes_axis(ax.xaxis)
         ax.set_xlabel("bytes of blocks whose out-of-order free left a hole (binary units)")
-        ax.set_ylabel("allocation site (NVTX)")
+        ax.set_ylabel(space.source.words.site_label)
         ax.grid(True, axis="x", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
     note = f"top {len(rows)} of {len(every_site)} sites" if len(every_site) > len(rows) else ""

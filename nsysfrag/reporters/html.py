@@ -18,6 +18,8 @@ from matplotlib.figure import Figure
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
+from nsysfrag.events import Words
+from nsysfrag.reporters.failure_words import failure_text, failures_title, unknown_note
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html_page import (
     BASE_CSS,
@@ -28,7 +30,8 @@ from nsysfrag.reporters.html_page import (
     table,
     warnings_box,
 )
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, health_reason, state_rows
+from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
+from nsysfrag.reporters.time_base import moment
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20
@@ -56,6 +59,11 @@ td.site { overflow-wrap: anywhere; max-width: 26rem; }
   letter-spacing: .04em; font-size: .85rem; vertical-align: .1em; }
 .sub { color: var(--muted); margin: .1rem 0 .6rem; }
 ul.advice { list-style: none; padding: 0; }
+.failures h3 { color: var(--critical); }
+td.verdict { font-weight: 600; white-space: nowrap; }
+ul.oom { padding-left: 1.2rem; }
+ul.oom li { margin: .5rem 0; }
+ul.oom p { margin: .2rem 0; }
 ul.advice li { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .4rem .8rem; margin: .35rem 0; }
 .figures figure { margin: 1rem 0; border: 1px solid var(--rule); border-radius: 4px; padding: .25rem; }
 .figures svg, .figures img { display: block; width: 100%; height: auto; }
@@ -164,11 +172,12 @@ def _header(analysis: Analysis) -> str:
     words = analysis.source.words
     version = analysis.source.version or words.no_version_short
     meta = [
-        ("trace", f'<span class="mono">{esc(analysis.source.path)}</span>'),
+        (esc(words.input_noun), f'<span class="mono">{esc(analysis.source.path)}</span>'),
         (esc(words.version_label), esc(version)),
         ("model", esc(words.space_title)),
         ("granularity", f"{analysis.granularity_bytes} B"),
         ("spaces", str(len(analysis.spaces))),
+        ("times", "seconds since the input's first event"),
     ]
     out = ["<header><h1>nsysfrag: GPU memory fragmentation</h1>", '<dl class="meta">']
     out += [f"<dt>{k}</dt><dd>{v}</dd>" for k, v in meta]
@@ -199,10 +208,12 @@ def _summary(s: SpaceAnalysis) -> str:
         ("hole-creating frees", str(s.hole_creating_frees)),
     ]
     count_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in counts)
+    state = state_table(s)
     rows = [
-        f"<tr><th>{label}</th>{''.join(_td(c) for c in cells)}</tr>" for label, cells in state_rows(s)
+        f"<tr><th>{esc(label)}</th>{''.join(_td(c) for c in cells)}</tr>"
+        for label, cells in state.rows
     ]
-    states = table(["", "trace time", *HEADINGS], rows, numeric=range(1, 8))
+    states = table(["", *state.headings], rows, numeric=range(1, len(state.headings) + 1))
     figures = [
         ("global frag growth", f"{s.growth_per_s * 100:+.3f} points/s"),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
@@ -220,8 +231,48 @@ def _summary(s: SpaceAnalysis) -> str:
     )
 
 
+def _failures(s: SpaceAnalysis) -> str:
+    """Every failed allocation, first thing in its space: its own moment, request and state in
+    one table, then what each verdict means and whose blocks stranded memory."""
+    if not s.ooms:
+        return ""
+    texts = [failure_text(s, f) for f in s.ooms]
+    head = [label for label, _ in texts[0].cells]
+    rows = [
+        "<tr>" + "".join(f'<td class="n">{esc(v)}</td>' for _, v in t.cells[:-1])
+        + f'<td class="verdict">{esc(t.cells[-1][1])}</td></tr>'
+        for t in texts
+    ]  # fmt: skip
+    out = [
+        f'<div class="failures"><h3>{esc(failures_title(s))}</h3>',
+        table(head, rows, numeric=range(len(head) - 1)),
+    ]
+    details = []
+    for t in texts:
+        if not (t.explanation or t.requested_at or t.stranded):
+            continue
+        item = [f"<strong>at {esc(t.cells[0][1])}</strong>"]
+        if t.requested_at is not None:
+            item.append(f' — requested at <span class="mono">{esc(t.requested_at)}</span>')
+        if t.explanation:
+            item.append(f"<p>{esc(t.explanation)}</p>")
+        if t.stranded:
+            sites = "".join(
+                f'<tr><td class="site mono">{esc(site)}</td><td class="n">{esc(held)}</td></tr>'
+                for site, held in t.stranded
+            )
+            item.append(table(["stranded beside blocks from", "stranded"], [sites], numeric={1}))
+        details.append(f"<li>{''.join(item)}</li>")
+    if details:
+        out.append(f'<ul class="oom">{"".join(details)}</ul>')
+    if len(details) < len(texts):
+        out.append(f'<p class="sub">{esc(unknown_note(s))}</p>')
+    out.append("</div>")
+    return "".join(out)
+
+
 def _advice(s: SpaceAnalysis) -> str:
-    lines = advise(s)
+    lines = advise(s, failures=False)  # the failures have their own section
     if not lines:
         return ""
     items = "".join(f"<li>{esc(line)}</li>" for line in lines)
@@ -283,7 +334,6 @@ def _histogram(title: str, buckets: list[Bucket], empty: str) -> str:
 
 
 def _space(s: SpaceAnalysis, index: int) -> str:
-    peak_s = (s.peak.time_ns - int(s.timeline.time_ns[0])) / 1e9
     return "".join(
         [
             f'<section class="space" id="{space_anchor(s)}">',
@@ -291,13 +341,14 @@ def _space(s: SpaceAnalysis, index: int) -> str:
             (
                 f'<p class="sub">health {s.health.label}: {esc(health_reason(s))}</p>'
             ),
+            _failures(s),
             _summary(s),
             _advice(s),
             _figures(s, index),
             _hotspots(s),
             _histogram("Allocation sizes (whole trace)", s.size_histogram, "No allocations."),
             _histogram(
-                f"Free blocks at peak fragmentation ({peak_s:.2f} s after the first event)",
+                f"Free blocks at peak fragmentation (at {moment(s, s.peak.time_ns)})",
                 s.free_block_histogram,
                 "No free memory at the peak.",
             ),
@@ -317,38 +368,8 @@ METRICS: tuple[tuple[str, str, str, str, str], ...] = (
     ("free_bytes, live_bytes", "F, U — free bytes and live (requested) bytes", "", "", ""),
 )  # fmt: skip
 
+# The terms every input shares; an input's own come first, from its words (SourceInfo).
 TERMS: tuple[tuple[str, str], ...] = (
-    (
-        "Address space",
-        (
-            "One per (process, CUDA device). Only device memory is replayed (memory kinds Device, "
-            "Array and Device Static); pinned, pageable and managed events are counted as other-kind "
-            "events. The model “observed” is the layout the trace recorded."
-        ),
-    ),
-    (
-        "Capacity C",
-        (
-            "The device's totalMemory (mapped through TARGET_INFO_CUDA_DEVICE when the process saw "
-            "the GPU under another CUDA id), or --capacity."
-        ),
-    ),
-    ("Footprint", "A block's size rounded up to the granularity G."),
-    (
-        "Arena [B, E)",
-        (
-            "B is the lowest allocated address, E = max(B + C, highest footprint end). When E > B + C"
-            " the space is in span mode: the addresses span more than the device, and the observed "
-            "layout over-states free space."
-        ),
-    ),
-    (
-        "Free blocks",
-        (
-            "The maximal ranges of the arena covered by no live footprint: F free bytes, L largest "
-            "free block, N number of free blocks, U live (requested) bytes."
-        ),
-    ),
     (
         "Health",
         (
@@ -359,25 +380,13 @@ TERMS: tuple[tuple[str, str], ...] = (
     ),
     ("Peak", "The state after the first event at which global_frag reaches its maximum."),
     (
-        "Internal fragmentation",
-        "Rounding waste at the moment of peak footprint: Σ (footprint − bytes) / Σ footprint.",
-    ),
-    (
-        "Allocation failure rate",
-        (
-            "failed / (failed + allocations). failed counts runtime and driver allocation calls "
-            "(cudaMalloc*, cuMemAlloc*, …) with a non-zero return value, charged to the device of the"
-            " calling thread's most recent successful allocation, else to the process's lowest "
-            "device."
-        ),
-    ),
-    (
         "Growth",
         (
             "The least-squares slope of global_frag per second, over 1,000 evenly spaced samples of "
             "the step function between the first and last event (shown in percentage points/s)."
         ),
     ),
+    ("Times", "Seconds since the input's first event, in every table and figure of this page."),
     (
         "Out-of-order free",
         "A free of a block that is not the most recently allocated live block.",
@@ -387,13 +396,6 @@ TERMS: tuple[tuple[str, str], ...] = (
         (
             "A free whose free block is bounded by live blocks on both sides. The space's count "
             "includes in-order frees; a hotspot's counts only its out-of-order frees."
-        ),
-    ),
-    (
-        "Site",
-        (
-            "The NVTX push/pop ranges enclosing a block's allocation call on the calling thread, "
-            "outermost first, joined with /; else the innermost start/end range; else (no range)."
         ),
     ),
     (
@@ -418,7 +420,7 @@ TERMS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _definitions() -> str:
+def _definitions(words: Words) -> str:
     rows = [
         f'<tr><td><code>{esc(m)}</code></td><td>{esc(f)}</td><td class="ok">{esc(ok)}</td>'
         f'<td class="warn">{esc(w)}</td><td class="critical">{esc(c)}</td></tr>'
@@ -426,7 +428,7 @@ def _definitions() -> str:
         else f"<tr><td><code>{esc(m)}</code></td><td>{esc(f)}</td><td></td><td></td><td></td></tr>"
         for m, f, ok, w, c in METRICS
     ]
-    terms = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in TERMS)
+    terms = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in (*words.terms, *TERMS))
     return (
         '<section class="definitions" id="definitions"><h2>Metric definitions</h2>'
         + table(["metric", "formula", "ok", "warn", "critical"], rows)
@@ -441,7 +443,7 @@ def render(analysis: Analysis) -> str:
     if not analysis.spaces:
         body.append('<p class="empty">No device-memory allocations in this trace.</p>')
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
-    body.append(_definitions())
+    body.append(_definitions(analysis.source.words))
     body.append(FOOTER)
     return page(f"nsysfrag — {name}", CSS, body)
 

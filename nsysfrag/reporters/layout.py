@@ -5,10 +5,14 @@
   next.
 - :class:`FittedTable` lays a table out at the width it is given. It tries its usual look, the
   same table without rules between columns, then each alternative layout the caller offers;
-  the first that fits without wrapping words wins, else the first that fits at all, else the
-  rows become wrapped ``header value · …`` paragraphs. Figures are never wrapped or cut, no
+  the first that fits as it is wins, else the one that gives way least (shortening sites,
+  folding names, wrapping headers) without wrapping words, else the first that fits at all,
+  else the rows become wrapped ``header value · …`` paragraphs. Figures are never wrapped or cut, no
   column gets narrower than its header's longest word, and free text (site names, labels,
   paths) wraps, folding a long name rather than cutting it.
+- :class:`Site` is a site (or a path) in a table: where its column is narrow it is shortened
+  from the left, its outer parts giving way to '…' while its innermost part (after the last
+  '/': the frame or range the block came from) stays whole.
 - :func:`outside` is how text from a trace, a snapshot, the history or a path enters a report:
   as plain text (never rich markup) with control characters escaped.
 """
@@ -29,7 +33,36 @@ from rich.text import Text
 
 from nsysfrag.printable import printable
 
-Cell = str | Text
+
+@dataclass(frozen=True)
+class Site:
+    """A site in a table cell (see the module's docstring); ``after`` follows it whole, e.g.
+    ``' +2 more'`` or a dim second line."""
+
+    name: str
+    after: Text = field(default_factory=Text)
+
+    def full(self) -> str:
+        return printable(self.name) + self.after.plain
+
+    def shortened(self, width: int) -> str:
+        """The longest right-hand part of the name, '…/' before it, that fits ``width`` with
+        the first line of ``after``; the innermost part alone when none does."""
+        name = printable(self.name)
+        parts = name.split("/")
+        tail = cell_len(self.after.plain.split("\n")[0])
+        for k in range(len(parts), 0, -1):
+            text = "/".join(parts[-k:]) if k == len(parts) else "…/" + "/".join(parts[-k:])
+            if cell_len(text) + tail <= width:
+                return text
+        return name if len(parts) == 1 else "…/" + parts[-1]
+
+    def fitted(self, width: int) -> Text:
+        text = Text(self.shortened(width)) + self.after
+        return Text("\n").join(wrap_lines(text, width, name=True))
+
+
+Cell = str | Text | Site
 # A figure and its unit: "1.38 GiB", "20 %", "+0.518 points/s", "512 B", "256–512 MiB".
 _UNIT = r"(?:[KMGTPE]i?B|[kMGTPE]B|B|%|s|ms|µs|ns|points/s|pt/s|pt)"
 _FIGURE_GAP = re.compile(rf"(?<=\d) (?={_UNIT}(?![\w/]))")
@@ -38,7 +71,7 @@ _WORD = re.compile(r"\S+\s*")
 _NAME_PART = re.compile(r"(?:[^\s/,:]+[/,:]*|[/,:]+)\s*")
 # A name column (sites, labels, paths) may fold down to this many cells, or its longest entry.
 NAME_FLOOR = 12
-Kind = Literal["figure", "words", "name"]
+Kind = Literal["figure", "words", "name", "site"]
 
 
 def outside(text: str, style: str = "") -> Text:
@@ -144,7 +177,7 @@ class Layout:
 
 
 def _lines(cell: Cell) -> list[str]:
-    return (cell.plain if isinstance(cell, Text) else cell).split("\n")
+    return _plain(cell).split("\n")
 
 
 def _stops(column: Column, cells: list[Cell]) -> list[int]:
@@ -160,9 +193,20 @@ def _stops(column: Column, cells: list[Cell]) -> list[int]:
     elif column.kind == "words":
         floor = max([header_word] + [cell_len(w) for line in lines for w in line.split()])
     else:
-        floor = max(header_word, min(widest, column.floor))
+        floor = max(header_word, min(widest, column.floor))  # a name or a site
     if column.kind == "name":  # names give way first: they fold, figures must not
         return [widest, floor, floor, floor]
+    if column.kind == "site":  # sites shorten first, wrap at spaces, and fold last
+        shortest = max(
+            [header_word]
+            + [
+                cell_len(word)
+                for c in cells
+                if isinstance(c, Site)
+                for word in (c.shortened(0) + c.after.plain).split()
+            ]
+        )
+        return [widest, min(widest, shortest), min(widest, shortest), floor]
     return [widest, widest, content, floor]
 
 
@@ -213,7 +257,7 @@ class FittedTable:
             )
         for i, row in enumerate(layout.rows):
             cells = [
-                _wrapped_name(cell, width) if column.kind == "name" else cell
+                _fitted(cell, width, column.kind)
                 for column, width, cell in zip(layout.columns, widths, row, strict=True)
             ]
             table.add_row(*cells, end_section=i in layout.section_ends)
@@ -227,9 +271,10 @@ class FittedTable:
             yield layout, self.style
 
     def choose(self, console: Console, width: int) -> RenderableType:
-        """The first attempt that fits ``width`` without wrapping words, else the one that
-        wraps least, else a paragraph per row."""
+        """The attempt that gives way least to fit ``width`` (the first of those), as long as
+        it need not wrap words, else the first that does, else a paragraph per row."""
         fallback: Table | None = None
+        best: tuple[int, Table] | None = None
         for layout, style in self._attempts():
             if not layout.rows:
                 continue
@@ -242,10 +287,13 @@ class FittedTable:
             if fitted is None:
                 continue
             widths, step = fitted
-            if step < _WORDS_WRAP:
+            if step == 0:
                 return self._table(layout, style, widths)
-            fallback = fallback or self._table(layout, style, widths)
-        return fallback or self._paragraphs()
+            if step < _WORDS_WRAP and (best is None or step < best[0]):
+                best = step, self._table(layout, style, widths)
+            elif step >= _WORDS_WRAP:
+                fallback = fallback or self._table(layout, style, widths)
+        return best[1] if best is not None else fallback or self._paragraphs()
 
     def _paragraphs(self) -> RenderableType:
         parts: list[RenderableType] = []
@@ -262,7 +310,7 @@ class FittedTable:
                 first = False
                 if column.header:
                     line.append(f"{column.header} ")
-                line.append(cell if isinstance(cell, Text) else Text(cell))
+                line.append(_text(cell))
             parts.append(Prose(line))
             if i in self.layout.section_ends and i != len(self.layout.rows) - 1:
                 parts.append(Text(""))
@@ -275,10 +323,22 @@ class FittedTable:
         return Measurement.get(console, options, self.choose(console, options.max_width))
 
 
-def _wrapped_name(cell: Cell, width: int) -> Text:
-    text = cell if isinstance(cell, Text) else Text(cell)
-    return Text("\n").join(wrap_lines(text, width, name=True))
+def _fitted(cell: Cell, width: int, kind: Kind) -> str | Text:
+    """A cell as it shows in a column ``width`` wide: sites shortened, names wrapped."""
+    if isinstance(cell, Site):
+        return cell.fitted(width)
+    if kind in ("name", "site"):
+        return Text("\n").join(wrap_lines(_text(cell), width, name=True))
+    return cell
+
+
+def _text(cell: Cell) -> Text:
+    if isinstance(cell, Site):
+        return Text(printable(cell.name)) + cell.after
+    return cell if isinstance(cell, Text) else Text(cell)
 
 
 def _plain(cell: Cell) -> str:
+    if isinstance(cell, Site):
+        return cell.full()
     return cell.plain if isinstance(cell, Text) else cell

@@ -1,5 +1,11 @@
 """The state table the terminal and the HTML report both show: the peak, final and maximum of a
-space, each cell its text and, for a rated metric, its health level."""
+space, each cell its text and, for a rated metric, its health level.
+
+A space whose states carry a caching allocator's figures (the pytorch-segments model) is told
+in that allocator's words, one row per figure (reserved, allocated, stranded, releasable,
+device free, largest usable) and one column per moment; any other space keeps one row per
+moment with free, largest free and live. Which one follows from the data, not the input.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +19,12 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
+from nsysfrag.reporters.time_base import moment
 
-# The columns after the row's label and its time.
+# The columns after the row's label and its time (a space without allocator figures).
 HEADINGS = ("global frag", "local frag", "free blocks", "largest free", "free", "live")
+# The columns of a space with a caching allocator's figures: one per moment.
+MOMENTS = ("peak", "final", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,13 +33,17 @@ class Cell:
     level: Health | None = None  # rated metrics only
 
 
+@dataclass(frozen=True, slots=True)
+class StateTable:
+    """Column headings after the row labels, and (label, cells) rows."""
+
+    headings: tuple[str, ...]
+    rows: list[tuple[str, list[Cell]]]
+
+
 def percent(value: float) -> str:
     """The reports' ratio format: ``0.4567`` -> ``45.7%``."""
     return f"{value:.1%}"
-
-
-def seconds(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s"
 
 
 def health_reason(space: SpaceAnalysis) -> str:
@@ -39,7 +52,7 @@ def health_reason(space: SpaceAnalysis) -> str:
     if b is None:
         return "every rated metric stayed in range"
     value = str(b.value) if b.metric == "free_blocks" else percent(b.value)
-    return f"{b.metric.replace('_', ' ')} {value} at {seconds(b.time_ns)}"
+    return f"{b.metric.replace('_', ' ')} {value} at {moment(space, b.time_ns)}"
 
 
 def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell]:
@@ -50,9 +63,16 @@ def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell
     ]
 
 
-def _state(s: State) -> list[Cell]:
+def state_table(space: SpaceAnalysis) -> StateTable:
+    """The peak, final and max of ``space``, in its model's words."""
+    if space.peak.pool is not None and space.final.pool is not None:
+        return _allocator_table(space)
+    return StateTable(("at", *HEADINGS), state_rows(space))
+
+
+def _state(space: SpaceAnalysis, s: State) -> list[Cell]:
     return [
-        Cell(seconds(s.time_ns)),
+        Cell(moment(space, s.time_ns)),
         *_rated(s.global_frag, s.local_frag, s.free_blocks),
         Cell(format_bytes(s.largest_free_bytes)),
         Cell(format_bytes(s.free_bytes)),
@@ -61,7 +81,7 @@ def _state(s: State) -> list[Cell]:
 
 
 def state_rows(space: SpaceAnalysis) -> list[tuple[str, list[Cell]]]:
-    """(label, cells) of the peak, final and max rows."""
+    """(label, cells) of the peak, final and max rows (a space without allocator figures)."""
     maximum = [
         Cell(""),
         *_rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
@@ -69,4 +89,42 @@ def state_rows(space: SpaceAnalysis) -> list[tuple[str, list[Cell]]]:
         Cell(""),
         Cell(format_bytes(space.max_live_bytes)),
     ]
-    return [("peak", _state(space.peak)), ("final", _state(space.final)), ("max", maximum)]
+    return [
+        ("peak", _state(space, space.peak)),
+        ("final", _state(space, space.final)),
+        ("max", maximum),
+    ]
+
+
+def _allocator_table(space: SpaceAnalysis) -> StateTable:
+    peak, final = space.peak, space.final
+    assert peak.pool is not None and final.pool is not None
+    p, f = peak.pool, final.pool
+    rated = list(
+        zip(
+            _rated(peak.global_frag, peak.local_frag, peak.free_blocks),
+            _rated(final.global_frag, final.local_frag, final.free_blocks),
+            _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
+            strict=True,
+        )
+    )
+
+    def sizes(at_peak: int, at_final: int, maximum: str = "") -> list[Cell]:
+        return [Cell(format_bytes(at_peak)), Cell(format_bytes(at_final)), Cell(maximum)]
+
+    rows = [
+        ("at", [Cell(moment(space, peak.time_ns)), Cell(moment(space, final.time_ns)), Cell("")]),
+        *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
+        ("reserved", sizes(p.reserved_bytes, f.reserved_bytes)),
+        ("allocated", sizes(p.allocated_bytes, f.allocated_bytes)),
+        ("stranded", sizes(p.stranded_bytes, f.stranded_bytes)),
+        ("releasable", sizes(p.releasable_bytes, f.releasable_bytes)),
+        ("device free", sizes(p.device_free_bytes, f.device_free_bytes)),
+        ("largest free block", sizes(p.largest_block_bytes, f.largest_block_bytes)),
+        ("largest usable", sizes(peak.largest_free_bytes, final.largest_free_bytes)),
+        (
+            "requested",
+            sizes(peak.live_bytes, final.live_bytes, format_bytes(space.max_live_bytes)),
+        ),
+    ]
+    return StateTable(MOMENTS, rows)

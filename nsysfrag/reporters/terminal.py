@@ -6,7 +6,7 @@ from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from nsysfrag.analysis import Analysis, SpaceAnalysis
+from nsysfrag.analysis import Analysis, Hotspot, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import (
     Health,
@@ -15,7 +15,13 @@ from nsysfrag.analysis.metrics import (
 )
 from nsysfrag.printable import printable
 from nsysfrag.reporters import state_cells
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
+from nsysfrag.reporters.failure_words import (
+    TERMINAL_SHOWN,
+    failure_text,
+    failures_title,
+    unknown_note,
+)
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
@@ -25,7 +31,97 @@ def _shown(cell: state_cells.Cell) -> Cell:
     return cell.text if cell.level is None else Text(cell.text, style=STYLE[cell.level])
 
 
-_STATE_COLUMNS = (Column(""), *(Column(name, justify="right") for name in ("at", *state_cells.HEADINGS)))
+
+
+def _failures(s: SpaceAnalysis) -> list[RenderableType]:
+    """Every failed allocation (the first TERMINAL_SHOWN) with its own moment and state."""
+    if not s.ooms:
+        return []
+    parts: list[RenderableType] = [Prose(Text(failures_title(s), style="bold red"))]
+    texts = [failure_text(s, f) for f in s.ooms[:TERMINAL_SHOWN]]
+    if not any(t.explanation for t in texts):
+        # Nothing to tell a failure from another but its moment and state: one row each.
+        labels = [label for label, _ in texts[0].cells if label not in ("requested", "verdict")]
+        rows: list[list[Cell]] = [
+            [v for label, v in t.cells if label not in ("requested", "verdict")] for t in texts
+        ]
+        columns = [Column(label, justify="right") for label in labels]
+        parts.append(FittedTable(None, Layout(columns, rows)))
+    for text in texts if any(t.explanation for t in texts) else []:
+        cells = dict(text.cells)
+        line = Text("✗ ", style="bold red")
+        line.append(f"at {cells.pop('at')}: {cells.pop('requested')} requested", style="bold")
+        line.append(f" — {cells.pop('verdict')}", style="bold red")
+        line.append("\n" + " · ".join(f"{label} {value}" for label, value in cells.items()))
+        if text.requested_at is not None:
+            line.append(f"\nrequested at {printable(text.requested_at)}")
+        if text.explanation:
+            line.append(f"\n{text.explanation}")
+        parts.append(Prose(line))
+        if text.stranded:
+            sites: list[list[Cell]] = [[Site(site), held] for site, held in text.stranded]
+            columns = [Column("stranded beside blocks from", kind="site"), Column("stranded")]
+            parts.append(FittedTable(None, Layout(columns, sites), style={"box": None}))
+    if len(s.ooms) > TERMINAL_SHOWN:
+        more = len(s.ooms) - TERMINAL_SHOWN
+        parts.append(Prose(Text(f"… and {more} more; --json lists all.", style="dim")))
+    if not all(t.explanation for t in texts):
+        parts.append(Prose(Text(unknown_note(s), style="dim")))
+    return parts
+
+
+def _more(pinned_by: tuple[str, ...]) -> str:
+    return f" +{len(pinned_by) - 1} more" if len(pinned_by) > 1 else ""
+
+
+_HOTSPOT_FIGURES = (
+    Column("size"),
+    Column("out-of-order", justify="right"),
+    Column("holes", justify="right"),
+    Column("hole bytes", justify="right"),
+)
+
+
+def _hotspots(s: SpaceAnalysis) -> FittedTable:
+    """The top hotspots: each site whole where it fits, else shortened from the left; of the
+    sites that pinned its holes the most frequent one, and how many more. Where the width is
+    short, the pinning site goes under the hotspot's own."""
+    top = s.hotspots[:TOP_HOTSPOTS]
+
+    def figures(h: Hotspot) -> list[Cell]:
+        return [h.size_class, str(h.out_of_order_frees), str(h.hole_creating_frees),
+                format_bytes(h.hole_bytes)]  # fmt: skip
+
+    wide = Layout(
+        (Column("site", kind="site"), *_HOTSPOT_FIGURES, Column("pinned by", kind="site")),
+        [
+            [
+                Site(h.site),
+                *figures(h),
+                Site(h.pinned_by[0], Text(_more(h.pinned_by), style="dim")) if h.pinned_by else "",
+            ]
+            for h in top
+        ],
+    )
+    stacked = Layout(
+        (Column("site · pinned by", kind="site"), *_HOTSPOT_FIGURES),
+        [
+            [
+                Site(
+                    h.site,
+                    Text(
+                        f"\npinned by {printable(h.pinned_by[0])}{_more(h.pinned_by)}"
+                        if h.pinned_by
+                        else "",
+                        style="dim",
+                    ),
+                ),
+                *figures(h),
+            ]
+            for h in top
+        ],
+    )
+    return FittedTable(Text("Out-of-order free hotspots"), wide, alternatives=(stacked,))
 
 
 def _space(s: SpaceAnalysis) -> RenderableType:
@@ -44,11 +140,12 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     )
 
     title = s.source.words.space_title
+    table = state_cells.state_table(s)
     states = FittedTable(
         Text(f"State ({title})"),
         Layout(
-            _STATE_COLUMNS,
-            [[label, *(_shown(c) for c in cells)] for label, cells in state_cells.state_rows(s)],
+            (Column(""), *(Column(name, justify="right") for name in table.headings)),
+            [[label, *(_shown(c) for c in cells)] for label, cells in table.rows],
         ),
     )
     figures = Text(
@@ -56,30 +153,11 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
         f" frees: {s.out_of_order_frees} · frees that left a hole: {s.hole_creating_frees}"
     )
-    parts: list[RenderableType] = [Prose(head), states, Prose(figures)]
+    parts: list[RenderableType] = [Prose(head), *_failures(s), states, Prose(figures)]
 
     columns: tuple[Column, ...]
     if s.hotspots:
-        columns = (
-            Column("site", kind="name"),
-            Column("size"),
-            Column("out-of-order", justify="right"),
-            Column("holes", justify="right"),
-            Column("hole bytes", justify="right"),
-            Column("pinned by", kind="name"),
-        )
-        rows: list[list[Cell]] = [
-            [
-                outside(h.site),
-                h.size_class,
-                str(h.out_of_order_frees),
-                str(h.hole_creating_frees),
-                format_bytes(h.hole_bytes),
-                outside(", ".join(h.pinned_by[:3])),
-            ]
-            for h in s.hotspots[:TOP_HOTSPOTS]
-        ]
-        parts.append(FittedTable(Text("Out-of-order free hotspots"), Layout(columns, rows)))
+        parts.append(_hotspots(s))
 
     if s.size_histogram:
         most = max(b.count for b in s.size_histogram)
@@ -100,7 +178,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         ]
         parts.append(FittedTable(Text("Allocation sizes"), Layout(columns, rows)))
 
-    advice = advise(s)
+    advice = advise(s, failures=False)  # the failures are shown above, each on its own
     if advice:
         parts.append(Prose(Text("\n".join(f"→ {printable(line)}" for line in advice), style="cyan")))
     return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left")
@@ -108,12 +186,14 @@ def _space(s: SpaceAnalysis) -> RenderableType:
 
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
-    version = analysis.source.version or analysis.source.words.no_version
+    words = analysis.source.words
+    version = analysis.source.version or words.no_version
     console.print(
         Prose(
             Text(
                 f"nsysfrag · {printable(analysis.source.path)} · {printable(version)} · model:"
-                f" {analysis.model}, granularity {analysis.granularity_bytes} B",
+                f" {analysis.model}, granularity {analysis.granularity_bytes} B · times in seconds"
+                " since the input's first event",
                 style="bold",
             )
         )
@@ -127,9 +207,9 @@ def render(analysis: Analysis, console: Console) -> None:
     console.print(
         Prose(
             Text(
-                "global frag = (free − largest free block) / device memory (ok < 20 %, critical"
-                " ≥ 40 %); local frag = 1 − largest free block / free (ok < 30 %, critical > 60"
-                " %); free blocks ok < 100, critical > 500.",
+                f"global frag = ({words.free_meaning} − {words.largest_meaning}) / device memory"
+                f" (ok < 20 %, critical ≥ 40 %); local frag = 1 − {words.largest_meaning} /"
+                " free (ok < 30 %, critical > 60 %); free blocks ok < 100, critical > 500.",
                 style="dim",
             )
         )

@@ -20,14 +20,12 @@ from nsysfrag.events import (
     AllocationEvents,
     InputCounts,
     SourceInfo,
-    Words,
 )
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
+from nsysfrag.inputs.nsys.words import WORDS
 from nsysfrag.models.observed import MAX_ARENA_BYTES, MODEL_NAME, ObservedModel
-
-WORDS = Words(space_title=f"{MODEL_NAME} address space", figure_title=f"{MODEL_NAME} address space")
 
 SpaceKey = tuple[int, int]  # (pid, CUDA device id as the process saw it)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo, Words
+from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.reader import (
@@ -23,18 +23,12 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     Snapshot,
     describe_actions,
 )
+from nsysfrag.inputs.torch_snapshot.words import WORDS
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
 from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
-# The version heading still speaks nsys; a snapshot names no version, so it says what it is.
-WORDS = Words(
-    space_title=f"{MODEL_NAME} address space",
-    figure_title=f"{MODEL_NAME} model",
-    no_version="PyTorch memory snapshot",
-    no_version_short="PyTorch memory snapshot",
-)
 
 
 def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:

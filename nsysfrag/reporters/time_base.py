@@ -1,0 +1,48 @@
+"""One time base for every report: seconds since the input's first event.
+
+Every table, sentence and figure of a report places a moment with these functions, so a peak
+at "2.028 s" in a table is at 2.028 on a figure's x axis too. The origin is the input's first
+event over all its spaces (``SourceInfo.first_event_ns``), not a space's own first event, so
+spaces of one input share it. A snapshot recorded without timestamps numbers its entries
+instead; its moments are told as entry numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from nsysfrag.analysis import SpaceAnalysis
+
+F64 = npt.NDArray[np.float64]
+
+
+def _unit(space: SpaceAnalysis) -> float:
+    # Without timestamps the input's times are entry numbers, one apart.
+    return 1e9 if space.timestamps else 1.0
+
+
+def since_start_s(space: SpaceAnalysis, time_ns: int) -> float:
+    """``time_ns`` (the input's own clock) in seconds since the input's first event (entries
+    since the first one, without timestamps): a figure's x for that moment."""
+    return (int(time_ns) - space.source.first_event_ns) / _unit(space)
+
+
+def since_start_array(space: SpaceAnalysis, time_ns: npt.NDArray[np.int64]) -> F64:
+    """:func:`since_start_s` of every element (a figure's x values)."""
+    x: F64 = (time_ns - space.source.first_event_ns).astype(np.float64) / _unit(space)
+    return x
+
+
+def moment(space: SpaceAnalysis, time_ns: int) -> str:
+    """``1.234 s`` since the input's first event, or ``entry 17`` without timestamps."""
+    if not space.timestamps:
+        return f"entry {int(time_ns) - space.source.first_event_ns}"
+    return f"{since_start_s(space, time_ns):.3f} s"
+
+
+def axis_label(space: SpaceAnalysis) -> str:
+    """The x-axis label of every time figure."""
+    if not space.timestamps:
+        return "trace entries since the first (the snapshot records no times)"
+    return "seconds since the input's first event"
