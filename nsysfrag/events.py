@@ -100,7 +100,7 @@ class Words:
     no_version: str = "unknown nsys version"  # said when the input names no version
     no_version_short: str = "unknown"  # the same where space is short
     input_noun: str = "trace"  # what the file is called in a report's header
-    site_label: str = "allocation site (NVTX)"  # the axis of sites on a figure
+    site_label: str = "allocation site"  # the axis of sites on a figure
     # What "free" and "largest free" mean in the rated metrics, for the reports' legends.
     free_meaning: str = "free"
     largest_meaning: str = "largest free block"

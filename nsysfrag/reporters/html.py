@@ -61,6 +61,7 @@ td.site { overflow-wrap: anywhere; max-width: 26rem; }
 ul.advice { list-style: none; padding: 0; }
 .failures h3 { color: var(--critical); }
 td.verdict { font-weight: 600; white-space: nowrap; }
+.failures table { font-size: .88rem; }
 ul.oom { padding-left: 1.2rem; }
 ul.oom li { margin: .5rem 0; }
 ul.oom p { margin: .2rem 0; }

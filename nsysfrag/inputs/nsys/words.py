@@ -69,6 +69,7 @@ TERMS: tuple[tuple[str, str], ...] = (
 WORDS = Words(
     space_title=f"{MODEL_NAME} address space",
     figure_title=f"{MODEL_NAME} address space",
+    site_label="allocation site (NVTX)",
     size_unknown="size not recorded by nsys",
     terms=TERMS,
 )
