@@ -150,7 +150,7 @@ def test_a_table_and_a_figure_place_the_peak_at_the_same_time(name: str, tmp_pat
     (x,) = marker.get_xdata()
     assert f"{float(x):.3f} s" == shown
     assert abs(float(x) - since_start_s(space, space.peak.time_ns)) < 1e-9
-    assert ax.get_xlabel() == "seconds since the input's first event"
+    assert ax.get_xlabel() == "time since the input's first event (s)"
 
 
 def test_every_report_line_fits_80_columns_on_the_real_snapshots(tmp_path: Path) -> None:

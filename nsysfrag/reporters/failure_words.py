@@ -96,6 +96,15 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
     return FailureText((*head, *state, ("verdict", verdict_words(f))), explanation, f.site, stranded)
 
 
+def failure_table(texts: list[FailureText]) -> tuple[list[str], list[list[str]]]:
+    """Headings and rows of the failures' figures; where no failure has a recorded size (so
+    every verdict is unknown, as the section's title says), without those two columns."""
+    said = {"requested", "verdict"} if not any(t.explanation for t in texts) else set()
+    labels = [label for label, _ in texts[0].cells if label not in said] if texts else []
+    rows = [[value for label, value in t.cells if label not in said] for t in texts]
+    return labels, rows
+
+
 def unknown_note(space: SpaceAnalysis) -> str:
     """Said once under failures whose verdict is unknown (no request size)."""
     return (

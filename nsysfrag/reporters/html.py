@@ -19,7 +19,12 @@ from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
 from nsysfrag.events import Words
-from nsysfrag.reporters.failure_words import failure_text, failures_title, unknown_note
+from nsysfrag.reporters.failure_words import (
+    failure_table,
+    failure_text,
+    failures_title,
+    unknown_note,
+)
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html_page import (
     BASE_CSS,
@@ -238,15 +243,17 @@ def _failures(s: SpaceAnalysis) -> str:
     if not s.ooms:
         return ""
     texts = [failure_text(s, f) for f in s.ooms]
-    head = [label for label, _ in texts[0].cells]
+    head, values = failure_table(texts)
     rows = [
-        "<tr>" + "".join(f'<td class="n">{esc(v)}</td>' for _, v in t.cells[:-1])
-        + f'<td class="verdict">{esc(t.cells[-1][1])}</td></tr>'
-        for t in texts
+        "<tr>" + "".join(
+            f'<td class="verdict">{esc(v)}</td>' if label == "verdict" else f'<td class="n">{esc(v)}</td>'
+            for label, v in zip(head, row, strict=True)
+        ) + "</tr>"
+        for row in values
     ]  # fmt: skip
     out = [
         f'<div class="failures"><h3>{esc(failures_title(s))}</h3>',
-        table(head, rows, numeric=range(len(head) - 1)),
+        table(head, rows, numeric=[i for i, label in enumerate(head) if label != "verdict"]),
     ]
     details = []
     for t in texts:

@@ -17,6 +17,7 @@ from nsysfrag.printable import printable
 from nsysfrag.reporters import state_cells
 from nsysfrag.reporters.failure_words import (
     TERMINAL_SHOWN,
+    failure_table,
     failure_text,
     failures_title,
     unknown_note,
@@ -41,10 +42,8 @@ def _failures(s: SpaceAnalysis) -> list[RenderableType]:
     texts = [failure_text(s, f) for f in s.ooms[:TERMINAL_SHOWN]]
     if not any(t.explanation for t in texts):
         # Nothing to tell a failure from another but its moment and state: one row each.
-        labels = [label for label, _ in texts[0].cells if label not in ("requested", "verdict")]
-        rows: list[list[Cell]] = [
-            [v for label, v in t.cells if label not in ("requested", "verdict")] for t in texts
-        ]
+        labels, values = failure_table(texts)
+        rows: list[list[Cell]] = [list(row) for row in values]
         columns = [Column(label, justify="right") for label in labels]
         parts.append(FittedTable(None, Layout(columns, rows)))
     for text in texts if any(t.explanation for t in texts) else []:

@@ -44,5 +44,5 @@ def moment(space: SpaceAnalysis, time_ns: int) -> str:
 def axis_label(space: SpaceAnalysis) -> str:
     """The x-axis label of every time figure."""
     if not space.timestamps:
-        return "trace entries since the first (the snapshot records no times)"
-    return "seconds since the input's first event"
+        return "time (trace entries since the first; the snapshot records no times)"
+    return "time since the input's first event (s)"
