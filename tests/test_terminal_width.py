@@ -152,3 +152,18 @@ def test_a_tiny_or_zero_columns_still_prints_the_report(tmp_path: Path) -> None:
         text = render(["analyze", "training_loop.sqlite"], width, work)
         check_fits(text, 40, wide)  # the narrowest report nsysfrag prints
         assert "64.21 GiB" in text
+
+
+def test_a_site_is_shortened_from_the_left_keeping_its_innermost_part_whole() -> None:
+    """GIVEN a site of three parts and a '+2 more' after it
+    WHEN it is fitted to narrower and narrower columns
+    THEN it drops its outer parts first ('…/' in their place), keeps the innermost part whole
+    (wrapping it at its space rather than mid-word), and always shows what follows it."""
+    from nsysfrag.reporters.layout import Site
+
+    site = Site("train/step/models.py:178 update_nodes", Text(" +2 more"))
+    assert site.fitted(60).plain == "train/step/models.py:178 update_nodes +2 more"
+    assert site.fitted(40).plain == "…/models.py:178 update_nodes +2 more"
+    narrow = site.fitted(20).plain.split("\n")
+    assert narrow[0] == "…/models.py:178" and "update_nodes" in narrow[1]
+    assert all(cell_len(line) <= 20 for line in narrow) and narrow[-1].endswith("more")
