@@ -104,6 +104,9 @@ class Words:
     # What "free" and "largest free" mean in the rated metrics, for the reports' legends.
     free_meaning: str = "free"
     largest_meaning: str = "largest free block"
+    # Whether the input has memory kinds it does not model (nsys: pinned, managed, ...), whose
+    # events the reports count.
+    other_kinds: bool = True
     # A failure whose input records no request size says so in these words.
     size_unknown: str = "size not recorded"
     # The definitions of this input's own terms (name, meaning) that a report's glossary

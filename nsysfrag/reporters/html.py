@@ -209,7 +209,7 @@ def _summary(s: SpaceAnalysis) -> str:
         ("overlaps", str(c.overlaps)),
         ("zero-size allocations", str(c.zero_size_allocs)),
         ("failed allocations", f"{c.failed_allocations} ({s.alloc_failure_rate:.2%})"),
-        ("other-kind events", str(c.other_kind_events)),
+        *([("other-kind events", str(c.other_kind_events))] if s.source.words.other_kinds else []),
         ("out-of-order frees", str(s.out_of_order_frees)),
         ("hole-creating frees", str(s.hole_creating_frees)),
     ]

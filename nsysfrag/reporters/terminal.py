@@ -135,7 +135,8 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     head.append(
         f"\nallocations {c.allocations} · frees {c.frees} · unmatched frees {c.unmatched_frees}"
         f" · overlaps {c.overlaps} · zero-size {c.zero_size_allocs} · failed {c.failed_allocations}"
-        f" ({s.alloc_failure_rate:.2%}) · other kinds {c.other_kind_events}"
+        f" ({s.alloc_failure_rate:.2%})"
+        + (f" · other kinds {c.other_kind_events}" if s.source.words.other_kinds else "")
     )
 
     title = s.source.words.space_title

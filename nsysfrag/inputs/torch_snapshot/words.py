@@ -91,6 +91,7 @@ WORDS = Words(
     site_label="allocation site (stack frame)",
     free_meaning="free on the device (device free + reserved but unallocated)",
     largest_meaning="largest usable request",
+    other_kinds=False,
     size_unknown="size not recorded in the snapshot",
     terms=TERMS,
 )
