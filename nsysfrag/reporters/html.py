@@ -34,7 +34,7 @@ output_file_extension = "html"
 TOP_HOTSPOTS = 20
 PINNED_BY_SHOWN = 5
 # A figure whose SVG is larger than this is embedded as a PNG instead (smaller, faster to draw).
-# With compacted paths the largest figure, an address map of figures.MAX_RECTANGLES blocks, is
+# With compacted paths the largest figure, a timeline of some 8,000 points a line, is
 # about 2.6 MB, so in practice every figure stays vector and can be zoomed in the browser.
 MAX_SVG_BYTES = 3_000_000
 # Matplotlib writes a Dublin Core block with a date and its homepage; neither belongs in a
