@@ -31,7 +31,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from big_snapshot import big_snapshot
-from html_open_time import find_chromium, open_seconds
+from html_open_time import open_seconds
+
+from nsysfrag.testing.browser import find_chromium
 
 SIZES = (200_000, 1_000_000, 5_000_000)
 NEEDS_AVAILABLE_GIB = {5_000_000: 16}

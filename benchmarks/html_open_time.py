@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nsysfrag.testing.browser import find_chromium
+
 WRAPPER = """<!doctype html><title>open time</title><pre id="out">pending</pre>
 <script>
 const t0 = performance.now();
@@ -38,14 +40,6 @@ document.body.appendChild(frame);
 </script>
 """
 _OUT = re.compile(r'<pre id="out">([^<]*)</pre>')
-
-
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
 
 
 def _open_once(browser: str, page: Path) -> dict[str, float]:
