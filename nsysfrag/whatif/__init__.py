@@ -7,7 +7,8 @@ Data flows one way: an input (a PyTorch memory snapshot or an nsys export) becom
 not place are its allocation failures) and ``summary`` turns each replay into a
 :class:`PolicyOutcome`; ``ranking`` orders them and ``recommend`` picks what to change (data
 only: the words are the reporters'). ``validate`` checks the ``torch`` model against a
-snapshot's recorded segment events, from the layout ``layout`` rebuilds. ``run`` ties it
+snapshot's recorded segment events, from the layout at the window's start (``layout``). A
+snapshot is read once, into columns; everything here is array code over them. ``run`` ties it
 together: :func:`whatif`.
 """
 
