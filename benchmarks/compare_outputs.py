@@ -67,7 +67,7 @@ def commands(name: str, is_snapshot: bool) -> list[tuple[str, list[str]]]:
 
 
 def _run(work: Path, stem: str, argv: list[str]) -> None:
-    env = dict(os.environ, COLUMNS=WIDTH, NSYSFRAG_WIDTH=WIDTH, PYTHONPATH=str(REPO),
+    env = dict(os.environ, COLUMNS=WIDTH, PYTHONPATH=str(REPO),
                NO_COLOR="1", TERM="dumb")
     env.pop("NSYSFRAG_DEBUG", None)
     proc = subprocess.run(

@@ -10,6 +10,7 @@ import click
 
 from nsysfrag import __version__
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
+from nsysfrag.printable import printable
 
 # Commands load on first use: `nsysfrag analyze` should not pay for importing the what-if
 # models, the history store or the nsys runner (startup is part of every CI gate's time).
@@ -31,7 +32,18 @@ class _UserError(click.ClickException):
         self.exit_code = err.exit_code  # type: ignore[misc]
 
     def show(self, file: object = None) -> None:
-        click.echo(f"nsysfrag: error: {self.format_message()}", err=True)
+        say_error(self.format_message())
+
+
+def say_error(message: str) -> None:
+    """The one line every failure ends with; a path's newline or escape code stays visible."""
+    click.echo(f"nsysfrag: error: {printable(message)}", err=True)
+
+
+def _usage_line(err: click.UsageError) -> str:
+    """click's three-line usage error as one line that still says where to read more."""
+    command = err.ctx.command_path if err.ctx is not None else "nsysfrag"
+    return f"{err.format_message().rstrip('.')} (see '{command} --help')"
 
 
 class _Group(click.Group):
@@ -69,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+    except click.UsageError as err:  # a bad option or argument: still one line
+        say_error(_usage_line(err))
+        sys.exit(err.exit_code)
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)
@@ -79,8 +94,8 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("NSYSFRAG_DEBUG"):
             raise
         click.echo(
-            f"nsysfrag: internal error: {type(err).__name__}: {err} (set NSYSFRAG_DEBUG=1 for"
-            " the traceback and please report it)",
+            f"nsysfrag: internal error: {type(err).__name__}: {printable(str(err))} (set"
+            " NSYSFRAG_DEBUG=1 for the traceback and please report it)",
             err=True,
         )
         sys.exit(EXIT_INPUT)
@@ -98,8 +113,10 @@ def run() -> None:
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         for stream in (sys.stdout, sys.stderr):
+            if stream is None:  # started with the stream closed (`>&-`): nothing to flush
+                continue
             try:
                 stream.flush()
-            except OSError:  # a closed pipe (`nsysfrag … --json - | head`): nothing to save
+            except (OSError, ValueError):  # a closed pipe (`… --json - | head`): nothing to save
                 pass
         os._exit(code)

@@ -35,6 +35,7 @@ SEGMENT_FREE = 5  # ... and gave that segment back
 SEGMENT_MAP = 6  # pages mapped into an expandable segment
 SEGMENT_UNMAP = 7  # ... and unmapped
 FAILED_ALLOC = 8  # an allocation that failed (a cudaMalloc error, PyTorch's OOM); ``bytes`` asked
+UNKNOWN_BYTES = -1  # the ``bytes`` of a failed allocation whose input records no size
 MARK = 9  # a moment with no change (the moment a snapshot was taken)
 KIND_NAMES = (
     "alloc", "free_requested", "free_completed", "free", "segment_alloc", "segment_free",

@@ -159,7 +159,7 @@ def test_a_report_format_is_one_registry_entry(
     @report_options.report_options
     def command(source: Path, **options: object) -> None:
         request = report_options.ReportRequest.from_options(options)
-        report_options.emit_reports(report_options.analyze_input(source, request), request)
+        report_options.emit_reports(report_options.analyze_input(source, request), request, source)
 
     sample = REPO / "sample_traces" / "multi_gpu.sqlite"
     result = CliRunner().invoke(command, ["--help"])

@@ -34,13 +34,13 @@ def run(*args: str) -> tuple[int, str, str]:
         check=False,
         capture_output=True,
         text=True,
-        env={**os.environ, "NSYSFRAG_WIDTH": "120"},
+        env={**os.environ, "COLUMNS": "120"},
     )
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_terminal_report_on_a_sample() -> None:
-    result = CliRunner().invoke(cli, ["analyze", str(SAMPLE)], env={"NSYSFRAG_WIDTH": "120"})
+    result = CliRunner().invoke(cli, ["analyze", str(SAMPLE)], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     out = result.output
     assert "observed address space" in out

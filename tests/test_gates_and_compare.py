@@ -111,7 +111,7 @@ def _json(tmp_path: Path, trace: Path, name: str) -> Path:
 def test_compare_side_by_side_and_regression_gate(tmp_path: Path) -> None:
     base, current = _json(tmp_path, TRAINING, "base.json"), _json(tmp_path, INFERENCE, "cur.json")
     runner = CliRunner()
-    result = runner.invoke(cli, ["compare", str(base), str(current)], env={"NSYSFRAG_WIDTH": "120"})
+    result = runner.invoke(cli, ["compare", str(base), str(current)], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "max local frag" in result.output and "ok → critical" in result.output
     # Local fragmentation grew from ~14 % to ~93 %: a regression beyond 5 points.
@@ -142,7 +142,7 @@ def test_analyze_with_baseline(tmp_path: Path) -> None:
     base = _json(tmp_path, TRAINING, "base.json")
     runner = CliRunner()
     result = runner.invoke(cli, ["analyze", str(INFERENCE), "--baseline", str(base), "--fail-on-regression", "0.05"],
-                           env={"NSYSFRAG_WIDTH": "120"})
+                           env={"COLUMNS": "120"})
     assert result.exit_code == 1
     assert "this run" in result.output and "regression:" in result.output
     same = runner.invoke(cli, ["analyze", str(TRAINING), "--baseline", str(base), "--fail-on-regression", "0"])

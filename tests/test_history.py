@@ -188,7 +188,7 @@ def count(url: str, table: Any) -> int:
 
 
 def invoke(*args: str) -> Result:
-    return CliRunner().invoke(cli, list(args), env={"NSYSFRAG_WIDTH": "200"})
+    return CliRunner().invoke(cli, list(args), env={"COLUMNS": "200"})
 
 
 def one_error_line(result: Result) -> str:
@@ -321,9 +321,14 @@ def test_filters_tags_label_dates_limit(db_url: str, tmp_path: Path) -> None:
 def test_same_trace_and_options_is_not_recorded_twice(db_url: str, tmp_path: Path) -> None:
     args = ["analyze", str(TRAINING), "-q", "--record", "--db", db_url]
     assert "recorded as run 1" in invoke(*args).output
-    again = invoke(*args, "--label", "retry")
+    again = invoke(*args, "--label", "retry", "--tag", "gpu=h100")
     assert again.exit_code == 0, again.output
     assert "already recorded as run 1" in again.output
+    # The new label and tag are not lost: the run takes them, and the line says so.
+    assert "updated its label ('retry') and tag gpu=h100" in again.output
+    with open_store(db_url) as store:
+        (run,) = store.runs()
+    assert run.label == "retry" and run.tags == {"gpu": "h100"}
     # Other analysis options make another run.
     assert "recorded as run 2" in invoke(*args, "--granularity", "2MiB").output
     assert "recorded as run 3" in invoke(*args, "--capacity", "40GiB").output
@@ -697,7 +702,7 @@ def test_an_older_schema_is_migrated_and_keeps_its_data(db_url: str, tmp_path: P
     with open_store(db_url) as store:
         (run,) = store.runs(RunQuery(tags=(("model", "old"),)))
         assert store.record(make_record(tmp_path, "new")).run_id == 2
-    assert run.label == "from v1" and run.nsysfrag_version is None
+    assert run.label == "from v1" and run.nsysfrag_version is None and run.rank is None
     assert run.recorded_at == datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     (space,) = run.spaces
     assert space.get("process_name") is None and space.get("max.global_frag") == 0.25

@@ -55,7 +55,7 @@ def install_fake_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNs
     path = [str(FAKE_DIR), str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]
     monkeypatch.setenv("PATH", os.pathsep.join(path))
     monkeypatch.setenv("FAKE_NSYS_LOG", str(log))
-    monkeypatch.setenv("NSYSFRAG_WIDTH", "120")
+    monkeypatch.setenv("COLUMNS", "120")
     for var in _KNOBS:
         monkeypatch.delenv(var, raising=False)
     # Never look in this machine's /opt or /usr/local.

@@ -48,7 +48,7 @@ COLUMNS = (
 SCALARS = (
     "site_names", "initial_blocks", "initial_reserved_bytes", "trace_entries", "timestamps",
     "conflicts", "final_mismatches", "base_address", "end_address", "peak_allocated",
-    "max_reserved_bytes", "max_allocated_bytes", "max_requested_bytes", "ooms",
+    "max_reserved_bytes", "max_allocated_bytes", "max_requested_bytes", "ooms", "repairs",
 )  # fmt: skip
 
 

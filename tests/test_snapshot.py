@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nsysfrag.analysis import EVENT_NAMES, Analysis, SpaceAnalysis
+from nsysfrag.analysis import EVENT_NAMES, Analysis, SpaceAnalysis, State
 from nsysfrag.analysis import analyze as analyze_recording
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
@@ -147,6 +147,12 @@ def one(data: Any, capacity: int | None = 64 * MiB) -> SpaceAnalysis:
     return a.spaces[0]
 
 
+def inside(state: State) -> int:
+    """The free bytes inside the segments at ``state``: reserved − allocated."""
+    assert state.pool is not None
+    return state.pool.reserved_bytes - state.pool.allocated_bytes
+
+
 def names(s: SpaceAnalysis) -> list[str]:
     return [EVENT_NAMES[c] for c in s.timeline.event.tolist()]
 
@@ -159,7 +165,7 @@ def write(tmp_path: Path, data: Any, name: str = "snap.pickle") -> Path:
 
 def run(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run([sys.executable, "-m", "nsysfrag", *args], check=False, capture_output=True,
-                          text=True, env={**os.environ, "NSYSFRAG_WIDTH": "120"})  # fmt: skip
+                          text=True, env={**os.environ, "COLUMNS": "120"})  # fmt: skip
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -194,14 +200,14 @@ def test_round_size_with_power_of_two_divisions() -> None:
 def test_free_blocks_are_the_gaps_inside_segments_and_never_cross_them() -> None:
     # GIVEN two adjacent, entirely free 20 MiB segments
     s = one(snap([segment(S, 20 * MiB), segment(S + 20 * MiB, 20 * MiB)]))
-    # THEN they are two free blocks of 20 MiB, not one of 40
-    assert (s.final.free_blocks, s.final.largest_free_bytes, s.final.free_bytes) == (
-        2,
-        20 * MiB,
-        40 * MiB,
-    )
-    assert s.final.global_frag == pytest.approx(20 / 64)
-    assert s.final.local_frag == pytest.approx(0.5)
+    # THEN they are two free blocks of 20 MiB, not one of 40, beside the device's other 24 MiB
+    assert s.final.pool is not None
+    assert (s.final.free_blocks, s.final.pool.largest_block_bytes) == (3, 20 * MiB)
+    # and being wholly free they are releasable: a 64 MiB request would succeed, nothing is
+    # fragmented
+    assert s.final.pool.releasable_bytes == 40 * MiB and s.final.pool.stranded_bytes == 0
+    assert (s.final.free_bytes, s.final.largest_free_bytes) == (64 * MiB, 64 * MiB)
+    assert s.final.global_frag == 0 and s.final.local_frag == 0
     assert s.model == MODEL_NAME
 
 
@@ -214,8 +220,8 @@ def test_free_is_reserved_minus_allocated_and_live_is_requested() -> None:
     )
     s = one(snap([seg]))
     # THEN the pending block still counts (it cannot be reused until free_completed)
-    assert s.final.free_bytes == 14 * MiB
-    assert s.final.largest_free_bytes == 10 * MiB
+    assert inside(s.final) == 14 * MiB and s.final.free_bytes == 14 * MiB + 44 * MiB
+    assert s.final.pool is not None and s.final.pool.largest_block_bytes == 10 * MiB
     assert s.final.live_bytes == 5 * MiB
     assert extras(s)["reserved_bytes_final"] == 20 * MiB
     assert extras(s)["allocated_bytes_final"] == 6 * MiB
@@ -261,9 +267,11 @@ def test_a_free_between_live_blocks_of_a_segment_is_a_hole_pinned_by_them() -> N
     (h,) = s.hotspots
     assert (h.site, h.size_class, h.hole_bytes) == ("proj/model.py:42 forward", "2–4 MiB", 2 * MiB)
     assert h.pinned_by == ("proj/optim.py:9 step",)
-    # and the segment_alloc folded into the alloc that needed it: no point of its own
-    assert names(s) == ["alloc", "alloc", "alloc", "free"]
-    assert s.final.free_blocks == 2 and s.final.largest_free_bytes == 14 * MiB
+    # and the segment_alloc folded into the alloc that needed it: no point of its own (the
+    # first point is the empty device the window opens on)
+    assert names(s) == ["window_start", "alloc", "alloc", "alloc", "free"]
+    assert s.final.free_blocks == 3  # two in the segment, and the device's own
+    assert s.final.pool is not None and s.final.pool.largest_block_bytes == 14 * MiB
 
 
 def test_a_block_carved_from_a_large_free_block_takes_the_unsplittable_remainder() -> None:
@@ -271,15 +279,17 @@ def test_a_block_carved_from_a_large_free_block_takes_the_unsplittable_remainder
     trace = [ev("segment_alloc", S, 20 * MiB, 1), ev("alloc", S, 19 * MiB + 512 * KiB, 2),
              ev("free_requested", S, 19 * MiB + 512 * KiB, 3), ev("free_completed", S, 19 * MiB + 512 * KiB, 4)]  # fmt: skip
     s = one(snap([segment(S, 20 * MiB)], trace))
-    # THEN while it is live the segment has no free block at all
-    assert s.timeline.free_bytes.tolist() == [0, 20 * MiB]
+    # THEN while it is live the segment has no free byte: free memory (D + F) is the device's
+    # 44 MiB outside it, after the window's start (the empty device) and before the free
+    assert names(s) == ["window_start", "alloc", "free"]
+    assert s.timeline.free_bytes.tolist() == [64 * MiB, 44 * MiB, 64 * MiB]
     assert s.internal_frag == pytest.approx(0.5 / 20)
 
 
 def test_small_pool_blocks_split_at_512_bytes() -> None:
     trace = [ev("segment_alloc", S, 2 * MiB, 1), ev("alloc", S, 1000, 2)]
     s = one(snap([segment(S, 2 * MiB, [block(S, 1024, 1000)], kind="small")], trace))
-    assert s.final.free_bytes == 2 * MiB - 1024
+    assert inside(s.final) == 2 * MiB - 1024
     assert extras(s)["window"]["final_mismatches"] == 0
 
 
@@ -288,8 +298,10 @@ def test_segment_free_gives_memory_back_and_is_a_point() -> None:
              ev("segment_free", S, 20 * MiB, 4)]  # fmt: skip
     s = one(snap([], trace))
     assert extras(s)["window"]["initial_reserved_bytes"] == 20 * MiB
-    assert names(s) == ["alloc", "free", "segment_free"]
-    assert s.timeline.free_bytes.tolist() == [16 * MiB, 20 * MiB, 0]
+    # the window opens on the empty segment: a moment of its own
+    assert names(s) == ["segment_alloc", "alloc", "free", "segment_free"]
+    # free memory D + F: the device's 44 MiB beside the segment's 20, 16, 20 MiB, then all 64
+    assert s.timeline.free_bytes.tolist() == [64 * MiB, 60 * MiB, 64 * MiB, 64 * MiB]
     assert extras(s)["reserved_bytes_peak"] == 20 * MiB and extras(s)["reserved_bytes_final"] == 0
 
 
@@ -305,7 +317,7 @@ def test_expandable_ranges_join_when_mapped_and_split_when_unmapped() -> None:
     final = segment(S, 40 * MiB, [block(S, 30 * MiB), block(S + 30 * MiB, MiB)], expandable=True)
     s = one(snap([final], trace))
     assert extras(s)["window"]["conflicts"] == 0 and extras(s)["window"]["final_mismatches"] == 0
-    assert s.final.free_blocks == 1 and s.final.free_bytes == 9 * MiB
+    assert s.final.free_blocks == 2 and inside(s.final) == 9 * MiB  # and the device's 24 MiB
     # WHEN the middle is freed and its pages unmapped, the range splits in two
     trace += [ev("free_requested", S, 30 * MiB, 4), ev("free_completed", S, 30 * MiB, 5),
               ev("segment_unmap", S, 20 * MiB, 6)]  # fmt: skip
@@ -313,7 +325,7 @@ def test_expandable_ranges_join_when_mapped_and_split_when_unmapped() -> None:
     s = one(snap([final], trace))
     assert extras(s)["window"]["final_mismatches"] == 0
     assert names(s)[-1] == "segment_unmap"
-    assert s.final.free_bytes == 19 * MiB and s.final.free_blocks == 2
+    assert inside(s.final) == 19 * MiB and s.final.free_blocks == 3
 
 
 def test_oom_sets_capacity_and_records_the_largest_free_block() -> None:
@@ -359,8 +371,8 @@ def test_one_space_per_device() -> None:
 def test_pending_free_keeps_the_block_until_free_completed() -> None:
     trace = [ev("alloc", S, 4 * MiB, 1), ev("free_requested", S, 4 * MiB, 2)]
     s = one(snap([segment(S, 20 * MiB, [block(S, 4 * MiB, state="active_pending_free")])], trace))
-    assert names(s) == ["alloc"]
-    assert s.final.free_bytes == 16 * MiB
+    assert names(s) == ["segment_alloc", "alloc"]  # the window opens on the empty segment
+    assert inside(s.final) == 16 * MiB
 
 
 def test_unknown_actions_are_counted_and_warned_about() -> None:
@@ -394,7 +406,7 @@ def test_pytorch_2_0_blocks_carry_history_instead_of_address() -> None:
     s = one(snap([seg], [{"action": "free_completed", "addr": S, "size": MiB, "stream": 0}]))
     assert extras(s)["snapshot_layout"].startswith("PyTorch 2.0")
     assert s.final.live_bytes == 1_500_000
-    assert s.final.free_bytes == 18 * MiB and s.final.free_blocks == 2
+    assert inside(s.final) == 18 * MiB and s.final.free_blocks == 3
     assert s.timeline.site_names[s.timeline.site[1]] == "proj/model.py:42 forward"
 
 
@@ -457,6 +469,7 @@ def test_timeline_is_consistent_for_figures_and_csv(tmp_path: Path) -> None:
     out = tmp_path / "t.csv"
     csv_report.write(a, out)
     assert [line.split(",")[4] for line in out.read_text().splitlines()[1:]] == [
+        "segment_alloc",
         "alloc",
         "free",
         "segment_free",
@@ -633,7 +646,9 @@ def test_cli_json_terminal_csv_and_html_on_a_sample(tmp_path: Path) -> None:
     code, stdout, err = run("analyze", str(sample), "--capacity", "80GiB", "--json", str(out["json"]),
                             "--csv", str(out["csv"]), "--html", str(out["html"]))  # fmt: skip
     assert code == 0, err
-    assert "pytorch-segments address space" in stdout and "model: pytorch-segments" in stdout
+    # The header line holds the path, so where it wraps depends on where the checkout is.
+    words = " ".join(stdout.split())
+    assert "pytorch-segments address space" in words and "model: pytorch-segments" in words
     doc = json.loads(out["json"].read_text())
     assert doc["schema"] == "nsysfrag/1" and doc["model"]["name"] == MODEL_NAME
     (space,) = doc["spaces"]

@@ -59,12 +59,12 @@ STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_fr
 def run(*args: str) -> tuple[int, str, str]:
     proc = subprocess.run([sys.executable, "-m", "nsysfrag", *args], check=False,
                           capture_output=True, text=True,
-                          env={**os.environ, "NSYSFRAG_WIDTH": "120"})  # fmt: skip
+                          env={**os.environ, "COLUMNS": "120"})  # fmt: skip
     return proc.returncode, proc.stdout, proc.stderr
 
 
 def invoke(*args: str) -> Any:
-    return CliRunner().invoke(cli, ["whatif", *args], env={"NSYSFRAG_WIDTH": "120"})
+    return CliRunner().invoke(cli, ["whatif", *args], env={"COLUMNS": "120"})
 
 
 def event(action: str, addr: int, size: int, t: int, stream: int = 0, **extra: Any) -> dict[str, Any]:
@@ -557,3 +557,14 @@ def test_an_impossible_request_size_is_one_line_exit_2(tmp_path: Path) -> None:
     path = snapshot(tmp_path, [event("alloc", 0x1000, 1 << 60, 1)])
     code, _, err = run("whatif", str(path))
     assert code == 2 and "cannot be replayed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_warnings_of_several_spaces_are_one_stderr_line(make_trace: MakeTrace) -> None:
+    # Two processes whose every allocation is a whole 2 MiB segment: each space is warned
+    # about, and stderr still holds one line (a CI log reads one line per run).
+    rows = [MemoryRow(1 + pid, pid, 0, BASE + pid * 64 * MiB, 2 * MiB) for pid in (1, 2)]
+    code, _, stderr = run("whatif", str(make_trace(rows)), "--policy", "best-fit")
+    assert code == 0, stderr
+    (line,) = stderr.splitlines()
+    assert line.startswith("nsysfrag: warning: ") and line.count("caching allocator") == 2
+    assert "process 1" in line and "process 2" in line

@@ -19,7 +19,10 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import kernel_cache
 from nsysfrag.errors import InputError
+
+kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]

@@ -1,4 +1,4 @@
-"""analyze(recording) -> Analysis: every space's model run turned into the SPEC §3–§5 figures.
+"""analyze(recording) -> Analysis: every space's model run turned into figures of docs/metrics.md.
 
 ``results`` holds the values, ``summary`` computes one space's figures from its state series
 (with ``hotspots`` and ``histograms``), ``metrics`` the formulas and health levels, ``advice``

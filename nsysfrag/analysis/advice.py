@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import Health, format_bytes
+from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
 
 SMALL_BLOCK_BYTES = 1 << 20
+SITES_NAMED = 3
 
 
 def advise(s: SpaceAnalysis) -> list[str]:
@@ -23,21 +25,28 @@ def advise(s: SpaceAnalysis) -> list[str]:
             " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace, or take a memory"
             " snapshot (torch.cuda.memory._record_memory_history / _dump_snapshot)."
         )
-    if s.counts.failed_allocations:
+    if s.snapshot is not None and s.snapshot.capacity_source == "reserved_peak" and s.health:
         lines.append(
-            f"{s.counts.failed_allocations} allocation call(s) failed; at the peak the largest"
-            f" free block was {format_bytes(s.peak.largest_free_bytes)} of"
-            f" {format_bytes(s.peak.free_bytes)} free — requests larger than that fail even"
-            " though the total would fit."
+            f"This {s.health.label} rating assumes the device was full at the peak: the snapshot"
+            " does not say how large the device is, so its capacity is taken to be the peak"
+            f" reserved memory ({format_bytes(s.capacity_bytes)}). Pass --capacity (e.g."
+            " --capacity 80GiB) to rate it against the real device."
         )
+    lines += failure_advice(s)
     if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
+            remedy = (
+                "max_split_size_mb to keep large segments whole (`nsysfrag whatif` on this"
+                " snapshot puts a number on it)"
+                if _expandable(s)
+                else "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to"
+                " keep large segments whole (`nsysfrag whatif` on this snapshot puts numbers on"
+                " both)"
+            )
             lines.append(
                 f"Blocks from '{top.site}' ({top.size_class}) are freed while neighbours in the"
-                " same segment stay live, splitting the caching allocator's segments: try"
-                " PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to keep"
-                " large segments whole (`nsysfrag whatif` on this snapshot puts numbers on both)."
+                f" same segment stay live, splitting the caching allocator's segments: try {remedy}."
             )
     elif s.hotspots:
         top = s.hotspots[0]
@@ -67,3 +76,71 @@ def advise(s: SpaceAnalysis) -> list[str]:
     if s.health is Health.OK and not lines:
         lines.append("No action needed: fragmentation stayed within the healthy range.")
     return lines
+
+
+def failure_advice(s: SpaceAnalysis) -> list[str]:
+    """Each kind of failure, told with the state at its own moment: how many failed, then the
+    first of each verdict in detail."""
+    if not s.ooms:
+        return []
+    lines = []
+    n = len(s.ooms)
+    by_verdict = {v: [f for f in s.ooms if f.verdict == v] for v in (CAPACITY, FRAGMENTATION)}
+    if n > 1:
+        kinds = [f"{len(fs)} {v}" for v, fs in by_verdict.items() if fs]
+        lines.append(f"{n} allocations failed" + (f" ({', '.join(kinds)})." if kinds else "."))
+    firsts = [fs[0] for fs in by_verdict.values() if fs] or [s.ooms[0]]
+    for f in sorted(firsts, key=lambda f: f.state.time_ns):
+        lines.append(_describe(f, first=n > 1, expandable=_expandable(s)))
+    return lines
+
+
+def _describe(f: Failure, first: bool, expandable: bool) -> str:
+    st = f.state
+    when = f"{'The first ' if first else 'An '}allocation"
+    at = f"{st.time_ns / 1e9:.3f} s"
+    pool = st.pool
+    if pool is None or f.requested_bytes is None:
+        return (
+            f"{when} that failed did so at {at} with {format_bytes(st.free_bytes)} free in"
+            f" {st.free_blocks} block(s), the largest {format_bytes(st.largest_free_bytes)}, and"
+            f" {format_bytes(st.live_bytes)} live. The trace records no size for a failed call,"
+            " so whether fragmentation or a full device caused it is unknown; a request larger"
+            f" than {format_bytes(st.largest_free_bytes)} could not be placed then."
+        )
+    device_free = (
+        f.recorded_device_free_bytes
+        if f.recorded_device_free_bytes is not None
+        else pool.device_free_bytes
+    )
+    numbers = (
+        f"{format_bytes(f.requested_bytes)} requested with {format_bytes(device_free)} free on"
+        f" the device, {format_bytes(pool.reserved_bytes)} reserved,"
+        f" {format_bytes(pool.allocated_bytes)} allocated, {format_bytes(pool.stranded_bytes)}"
+        f" stranded, {format_bytes(pool.releasable_bytes)} releasable, largest free block"
+        f" {format_bytes(pool.largest_block_bytes)}"
+    )
+    if f.verdict == CAPACITY:
+        return (
+            f"{when} that ran out of memory at {at} was out of capacity: {numbers}. Even with no"
+            " fragmentation at all it would not have fit: the program needs less memory there"
+            " (smaller batches, activation checkpointing) or a larger device."
+        )
+    remedy = (
+        "free those blocks before the large allocation (expandable segments are on already)"
+        if expandable
+        else "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free those blocks before"
+        " the large allocation"
+    )
+    sites = ", ".join(f"'{x.site}'" for x in f.stranded_sites[:SITES_NAMED])
+    held = f" in segments that also hold blocks from {sites}" if sites else ""
+    return (
+        f"{when} that ran out of memory at {at} failed by fragmentation: {numbers}. The memory"
+        f" existed, but {format_bytes(pool.stranded_bytes)} of it was stranded{held}, where no"
+        f" single free range held the request: {remedy}."
+    )
+
+
+def _expandable(s: SpaceAnalysis) -> bool:
+    """The snapshot was recorded with expandable segments on."""
+    return s.snapshot is not None and s.snapshot.facts.expandable_segments

@@ -1,4 +1,4 @@
-"""Out-of-order free hotspots (SPEC §4): which sites free blocks that leave holes, and which
+"""Out-of-order free hotspots (docs/metrics.md): which sites free blocks that leave holes, and which
 sites' blocks pin those holes."""
 
 from __future__ import annotations

@@ -1,15 +1,20 @@
-"""Metric formulas, health levels and size classes (SPEC §3–§5); pure functions."""
+"""Metric formulas, health levels and size classes (docs/metrics.md); pure functions."""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import I64
+from nsysfrag.events import I64, BoolArray
 
 F64 = npt.NDArray[np.float64]
+# local_frag and free_blocks rate a space only where at least this share of the device is free:
+# when almost nothing is free, the shape of that little free memory decides nothing.
+MATERIAL_SHARE = 0.05
+RATED_METRICS = ("global_frag", "local_frag", "free_blocks")  # also the order ties are broken in
 
 
 class Health(enum.IntEnum):
@@ -59,6 +64,50 @@ def overall_health(max_global: float, max_local: float, max_free_blocks: int) ->
     )
 
 
+@dataclass(frozen=True, slots=True)
+class HealthBasis:
+    """The metric, value and moment that set a space's health level."""
+
+    metric: str  # one of RATED_METRICS
+    value: float  # the metric's maximum over the moments it is rated at (an int for free_blocks)
+    time_ns: int  # the first moment it took that value
+    point: int  # that moment's index in the state series
+
+
+def material(free_bytes: I64, capacity_bytes: int) -> BoolArray:
+    """The moments where local_frag and free_blocks count toward health: free memory (everything
+    free on the device) at least MATERIAL_SHARE of the device, boundary included."""
+    return np.asarray(free_bytes >= MATERIAL_SHARE * capacity_bytes, dtype=np.bool_)
+
+
+def rate_health(
+    global_frag: F64,
+    local_frag: F64,
+    free_blocks: npt.NDArray[np.integer],
+    is_material: BoolArray,
+    time_ns: I64,
+) -> tuple[Health, HealthBasis | None]:
+    """The worst level of the rated metrics, each at its maximum over the moments it is rated
+    at (global_frag: every moment; the others: the material ones; a metric with no such moment
+    does not rate), and what set it: of the metrics at that level, the one whose maximum came
+    first, in RATED_METRICS order at the same moment. No basis when the space is ok."""
+    levels = (global_frag_health, local_frag_health, free_blocks_health)
+    worst, basis = Health.OK, None
+    for name, values, level_of in zip(RATED_METRICS, (global_frag, local_frag, free_blocks), levels):
+        rated = np.ones(len(values), dtype=np.bool_) if name == "global_frag" else is_material
+        if not rated.any():
+            continue
+        candidates = np.flatnonzero(rated)
+        point = int(candidates[int(np.argmax(values[candidates]))])  # argmax: the first maximum
+        level = level_of(values[point])
+        if level is Health.OK or level < worst:
+            continue
+        if level > worst or basis is None or point < basis.point:
+            value = int(values[point]) if name == "free_blocks" else float(values[point])
+            worst, basis = level, HealthBasis(name, value, int(time_ns[point]), point)
+    return worst, basis
+
+
 def size_class(nbytes: I64) -> I64:
     """Class ``k`` holds sizes in ``[2**k, 2**(k+1))``; sizes must be >= 1."""
     # frexp is exact for every integer below 2**53, unlike log2 near powers of two.
@@ -93,7 +142,7 @@ def format_bytes(n: float) -> str:
 
 
 def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:
-    """Least-squares slope of a step function per second (SPEC §5).
+    """Least-squares slope of a step function per second (docs/metrics.md).
 
     Samples the function at ``samples`` evenly spaced times from the first to the last event
     (both included), each sample being the value after the last event at or before it; 0 when

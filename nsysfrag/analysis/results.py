@@ -7,13 +7,25 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.metrics import F64, Health, size_class_label
+from nsysfrag.analysis.metrics import F64, Health, HealthBasis, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.models.segments import SnapshotSection
 
 TIMELINE_POINTS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """A caching allocator's own figures at one moment (the pytorch-segments model)."""
+
+    reserved_bytes: int  # the segments' bytes
+    allocated_bytes: int  # the bytes of blocks not yet free
+    releasable_bytes: int  # R: free bytes the allocator can give back to the driver
+    stranded_bytes: int  # S: free bytes in segments that also hold allocated blocks
+    device_free_bytes: int  # D: the device's memory outside the segments
+    largest_block_bytes: int  # L: the largest free block inside a segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +39,34 @@ class State:
     largest_free_bytes: int
     free_bytes: int
     live_bytes: int
+    pool: PoolState | None = None  # only where the model is of a caching allocator
+
+
+# What a failed allocation says about fragmentation.
+UNKNOWN = "unknown"  # the input records no size for the failed request
+CAPACITY = "capacity"  # even with no fragmentation at all the request would not have fit
+FRAGMENTATION = "fragmentation"  # the memory existed, but no single free range held it
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedSite:
+    """Where the allocated blocks are that keep stranded memory from the driver."""
+
+    site: str
+    stranded_bytes: int  # stranded in the segments holding this site's blocks
+    segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An allocation that failed, with the state of its space at that moment."""
+
+    state: State  # after the last event at or before the failure (time_ns: the failure's)
+    requested_bytes: int | None  # None: the input does not record it
+    verdict: str  # UNKNOWN, CAPACITY or FRAGMENTATION
+    recorded_device_free_bytes: int | None = None  # what the driver reported free, if recorded
+    site: str | None = None  # where the failed request was made, if recorded
+    stranded_sites: tuple[StrandedSite, ...] = ()  # fragmentation verdicts: largest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +153,8 @@ class SpaceAnalysis:
     internal_frag: float
     growth_per_s: float
     health: Health
+    health_basis: HealthBasis | None  # None when the space is ok
+    ooms: tuple[Failure, ...]  # every failed allocation, in order
     out_of_order_frees: int
     hole_creating_frees: int
     hotspots: list[Hotspot]

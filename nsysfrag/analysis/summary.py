@@ -1,5 +1,6 @@
-"""summarize(space, run) -> SpaceAnalysis: one model's state series turned into the SPEC §3–§5
-figures. The one place a space's figures are computed, whichever input and model gave them."""
+"""summarize(space, run) -> SpaceAnalysis: one model's state series turned into the figures of
+docs/metrics.md. The one place a space's figures are computed, whichever input and model gave
+them."""
 
 from __future__ import annotations
 
@@ -9,21 +10,30 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag.analysis.failures import failures_of, stranded_sites
 from nsysfrag.analysis.histograms import histogram
 from nsysfrag.analysis.hotspots import hotspots_of
 from nsysfrag.analysis.metrics import (
     F64,
     Health,
+    HealthBasis,
     global_frag,
     growth_per_second,
     local_frag,
-    overall_health,
+    material,
+    rate_health,
 )
-from nsysfrag.analysis.results import Counts, SpaceAnalysis, State, Timeline
+from nsysfrag.analysis.results import Counts, PoolState, SpaceAnalysis, State, Timeline
 from nsysfrag.events import FAILED_ALLOC, I64, SourceInfo
 from nsysfrag.inputs import RecordedSpace
 from nsysfrag.models import ModelRun
-from nsysfrag.models.series import ALLOCATED, FREED, UNMATCHED_FREE, ZERO_SIZE_ALLOC
+from nsysfrag.models.series import (
+    ALLOCATED,
+    FREED,
+    UNMATCHED_FREE,
+    ZERO_SIZE_ALLOC,
+    PoolColumns,
+)
 
 CACHING_SEGMENT_BYTES = 2 << 20
 
@@ -46,54 +56,86 @@ class StateColumns(Protocol):
 
 @dataclass(frozen=True)
 class Fragmentation:
-    """The rated figures of one state series on a device of C bytes (SPEC §3, §5)."""
+    """The rated figures of one state series on a device of C bytes (docs/metrics.md)."""
 
+    states: StateColumns
+    time_ns: I64
+    pool: PoolColumns | None
     global_frag: F64  # per event
     local_frag: F64
     peak_index: int  # the first event at which global_frag is at its maximum
-    peak: State
-    final: State
     max_global_frag: float
     max_local_frag: float
     max_free_blocks: int
     max_live_bytes: int
     health: Health
+    health_basis: HealthBasis | None
     growth_per_s: float
 
-
-def fragmentation(
-    states: StateColumns, time_ns: I64, capacity_bytes: int, timed: bool = True
-) -> Fragmentation:
-    """Peak, final and maximum state, health and growth of a non-empty series; ``timed=False``
-    when the times are entry numbers (growth is then 0)."""
-    g = global_frag(states.free_bytes, states.largest_free_bytes, capacity_bytes)
-    loc = local_frag(states.free_bytes, states.largest_free_bytes)
-    peak = int(np.argmax(g))
-    max_global, max_local = float(g.max()), float(loc.max())
-    max_blocks = int(states.free_blocks.max())
-
-    def state(i: int) -> State:
+    def state(self, i: int) -> State:
+        """The state after point ``i``."""
+        states, pool = self.states, self.pool
         return State(
-            time_ns=int(time_ns[i]),
-            global_frag=float(g[i]),
-            local_frag=float(loc[i]),
+            time_ns=int(self.time_ns[i]),
+            global_frag=float(self.global_frag[i]),
+            local_frag=float(self.local_frag[i]),
             free_blocks=int(states.free_blocks[i]),
             largest_free_bytes=int(states.largest_free_bytes[i]),
             free_bytes=int(states.free_bytes[i]),
             live_bytes=int(states.live_bytes[i]),
+            pool=None if pool is None else pool_state(pool, i),
         )
 
+    @property
+    def peak(self) -> State:
+        return self.state(self.peak_index)
+
+    @property
+    def final(self) -> State:
+        return self.state(len(self.global_frag) - 1)
+
+
+def pool_state(pool: PoolColumns, i: int) -> PoolState:
+    reserved, allocated = int(pool.reserved_bytes[i]), int(pool.allocated_bytes[i])
+    releasable = int(pool.releasable_bytes[i])
+    return PoolState(
+        reserved_bytes=reserved,
+        allocated_bytes=allocated,
+        releasable_bytes=releasable,
+        stranded_bytes=reserved - allocated - releasable,
+        device_free_bytes=int(pool.device_free_bytes[i]),
+        largest_block_bytes=int(pool.largest_block_bytes[i]),
+    )
+
+
+def fragmentation(
+    states: StateColumns,
+    time_ns: I64,
+    capacity_bytes: int,
+    timed: bool = True,
+    pool: PoolColumns | None = None,
+) -> Fragmentation:
+    """Peak, final and maximum state, health and growth of a non-empty series; ``timed=False``
+    when the times are entry numbers (growth is then 0). ``free_bytes`` must be everything free
+    on the device (what materiality is judged by)."""
+    g = global_frag(states.free_bytes, states.largest_free_bytes, capacity_bytes)
+    loc = local_frag(states.free_bytes, states.largest_free_bytes)
+    health, basis = rate_health(
+        g, loc, states.free_blocks, material(states.free_bytes, capacity_bytes), time_ns
+    )
     return Fragmentation(
+        states=states,
+        time_ns=time_ns,
+        pool=pool,
         global_frag=g,
         local_frag=loc,
-        peak_index=peak,
-        peak=state(peak),
-        final=state(len(g) - 1),
-        max_global_frag=max_global,
-        max_local_frag=max_local,
-        max_free_blocks=max_blocks,
+        peak_index=int(np.argmax(g)),
+        max_global_frag=float(g.max()),
+        max_local_frag=float(loc.max()),
+        max_free_blocks=int(states.free_blocks.max()),
         max_live_bytes=int(states.live_bytes.max()),
-        health=overall_health(max_global, max_local, max_blocks),
+        health=health,
+        health_basis=basis,
         growth_per_s=growth_per_second(time_ns, g) if timed else 0.0,
     )
 
@@ -102,7 +144,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
     """The figures of one space from its model run (which must have points)."""
     series = run.series
     capacity = run.capacity_bytes
-    f = fragmentation(series, series.time_ns, capacity, space.timestamps)
+    f = fragmentation(series, series.time_ns, capacity, space.timestamps, series.pool)
     event = series.event
     allocations = int((event[series.initial_blocks :] == ALLOCATED).sum())
     failed = int((space.events.kind == FAILED_ALLOC).sum())
@@ -139,6 +181,10 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         internal_frag=(held - live_at_held) / held if held > 0 else 0.0,
         growth_per_s=f.growth_per_s,
         health=f.health,
+        health_basis=f.health_basis,
+        ooms=failures_of(
+            space.events, series, f, lambda p: stranded_sites(run.stranded_after(p), series)
+        ),
         out_of_order_frees=int(series.out_of_order.sum()),
         hole_creating_frees=int(series.hole.sum()),
         hotspots=hotspots_of(series),

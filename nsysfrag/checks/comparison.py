@@ -70,14 +70,27 @@ class Comparison:
         ]
 
 
-def load_document(path: Path) -> dict[str, Any]:
-    """Read a `--json` document; raise InputError with a fix when it is not one."""
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``; InputError with a fix when there is none."""
     if not path.is_file():
         raise InputError(f"{path}: no such file; pass JSON written by `nsysfrag analyze --json`")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise InputError(f"{path}: cannot read it ({err.strerror}); check the path") from None
+    except RecursionError:  # nesting deeper than any document nsysfrag writes
+        raise InputError(f"{path}: JSON nested too deeply to be an nsysfrag analysis") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InputError(f"{path}: not JSON ({err}); pass the file `nsysfrag analyze --json` wrote") from None
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """Read a `--json` document; raise InputError with a fix when it is not one."""
+    return checked_document(read_json(path), path)
+
+
+def checked_document(doc: Any, path: Path) -> dict[str, Any]:
+    """``doc`` when it is an analysis (``nsysfrag/1``); InputError naming ``path`` when not."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("spaces"), list):
         raise InputError(f"{path}: not an nsysfrag analysis (schema {SCHEMA}); re-run `nsysfrag analyze --json`")
     return doc

@@ -10,6 +10,7 @@ from typing import Any
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.errors import InputError
+from nsysfrag.units import SizeError, parse_bytes
 
 HEALTH_ORDER = {"ok": 0, "warn": 1, "critical": 2}
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
@@ -22,8 +23,6 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
 }
 _EXPRESSION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(>=|<=|!=|==|>|<|=)\s*(\S.*?)\s*$")
-_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 # Bare names of the per-event metrics mean their maximum over the trace, which is what a gate
 # on fragmentation is about; `peak.`/`final.` reach the other states.
 _BARE_IN = ("max", "peak")
@@ -70,14 +69,16 @@ class Trip:
     device: int
     value: Any
 
-    def message(self) -> str:
+    def message(self, rank: int | None = None) -> str:
+        """What tripped, where; ``rank`` names a job's rank first."""
         if self.gate.metric.endswith("_bytes"):
             value, limit = format_bytes(float(self.value)), format_bytes(float(self.gate.limit))
         else:
             value = f"{self.value:.6g}" if isinstance(self.value, float) else str(self.value)
             limit = f"{self.gate.limit:.6g}" if isinstance(self.gate.limit, float) else str(self.gate.limit)
+        where = f"rank {rank}: " if rank is not None else ""
         return (
-            f"gate tripped: pid {self.pid} device {self.device}: {self.gate.metric} = {value}"
+            f"gate tripped: {where}pid {self.pid} device {self.device}: {self.gate.metric} = {value}"
             f" {self.gate.op} {limit} (--fail-on {self.gate.text!r})"
         )
 
@@ -124,14 +125,15 @@ def _number(text: str, raw: str) -> float:
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|[A-Za-z]+)?", raw)
     if not m:
         raise InputError(f"--fail-on {text!r}: {raw!r} is not a number (0.3, 30%, 2GiB)")
-    value, unit = float(m.group(1)), (m.group(2) or "")
+    unit = m.group(2) or ""
     if unit == "%":
-        return value / 100
+        return float(m.group(1)) / 100
     if unit:
-        if unit.lower() not in _UNITS:
-            raise InputError(f"--fail-on {text!r}: unknown unit {unit!r} (use %, KiB, MiB, GiB)")
-        return value * _UNITS[unit.lower()]
-    return value
+        try:
+            return float(parse_bytes(raw))
+        except SizeError as err:
+            raise InputError(f"--fail-on {text!r}: {raw!r}: {err}") from None
+    return float(m.group(1))
 
 
 def evaluate(gates: list[Gate], document: dict[str, Any]) -> list[Trip]:

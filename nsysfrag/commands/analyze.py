@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from nsysfrag.analysis import Analysis
+from nsysfrag.commands.feedback import say as say_line
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_input,
@@ -24,8 +26,11 @@ from nsysfrag.commands.report_options import (
 )
 from nsysfrag.errors import InputError, NsysError
 from nsysfrag.inputs import format_of
-from nsysfrag.inputs.files import check_input_file
+from nsysfrag.inputs.files import check_input_file, check_regular_file
 from nsysfrag.inputs.nsys import TRACE_FILE, is_report
+from nsysfrag.job.command import job_options
+from nsysfrag.job.inputs import is_job
+from nsysfrag.printable import printable
 
 if TYPE_CHECKING:
     from nsysfrag.inputs.nsys.runner import Nsys
@@ -41,16 +46,35 @@ def nsys_option(f: Any) -> Any:
     )(f)
 
 
+@dataclass(frozen=True, slots=True)
+class ExportOptions:
+    """How a .nsys-rep becomes the SQLite export that is analyzed."""
+
+    nsys_path: str | None = None
+    cache_dir: Path | None = None
+    reexport: bool = False
+
+
 @click.command("analyze")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path),
+                metavar="TRACE...")
 @report_options
 @nsys_option
 @click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Put the SQLite export of a .nsys-rep here instead of beside the report.")
 @click.option("--reexport", is_flag=True,
               help="Export a .nsys-rep again even when an export newer than it exists.")
+@job_options
 def analyze_command(
-    trace: Path, nsys_path: str | None, cache_dir: Path | None, reexport: bool, **options: Any
+    traces: tuple[Path, ...],
+    nsys_path: str | None,
+    cache_dir: Path | None,
+    reexport: bool,
+    jobs: int | None,
+    scheduler: str | None,
+    scheduler_file: Path | None,
+    rank_pattern: str | None,
+    **options: Any,
 ) -> None:
     """Replay a trace's device allocations and report how fragmented memory got.
 
@@ -59,34 +83,73 @@ def analyze_command(
     reuse that export while it is newer than the report. A PyTorch memory snapshot (.pickle from
     torch.cuda.memory._dump_snapshot) is analyzed in the pytorch-segments model.
 
+    Several TRACEs, a folder or a glob make a job: one input per rank (the rank comes from the
+    file name, e.g. rank3.sqlite or snapshot_3.pickle, else from the order given), each analyzed
+    as it would be alone, on a process pool (--jobs) or a Dask cluster (--scheduler), and one
+    report for the whole job.
+
     Example:
 
     \b
         nsysfrag analyze run.sqlite --json run.json --csv timeline.csv
         nsysfrag analyze run.nsys-rep --cache-dir ~/.cache/nsysfrag
         nsysfrag analyze snap.pickle --html snap.html
+        nsysfrag analyze 'runs/rank%q{RANK}.nsys-rep' --html job.html --json job.json
     """
     request = ReportRequest.from_options(options)
-    check_outputs(request, trace)
-    if is_report(trace):
-        trace = export_report(trace, nsys_path, cache_dir, reexport)
-        check_outputs(request, trace)
-        with phase("analyzing"):
-            analysis = analyze_input(trace, request)
+    export = ExportOptions(nsys_path, cache_dir, reexport)
+    if is_job(traces):
+        from nsysfrag.job.command import JobOptions, run_job
+
+        job = JobOptions(jobs, scheduler, scheduler_file, rank_pattern)
+        code = run_job(traces, request, export, job)
     else:
-        if reexport or cache_dir is not None:
-            raise InputError(
-                f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to"
-                f" {format_of(trace).description}; analyze it without them"
-            )
-        analysis = analyze_input(trace, request)
-    code = emit_reports(analysis, request)
+        (trace,) = traces
+        check_outputs(request, trace)
+        analysis, analyzed = analyze_argument(trace, request, export)
+        code = emit_reports(analysis, request, analyzed)
     if code:
         raise click.exceptions.Exit(code)
 
 
+def analyze_argument(
+    trace: Path,
+    request: ReportRequest,
+    export: ExportOptions,
+    *,
+    interactive: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> tuple[Analysis, Path]:
+    """The analysis of one TRACE argument of any kind (a report is exported first), and the
+    file it read: the report's export, else ``trace``. A single-input run and each rank of a
+    job go through here.
+
+    ``interactive=False`` (a job's worker) shows no progress, and ``say`` receives the notes
+    that would go to stderr.
+    """
+    check_regular_file(trace)  # before anything opens it: a FIFO would block the open
+    if is_report(trace):
+        trace = export_report(
+            trace, export.nsys_path, export.cache_dir, export.reexport,
+            say=say, interactive=interactive,
+        )
+        check_outputs(request, trace)
+    elif export.reexport or export.cache_dir is not None:
+        raise InputError(
+            f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to"
+            f" {format_of(trace).description}; analyze it without them"
+        )
+    return analyze_input(trace, request, interactive=interactive), trace
+
+
 def export_report(
-    report: Path, nsys_path: str | None, cache_dir: Path | None, reexport: bool
+    report: Path,
+    nsys_path: str | None,
+    cache_dir: Path | None,
+    reexport: bool,
+    *,
+    say: Callable[[str], None] | None = None,
+    interactive: bool = True,
 ) -> Path:
     """The SQLite export of ``report``: reused when fresh, else written by nsys."""
     check_input_file(
@@ -94,6 +157,7 @@ def export_report(
     )
     from nsysfrag.inputs.nsys import runner as nsys  # only a report needs the nsys runner
 
+    say = say or note
     if cache_dir is not None:
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -101,10 +165,10 @@ def export_report(
             raise InputError(f"--cache-dir {cache_dir}: cannot create it ({err.strerror})") from None
     plan = nsys.plan_export(report, cache_dir, reexport)
     if plan.avoided is not None:
-        note(f"{plan.avoided} was not exported from {report.name}; leaving it alone and"
+        say(f"{plan.avoided} was not exported from {report.name}; leaving it alone and"
              f" using {plan.path.name}")
     if plan.reusable:
-        note(f"using {plan.path}, exported earlier from {report.name} (--reexport to redo it)")
+        say(f"using {plan.path}, exported earlier from {report.name} (--reexport to redo it)")
         return plan.path
     if not os.access(plan.path.parent, os.W_OK):
         raise InputError(
@@ -112,28 +176,28 @@ def export_report(
             " pass --cache-dir DIR"
         )
     try:
-        tool = locate_nsys(nsys_path)
+        tool = locate_nsys(nsys_path, say)
     except NsysError as err:
         # The report may have come from a machine that has nsys: exporting there also works.
         raise NsysError(
             f"{err}; or run `nsys export --type sqlite {report}` where nsys is installed and"
             " analyze the .sqlite"
         ) from None
-    with phase(f"exporting {report.name}"):
+    with phase(f"exporting {report.name}") if interactive else nullcontext():
         return nsys.export_sqlite(tool, report, plan.path)
 
 
-def locate_nsys(explicit: str | None) -> Nsys:
+def locate_nsys(explicit: str | None, say: Callable[[str], None] | None = None) -> Nsys:
     """Find nsys and say which one (and which version) does the work."""
     from nsysfrag.inputs.nsys import runner as nsys
 
     tool = nsys.nsys_version(nsys.find_nsys(explicit))
-    note(f"using {tool.version} ({tool.path})")
+    (say or note)(f"using {tool.version} ({tool.path})")
     return tool
 
 
 def note(message: str) -> None:
-    click.echo(f"nsysfrag: {message}", err=True)
+    say_line(message)
 
 
 def clock(seconds: float) -> str:
@@ -152,7 +216,8 @@ class _PhaseLine:
     def __rich__(self) -> Text:
         elapsed = time.monotonic() - self.started
         frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        return Text.assemble((f"{frame} ", "cyan"), (self.label, "bold"), f"  {clock(elapsed)}")
+        label = printable(self.label)
+        return Text.assemble((f"{frame} ", "cyan"), (label, "bold"), f"  {clock(elapsed)}")
 
 
 @contextmanager

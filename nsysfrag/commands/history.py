@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
+from nsysfrag.commands.feedback import say
+from nsysfrag.commands.outputs import (
+    Output,
+    check_destinations,
+    history_kept,
+    report_console,
+    write_text,
+)
+from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
 from nsysfrag.history.render import dumps, json_document, render_runs, trend_lines
@@ -20,6 +26,8 @@ TABLE_RUNS = 20
 TREND_RUNS = 50
 DEFAULT_WINDOW = 5
 DEFAULT_THRESHOLD = 0.05
+# A bound SQL's LIMIT can take on every database; far more runs than any history holds.
+MAX_RUNS = 1_000_000_000
 _DATE_ONLY = re.compile(r"\s*\d{4}-\d{2}-\d{2}\s*")
 
 
@@ -59,7 +67,7 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
 @click.option("--since", type=Moment(), help="Only runs recorded at or after DATE (UTC).")
 @click.option("--until", type=Moment(end_of_day=True),
               help="Only runs recorded before DATE (UTC); a bare date includes that day.")
-@click.option("--limit", type=click.IntRange(min=1), metavar="N",
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_RUNS), metavar="N",
               help=f"At most the N newest runs (default {TABLE_RUNS} in the table, {TREND_RUNS}"
               " in a trend, all in --json).")
 @click.option("--trend", "trend_metric", metavar="METRIC",
@@ -71,9 +79,9 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
               help="Exit 1 when the newest run is worse than the median of the runs before it.")
 @click.option("--metric", "metrics", multiple=True, metavar="METRIC",
               help=f"With --check: the metric to check (repeatable; default {DEFAULT_METRIC}).")
-@click.option("--window", type=click.IntRange(min=1), metavar="N",
+@click.option("--window", type=click.IntRange(min=1, max=MAX_RUNS), metavar="N",
               help=f"With --check: how many earlier runs the median is over (default {DEFAULT_WINDOW}).")
-@click.option("--threshold", type=click.FloatRange(min=0), metavar="DELTA",
+@click.option("--threshold", type=Delta(), metavar="DELTA",
               help=f"With --check: how much worse is a regression, absolute (default {DEFAULT_THRESHOLD},"
               " i.e. 5 points of a ratio).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path),
@@ -113,18 +121,23 @@ def history_command(
         raise InputError("--png goes with --trend METRIC: say which metric to draw")
     if not check and (metrics or window is not None or threshold is not None):
         raise InputError("--metric, --window and --threshold go with --check")
-    check_output_paths(p for p in (png_path, json_path) if p is not None)
+    outputs = [Output("--json", json_path)] if json_path is not None else []
+    if png_path is not None:
+        outputs.append(Output("--png", png_path, stdout_ok=False))
+    check_destinations(outputs, history_kept(outputs, db))
     trend = resolve_metric(trend_metric) if trend_metric is not None else None
     checked = [resolve_metric(m) for m in metrics or (DEFAULT_METRIC,)]
     query = RunQuery(tags=parse_tags(tags), label=label, since=since, until=until)
-    console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
-    to_screen = json_path != STDOUT
+    console = report_console()
+    to_screen = not any(o.to_stdout for o in outputs)
 
     with open_store(db, create=False) as store:
         where = store.location
+        if store.note is not None:
+            _note(store.note)
         if json_path is not None:
             text = dumps(json_document(store.runs(_limited(query, limit)), where))
-            write_text(json_path, text)
+            write_text(outputs[0], text)
         if trend is not None:
             runs = store.runs(_limited(query, limit or TREND_RUNS))[::-1]
             all_series = series(runs, trend)
@@ -137,7 +150,7 @@ def history_command(
                 try:
                     write_png(trend_figure(runs, all_series, trend), png_path)
                 except OSError as err:
-                    raise InputError(f"{png_path}: cannot write ({err.strerror})") from None
+                    raise InputError(f"--png {png_path}: cannot write ({err.strerror})") from None
         elif to_screen and not check:
             render_runs(store.runs(_limited(query, limit or TABLE_RUNS)), where, console)
         if check:
@@ -180,4 +193,4 @@ def _check(runs: list[StoredRun], metrics: list[str], window: int, threshold: fl
 
 
 def _note(message: str) -> None:
-    click.echo(f"nsysfrag: {message}", err=True)
+    say(message)

@@ -100,11 +100,10 @@ def profile_command(
     try:
         with phase(f"exporting {plan.report.name}"):
             nsys.export_sqlite(tool, plan.report, plan.export)
-        with phase("analyzing"):
-            analysis = analyze_input(plan.export, request)
+        analysis = analyze_input(plan.export, request)
         if torch_tensors:
             analysis.warnings.append(TORCH_WARNING)
-        code = emit_reports(analysis, request)
+        code = emit_reports(analysis, request, plan.export)
     finally:
         # Said last, so it is the line the user sees, and said even if the analysis failed.
         if failed:
@@ -158,7 +157,7 @@ def _record(tool: nsys.Nsys, plan: nsys.ProfilePlan, request: ReportRequest) -> 
         tool,
         plan,
         # stdout carries the report only: with --json - the program's output goes to stderr.
-        stdout=2 if request.writes_to_stdout() else None,
+        stdout=2 if request.uses_stdout() else None,
         # On a terminal stderr stays the program's own (colours, progress bars) and nsys's
         # messages are on screen; elsewhere it is relayed so a failure can quote nsys's words.
         stderr_sink=None if interactive else _write_stderr,

@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
-import os
-import re
+import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
-from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
-from nsysfrag.errors import EXIT_GATE, InputError
+from nsysfrag.commands.feedback import feedback, say, say_tripped
+from nsysfrag.commands.outputs import (
+    STDOUT,
+    Kept,
+    Output,
+    check_destinations,
+    history_kept,
+    report_console,
+    write_text,
+)
+from nsysfrag.commands.params import ByteSize, Delta
+from nsysfrag.errors import InputError
 from nsysfrag.events import ProgressCallback
-from nsysfrag.inputs import InputOptions, format_of
+from nsysfrag.inputs import InputFormat, InputOptions, format_of
 from nsysfrag.models.observed import DEFAULT_GRANULARITY
 from nsysfrag.reporters import (
     REPORTERS,
@@ -40,27 +39,6 @@ from nsysfrag.reporters import (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6,
-          "mib": 1 << 20, "g": 10**9, "gb": 10**9, "gib": 1 << 30, "t": 10**12, "tb": 10**12,
-          "tib": 1 << 40}
-
-
-class ByteSize(click.ParamType):  # type: ignore[type-arg]  # generic only in newer click
-    """A byte count: ``85899345920``, ``80GiB``, ``512``, ``2MiB``."""
-
-    name = "BYTES"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
-        if not m or m.group(2).lower() not in _UNITS:
-            self.fail(f"{value!r} is not a size; write e.g. 85899345920, 80GiB or 512", param, ctx)
-        size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-        if size < 1:
-            self.fail(f"{value!r} must be at least 1 byte", param, ctx)
-        return size
 
 
 @dataclass(frozen=True)
@@ -78,6 +56,7 @@ class ReportRequest:
     label: str | None = None
     tags: tuple[tuple[str, str], ...] = ()
     db: str | None = None
+    o_format: str | None = None  # the name of the reporter -o chose
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> ReportRequest:
@@ -86,12 +65,16 @@ class ReportRequest:
             if (path := options.pop(_dest(r))) is not None:
                 paths[r.name] = path
         output = options.pop("output")
+        o_format = None
         if output is not None:
-            chosen = reporter_for_suffix(output)
-            if chosen is None:
-                kinds = " or ".join(r.suffixes[0] for r in REPORTERS if r.suffixes)
-                raise InputError(f"{output}: unknown report format; use a {kinds} path with -o")
-            paths.setdefault(chosen.name, output)
+            chosen = _reporter_for_output(output)
+            if chosen.name in paths:
+                raise InputError(
+                    f"-o {output} and --{chosen.name} both ask for the {chosen.name.upper()}"
+                    " report; keep one"
+                )
+            paths[chosen.name] = output
+            o_format = chosen.name
         baseline, regression = options.pop("baseline"), options.pop("fail_on_regression")
         if regression is not None and baseline is None:
             raise InputError("--fail-on-regression needs --baseline BASE.json to compare against")
@@ -107,6 +90,7 @@ class ReportRequest:
             database_url(db)  # a malformed URL fails now, not after the analysis
         return cls(
             reports=tuple((r, paths[r.name]) for r in REPORTERS if r.name in paths),
+            o_format=o_format,
             record=record,
             label=label,
             tags=tags,
@@ -119,25 +103,53 @@ class ReportRequest:
             fail_on_regression=regression,
         )
 
-    def writes_to_stdout(self, text_only: bool = False) -> bool:
-        """Whether a report (with ``text_only``, a text report) goes to stdout."""
-        return any(p == STDOUT and (r.render or not text_only) for r, p in self.reports)
+    def outputs(self) -> list[Output]:
+        """Every output asked for, in REPORTERS order, named by the option that asked."""
+        return [
+            Output(
+                "-o" if r.name == self.o_format else f"--{r.name}",
+                path,
+                folder=r.folder,
+                stdout_ok=not r.folder,
+            )
+            for r, path in self.reports
+        ]
+
+    def uses_stdout(self) -> bool:
+        return any(o.to_stdout for o in self.outputs())
+
+    def to_screen(self) -> bool:
+        """The terminal report is printed unless -q, or a report goes to stdout instead."""
+        return not self.quiet and not self.uses_stdout()
 
 
 def _dest(r: Reporter) -> str:
     return f"{r.name}_path"
 
 
+def _reporter_for_output(output: Path) -> Reporter:
+    """The format ``-o output`` asks for, from its suffix."""
+    chosen = reporter_for_suffix(output)
+    if chosen is not None:
+        return chosen
+    named = [r for r in REPORTERS if r.suffixes]
+    if output == STDOUT:
+        options = " or ".join(f"--{r.name} -" for r in named)
+        raise InputError(f"-o -: -o picks the format from the suffix; use {options}")
+    kinds = " or ".join(r.suffixes[0] for r in named)
+    raise InputError(f"-o {output}: unknown report format; use a {kinds} path with -o")
+
+
 def report_options(f: F) -> F:
     """Decorate a command with the analysis and report options."""
-    suffixes = ", ".join(x for r in REPORTERS for x in r.suffixes)
+    suffixes = " or ".join(r.suffixes[0] for r in REPORTERS if r.suffixes)
     options = [
         *(
             click.option(f"--{r.name}", _dest(r), type=click.Path(path_type=Path), help=r.help)
             for r in REPORTERS
         ),
         click.option("-o", "--output", "output", type=click.Path(path_type=Path),
-                     help=f"Write a report whose format follows the suffix ({suffixes})."),
+                     help=f"Write the report whose format the suffix names: {suffixes}."),
         click.option("--capacity", type=ByteSize(), default=None,
                      help="Device memory per space, overriding the trace's TARGET_INFO_GPU (e.g. 80GiB)."),
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
@@ -146,7 +158,7 @@ def report_options(f: F) -> F:
                      help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
                      help="Compare with an earlier run's --json document."),
-        click.option("--fail-on-regression", type=float, default=None, metavar="DELTA",
+        click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",
                      help="With --baseline: exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05)."),
         click.option("-q", "--quiet", is_flag=True, help="Print no terminal report."),
         click.option("--record", is_flag=True,
@@ -164,70 +176,63 @@ def report_options(f: F) -> F:
 
 
 def check_outputs(request: ReportRequest, source: Path) -> None:
-    """Fail before any work when an output would clobber the input or cannot be written."""
-    check_output_paths((p for r, p in request.reports if not r.folder), source)
-    check_output_paths((p for r, p in request.reports if r.folder), source, folders=True)
-    for r, path in request.reports:
-        if r.folder and path.exists() and not path.is_dir():
-            raise InputError(f"{path}: not a folder; --{r.name} takes a folder")
+    """Fail before any work when an output would clobber a file the run needs or has, or cannot
+    be written, or when the baseline cannot be read."""
+    kept = [Kept("the input trace", source)]
+    if request.baseline is not None:
+        kept.append(Kept("the --baseline document", request.baseline))
+    outputs = request.outputs()
+    check_destinations(outputs, kept + history_kept(outputs, request.db))
     if request.baseline is not None:
         load_document(request.baseline)  # fail now, not after a long analysis
 
 
-def analyze_input(path: Path, request: ReportRequest) -> Analysis:
-    """Read ``path`` with the input format that claims it and analyze every space."""
+# What the first run after installing spends compiling (benchmarks/bench_startup.py, 2 cores).
+REPLAY_COMPILE_S = 5
+
+
+def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = True) -> Analysis:
+    """Read ``path`` with the input format that claims it and analyze every space, with a bar
+    per phase and a notice while kernels compile (commands.feedback); ``interactive=False``
+    (a job's worker) shows nothing: the coordinator's line says how the job goes."""
     fmt = format_of(path)
+    if not interactive:
+        return _read_and_analyze(fmt, path, request, None)
+    with feedback() as shown, shown.compiling("the replay kernels", REPLAY_COMPILE_S):
+        return _read_and_analyze(fmt, path, request, shown.progress)
+
+
+def _read_and_analyze(
+    fmt: InputFormat, path: Path, request: ReportRequest, progress: ProgressCallback | None
+) -> Analysis:
     # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
     warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
     if warming is not None:
         warming.start()
-    with progress_bar() as progress:
-        options = InputOptions(request.capacity, request.granularity, progress)
-        recording = fmt.open(path, options)
-        if warming is not None:
-            warming.join()
-        return analyze(recording, progress)
+    recording = fmt.open(path, InputOptions(request.capacity, request.granularity, progress))
+    if warming is not None:
+        warming.join()
+    return analyze(recording, progress)
 
 
-@contextmanager
-def progress_bar() -> Iterator[ProgressCallback | None]:
-    """A transient bar per phase (loading rows, replaying events) on stderr, only when stderr is
-    a terminal; small traces finish before it would show."""
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield None
-        return
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        tasks: dict[str, TaskID] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        yield update
-
-
-def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
-    """Write every requested report; return the exit code (gates decide it)."""
+def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> int:
+    """Write every requested report of ``source`` (the file analyzed); return the exit code
+    (gates decide it)."""
     document = json_report.document(analysis)
-    for r, path in request.reports:
+    for (r, _), output in zip(request.reports, request.outputs(), strict=True):
         if r.render is not None:
-            write_text(path, r.renderer()(analysis))
+            write_text(output, r.renderer()(analysis))
             continue
+        destination: Path | TextIO = sys.stdout if output.to_stdout else output.path
         try:
-            r.writer()(analysis, path)
+            r.writer()(analysis, destination)
         except OSError as err:
-            raise InputError(f"{path}: cannot write ({err.strerror}); choose a writable path") from None
-    to_screen = not request.quiet and not request.writes_to_stdout(text_only=True)
-    console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
+            raise InputError(
+                f"{output.option} {output.path}: cannot write ({err.strerror}); choose a"
+                " writable path"
+            ) from None
+    to_screen = request.to_screen()
+    console = report_console()
     if to_screen:
         terminal.render(analysis, console)
     code = 0
@@ -236,36 +241,52 @@ def emit_reports(analysis: Analysis, request: ReportRequest) -> int:
         if to_screen:
             comparison_table.render(comparison, str(request.baseline), "this run", console)
         if request.fail_on_regression is not None:
-            for line in comparison.regressions(request.fail_on_regression):
-                click.echo(f"nsysfrag: {line}", err=True)
-                code = EXIT_GATE
-    for trip in evaluate(list(request.gates), document):
-        click.echo(f"nsysfrag: {trip.message()}", err=True)
-        code = EXIT_GATE
+            code = say_tripped(comparison.regressions(request.fail_on_regression))
+    code = say_tripped(t.message() for t in evaluate(list(request.gates), document)) or code
     if request.record:
-        record_run(document, request)
+        record_run(document, request, source)
     return code
 
 
-def record_run(document: dict[str, Any], request: ReportRequest) -> None:
-    """Store the analysis in the history database and say under which run number."""
+def record_run(
+    document: dict[str, Any], request: ReportRequest, source: Path, rank: int | None = None
+) -> None:
+    """Store the analysis of ``source`` (``rank`` of a job) in the history database and say
+    under which run number. The file itself, not the document's path: that is written for
+    people, with the bytes of a name that is not UTF-8 escaped."""
     from nsysfrag.history import RunRecord, open_store
 
     run = RunRecord.from_document(
         document,
-        Path(document["trace"]["path"]),
+        source,
         label=request.label,
         tags=request.tags,
         capacity_override_bytes=request.capacity,
+        rank=rank,
     )
     with open_store(request.db) as store:
         outcome = store.record(run)
         where = store.location
+    whose = f"rank {rank}: " if rank is not None else ""
     if outcome.created:
-        click.echo(f"nsysfrag: recorded as run {outcome.run_id} in {where}", err=True)
-    else:
-        click.echo(
-            f"nsysfrag: already recorded as run {outcome.run_id} in {where} (same trace and"
-            " analysis options); not recorded again",
-            err=True,
+        said = f"recorded as run {outcome.run_id} in {where}"
+    elif outcome.updated:
+        said = (
+            f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
+            f" options); updated its {_changes(outcome.updated, request.label)}"
         )
+    else:
+        said = (
+            f"already recorded as run {outcome.run_id} in {where} (same trace and analysis"
+            " options); not recorded again"
+        )
+    say(whose + said)
+
+
+def _changes(updated: tuple[str, ...], label: str | None) -> str:
+    """``label ('nightly #413') and tags model=x, gpu=h100``."""
+    parts = [f"label ({label!r})" for name in updated if name == "label"]
+    tags = [name for name in updated if name != "label"]
+    if tags:
+        parts.append(f"tag{'s' if len(tags) > 1 else ''} {', '.join(tags)}")
+    return " and ".join(parts)

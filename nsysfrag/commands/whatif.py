@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
-from nsysfrag.commands.output import STDOUT, check_output_paths, write_text
-from nsysfrag.commands.report_options import ByteSize
+from nsysfrag.commands.feedback import feedback, say
+from nsysfrag.commands.outputs import (
+    Kept,
+    Output,
+    check_destinations,
+    history_kept,
+    report_console,
+    write_text,
+)
+from nsysfrag.commands.params import ByteSize
+from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
+
+# What the first what-if after installing spends compiling (benchmarks/bench_startup.py).
+ALLOCATOR_COMPILE_S = 25
 
 
 @click.command("whatif")
@@ -62,20 +72,25 @@ def whatif_command(
 
     for p in policies:
         parse_policy(p)  # a bad --policy fails before any work
-    outputs = [p for p in (json_path, html_path) if p is not None]
-    check_output_paths(outputs, source)
+    check_regular_file(source)  # before anything opens it: a FIFO would block the open
+    json_out = Output("--json", json_path) if json_path is not None else None
+    html_out = Output("--html", html_path) if html_path is not None else None
+    outputs = [o for o in (json_out, html_out) if o is not None]
+    check_destinations(outputs, [Kept("the input", source), *history_kept(outputs)])
     if is_report(source):
         from nsysfrag.commands.analyze import export_report
 
         source = export_report(source, None, None, False)
-    report = whatif(source, policies, capacity, validate)
-    for space in report.spaces:
-        for w in space.warnings:
-            click.echo(f"nsysfrag: warning: {space.label}: {w}", err=True)
-    if json_path is not None:
-        write_text(json_path, whatif_report.dumps(whatif_report.document(report)))
-    if html_path is not None:
-        write_text(html_path, whatif_report.render_html(report))
-    if not quiet and STDOUT not in (json_path, html_path):
-        console = Console(width=int(os.environ.get("NSYSFRAG_WIDTH", "0")) or None, soft_wrap=False)
-        whatif_report.render_terminal(report, console)
+        check_destinations(outputs, [Kept("the input's export", source)])
+    with feedback() as shown, shown.compiling("the allocator models", ALLOCATOR_COMPILE_S):
+        report = whatif(source, policies, capacity, validate)
+    # stderr is one line at most (a CI log greps it), however many spaces have warnings.
+    warnings = [f"{space.label}: {w}" for space in report.spaces for w in space.warnings]
+    if warnings:
+        say(f"warning: {'; '.join(warnings)}")
+    if json_out is not None:
+        write_text(json_out, whatif_report.dumps(whatif_report.document(report)))
+    if html_out is not None:
+        write_text(html_out, whatif_report.render_html(report))
+    if not quiet and not any(o.to_stdout for o in outputs):
+        whatif_report.render_terminal(report, report_console())

@@ -1,12 +1,13 @@
 """Fragmentation history across runs: a database of recorded analyses, trends and a check.
 
-``store`` reads and writes the database (``migrations`` keeps its schema current, ``schema``
-describes it); ``trends`` computes series and regressions from stored runs; ``render`` and
-``chart`` show them.
+``connection`` says where the database is and how to reach it; ``store`` reads and writes it
+(``migrations`` keeps its schema current, ``schema`` describes it); ``trends`` computes series
+and regressions from stored runs; ``render`` and ``chart`` show them.
 """
 
 from __future__ import annotations
 
+from nsysfrag.history.connection import database_file, database_url, default_path
 from nsysfrag.history.store import (
     HistoryStore,
     Recorded,
@@ -14,8 +15,6 @@ from nsysfrag.history.store import (
     RunRecord,
     StoredRun,
     StoredSpace,
-    database_url,
-    default_path,
     open_store,
     parse_tags,
 )
@@ -27,6 +26,7 @@ __all__ = [
     "RunRecord",
     "StoredRun",
     "StoredSpace",
+    "database_file",
     "database_url",
     "default_path",
     "open_store",

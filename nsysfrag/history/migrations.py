@@ -135,7 +135,12 @@ def v2_provenance_and_indexes(connection: Connection) -> None:
     connection.execute(text("CREATE INDEX ix_run_tags_key_value ON run_tags (key, value)"))
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial, v2_provenance_and_indexes)
+def v3_job_rank(connection: Connection) -> None:
+    """The rank of a run that is one input of a distributed job (`analyze` with several)."""
+    connection.execute(text("ALTER TABLE runs ADD COLUMN rank INTEGER"))
+
+
+MIGRATIONS: tuple[Migration, ...] = (v1_initial, v2_provenance_and_indexes, v3_job_rank)
 LATEST = len(MIGRATIONS)
 
 
@@ -160,6 +165,15 @@ def current_version(connection: Connection) -> int:
     return 0
 
 
+def require_known(found: int, steps: tuple[Migration, ...] = MIGRATIONS) -> None:
+    """Refuse a database written by a newer nsysfrag: its schema cannot be read correctly."""
+    if found > len(steps):
+        raise InputError(
+            f"the history database has schema version {found}, newer than this nsysfrag knows"
+            f" ({len(steps)}); upgrade nsysfrag (pip install -U nsysfrag)"
+        )
+
+
 def migrate(connection: Connection, steps: tuple[Migration, ...] = MIGRATIONS) -> int:
     """Apply every missing step inside the caller's transaction; return the version found.
 
@@ -169,11 +183,7 @@ def migrate(connection: Connection, steps: tuple[Migration, ...] = MIGRATIONS) -
     if connection.dialect.name == "postgresql":
         connection.execute(select(func.pg_advisory_xact_lock(_PG_LOCK_KEY)))
     found = current_version(connection)
-    if found > len(steps):
-        raise InputError(
-            f"the history database has schema version {found}, newer than this nsysfrag knows"
-            f" ({len(steps)}); upgrade nsysfrag (pip install -U nsysfrag)"
-        )
+    require_known(found, steps)
     if found < len(steps):
         schema_version.create(connection, checkfirst=True)
     for version in range(found + 1, len(steps) + 1):

@@ -7,66 +7,85 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from nsysfrag.history.store import StoredRun
 from nsysfrag.history.trends import Series, format_value, sparkline
+from nsysfrag.printable import printable
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
 
 JSON_SCHEMA = "nsysfrag-history/1"
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 
 
-def runs_table(runs: Sequence[StoredRun], where: str) -> Table:
+_COLUMNS = (
+    Column("run", justify="right"),
+    Column("recorded (UTC)", kind="words"),
+    Column("label", kind="name"),
+    Column("tags", kind="name"),
+    Column("trace", kind="name"),
+    Column("space", kind="words"),
+    Column("global", justify="right"),
+    Column("local", justify="right"),
+    Column("free blocks", justify="right"),
+    Column("health"),
+)
+# For a narrow terminal: the run's number, label, tags and trace in one column, given room
+# before the date and the space wrap.
+_NARROW_COLUMNS = (
+    Column("run", kind="name", floor=22),
+    Column("recorded (UTC)", kind="words"),
+    *_COLUMNS[5:],
+)
+
+
+def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
     """One row per space; a run's own columns on its first row, runs newest first."""
-    table = Table(
-        title=f"{len(runs)} run(s) in {where}, newest first · observed address space"
-        " · global/local fragmentation and free blocks: maxima over each trace",
-        title_justify="left",
-    )
-    columns = (
-        ("run", "right", True),
-        ("recorded (UTC)", "left", True),
-        ("label", "left", False),
-        ("tags", "left", False),
-        ("trace", "left", False),
-        ("space", "left", True),
-        ("global", "right", True),
-        ("local", "right", True),
-        ("free blocks", "right", True),
-        ("health", "left", True),
-    )
-    for name, justify, no_wrap in columns:
-        # Fold rather than cut a long trace name or label: the cut part is what tells runs apart.
-        table.add_column(name, justify=justify, no_wrap=no_wrap, overflow="fold")  # type: ignore[arg-type]
+    rows: list[list[Cell]] = []
+    narrow: list[list[Cell]] = []
+    ends: set[int] = set()
     for run in runs:
-        head = [
-            str(run.id),
-            run.recorded_at.strftime("%Y-%m-%d %H:%M"),
-            run.label or "",
-            "\n".join(f"{k}={v}" for k, v in sorted(run.tags.items())),
-            run.trace_name,
-        ]
-        blank = [""] * len(head)
-        if not run.spaces:
-            table.add_row(*head, "(no spaces)", "", "", "", "", end_section=True)
-        for i, space in enumerate(run.spaces):
-            table.add_row(
-                *(head if i == 0 else blank),
+        label = outside(run.label or "")
+        tags = Text("\n").join(outside(f"{k}={v}") for k, v in sorted(run.tags.items()))
+        name = run.trace_name if run.rank is None else f"{run.trace_name} (rank {run.rank})"
+        trace = outside(name)
+        recorded = run.recorded_at.strftime("%Y-%m-%d %H:%M")
+        about = Text("\n").join(t for t in (Text(str(run.id)), label, tags, trace) if t.plain)
+        spaces: list[list[Cell]] = [
+            [
                 f"dev {space.device} pid {space.pid}",
                 f"{float(space.get('max.global_frag')):.1%}",
                 f"{float(space.get('max.local_frag')):.1%}",
                 f"{int(space.get('max.free_blocks')):,}",
                 Text(space.health, style=HEALTH_STYLE.get(space.health, "")),
-                end_section=i == len(run.spaces) - 1,
-            )
-    return table
+            ]
+            for space in run.spaces
+        ] or [["(no spaces)", "", "", "", ""]]
+        for i, space_cells in enumerate(spaces):
+            head: list[Cell] = [str(run.id), recorded, label, tags, trace] if i == 0 else [""] * 5
+            rows.append([*head, *space_cells])
+            narrow.append([*([about, recorded] if i == 0 else ["", ""]), *space_cells])
+        ends.add(len(rows) - 1)
+    title = outside(
+        f"{len(runs)} run(s) in {where}, newest first · observed address space · global/local"
+        " fragmentation and free blocks: maxima over each trace"
+    )
+    return FittedTable(
+        title,
+        Layout(_COLUMNS, rows, frozenset(ends)),
+        alternatives=[Layout(_NARROW_COLUMNS, narrow, frozenset(ends))],
+    )
 
 
 def render_runs(runs: Sequence[StoredRun], where: str, console: Console) -> None:
     if not runs:
         console.print(
-            f"no recorded runs match in {where}; record one with `nsysfrag analyze TRACE --record`"
+            Prose(
+                outside(
+                    f"no recorded runs match in {where}; record one with `nsysfrag analyze TRACE"
+                    " --record`"
+                )
+            )
         )
         return
     console.print(runs_table(runs, where))
@@ -81,7 +100,7 @@ def trend_lines(
     first, last = runs_oldest_first[0], runs_oldest_first[-1]
     lines = [
         Text(
-            f"{metric} over {len(runs_oldest_first)} run(s), oldest first"
+            f"{printable(metric)} over {len(runs_oldest_first)} run(s), oldest first"
             f" (run {first.id} {first.recorded_at:%Y-%m-%d} → run {last.id}"
             f" {last.recorded_at:%Y-%m-%d}) · observed address space",
             style="bold",

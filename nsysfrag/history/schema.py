@@ -46,6 +46,7 @@ runs = Table(
     Column("granularity_bytes", BigInteger, nullable=False),
     Column("capacity_override_bytes", BigInteger, nullable=False),
     Column("nsysfrag_version", String),
+    Column("rank", Integer),  # NULL: not one rank of a job
     UniqueConstraint(
         "trace_sha256",
         "model",

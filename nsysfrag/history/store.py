@@ -10,8 +10,8 @@ SQLITE_BUSY instead of waiting), PostgreSQL by its transactions.
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
+import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,22 +20,25 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import (
-    URL,
-    Connection,
-    Engine,
-    RowMapping,
-    create_engine,
-    event,
-    exc,
-    make_url,
-    select,
-)
-from sqlalchemy.pool import NullPool
+from sqlalchemy import URL, Connection, Engine, RowMapping, exc, select
 
 from nsysfrag import __version__
 from nsysfrag.errors import InputError
-from nsysfrag.history.migrations import LATEST, current_version, migrate
+from nsysfrag.history.connection import (
+    WRITE,
+    database_file,
+    database_url,
+    engine_for,
+    explain,
+    first_line,
+    location,
+    make_parent,
+    read_only_engine,
+    sqlite_file_missing,
+    upgraded_copy,
+    use_wal,
+)
+from nsysfrag.history.migrations import LATEST, current_version, migrate, require_known
 from nsysfrag.history.schema import (
     NO_CAPACITY_OVERRIDE,
     OPTIONAL_FIELDS,
@@ -44,54 +47,11 @@ from nsysfrag.history.schema import (
     run_tags,
     runs,
 )
+from nsysfrag.inputs.files import display_path
 from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.reporters.json_report import SCHEMA
 
-ENV_VAR = "NSYSFRAG_DB"
-BUSY_TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_S = 10
-_WRITE = "nsysfrag_write"
 _HASH_CHUNK = 1 << 20
-
-
-# ---------------------------------------------------------------- where the database is
-
-
-def default_path(environ: Mapping[str, str] = os.environ) -> Path:
-    """``$XDG_DATA_HOME/nsysfrag/history.sqlite``, else ``~/.local/share/nsysfrag/...``."""
-    data_home = environ.get("XDG_DATA_HOME", "")
-    # The XDG spec says to ignore a relative XDG_DATA_HOME.
-    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
-    return base / "nsysfrag" / "history.sqlite"
-
-
-def database_url(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> URL:
-    """The database to use: ``--db``, else ``$NSYSFRAG_DB``, else the default SQLite file.
-
-    A value without ``://`` is a path to an SQLite file; ``postgresql://`` means psycopg 3.
-    """
-    given = explicit or environ.get(ENV_VAR) or None
-    if given is None:
-        return URL.create("sqlite", database=str(default_path(environ)))
-    if "://" not in given:
-        return URL.create("sqlite", database=str(Path(given).expanduser()))
-    try:
-        url = make_url(given)
-    except (exc.ArgumentError, ValueError):
-        raise InputError(
-            f"--db {given!r}: not a database URL; use a file path, sqlite:///PATH or"
-            " postgresql+psycopg://USER@HOST:PORT/DB"
-        ) from None
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    return url
-
-
-def location(url: URL) -> str:
-    """How to name the database to a user: the file of SQLite, else the URL sans password."""
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        return str(url.database)
-    return url.render_as_string(hide_password=True)
 
 
 def parse_tags(texts: Sequence[str], option: str = "--tag") -> tuple[tuple[str, str], ...]:
@@ -128,6 +88,7 @@ class RunRecord:
     tags: tuple[tuple[str, str], ...] = ()
     host: str | None = None
     recorded_at: datetime | None = None  # None: now
+    rank: int | None = None  # the rank of a distributed job's input (analyze with several)
 
     @classmethod
     def from_document(
@@ -138,13 +99,14 @@ class RunRecord:
         label: str | None = None,
         tags: Sequence[tuple[str, str]] = (),
         capacity_override_bytes: int | None = None,
+        rank: int | None = None,
     ) -> RunRecord:
         """A record of a SPEC §6 document (``nsysfrag analyze --json``) of ``trace_path``."""
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
             raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
         model = document.get("model", {})
         return cls(
-            trace_path=str(Path(trace_path).resolve()),
+            trace_path=display_path(Path(trace_path).resolve()),  # text, as reports write it
             trace_sha256=sha256_file(trace_path),
             model=str(model.get("name", "observed")),
             granularity_bytes=int(model["granularity_bytes"]),
@@ -154,6 +116,7 @@ class RunRecord:
             tags=tuple(tags),
             host=socket.gethostname(),
             spaces=tuple(flatten_space(s) for s in document["spaces"]),
+            rank=rank,
         )
 
 
@@ -238,6 +201,7 @@ class StoredRun:
     nsysfrag_version: str | None
     tags: Mapping[str, str] = field(default_factory=dict)
     spaces: tuple[StoredSpace, ...] = ()
+    rank: int | None = None
 
     @property
     def trace_name(self) -> str:
@@ -251,6 +215,7 @@ class StoredRun:
             "tags": dict(self.tags),
             "host": self.host,
             "nsysfrag_version": self.nsysfrag_version,
+            "rank": self.rank,
             "trace": {
                 "path": self.trace_path,
                 "name": self.trace_name,
@@ -270,6 +235,8 @@ class StoredRun:
 class Recorded:
     run_id: int
     created: bool  # False: this trace was already recorded with these options
+    # When it was: the label and tags this record gave it that it did not have ("label" first).
+    updated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,14 +262,21 @@ class HistoryStore:
     def __init__(self, url: URL, *, create: bool = True) -> None:
         self.url = url
         self.location = location(url)
-        self._missing = not create and _sqlite_file_missing(url)
+        # How a read-only SQLite file had to be opened, when the user should know.
+        self.note: str | None = None
+        self._missing = not create and sqlite_file_missing(url)
         self._engine: Engine | None = None
         if self._missing:
             return
+        file = database_file(url)
         with self._errors():
-            if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-                _make_parent(Path(str(url.database)))
-            self._engine = _engine(url)
+            if file is not None and not create:
+                # Reading never writes: no journal-mode switch, no upgrade of the file.
+                self._engine = self._open_read_only(file)
+                return
+            if file is not None:
+                make_parent(file)
+            self._engine = engine_for(url)
             self._upgrade()
 
     def __enter__(self) -> HistoryStore:  # noqa: PYI034 (typing.Self needs Python 3.11)
@@ -323,9 +297,11 @@ class HistoryStore:
         try:
             yield
         except exc.DBAPIError as err:
-            raise InputError(
-                _explain(self.location, err, server=self.url.get_backend_name() != "sqlite")
-            ) from None
+            message = first_line(err.orig) if err.orig is not None else first_line(err)
+            server = self.url.get_backend_name() != "sqlite"
+            raise InputError(explain(self.location, message, err, server=server)) from None
+        except sqlite3.Error as err:  # from the driver's own connection (journal mode, copy)
+            raise InputError(explain(self.location, first_line(err), err, server=False)) from None
         except exc.NoSuchModuleError:
             raise InputError(
                 f"{self.location}: unsupported database; use an SQLite path or"
@@ -337,21 +313,46 @@ class HistoryStore:
                 " pip install 'nsysfrag[postgres]' for PostgreSQL"
             ) from None
         except exc.SQLAlchemyError as err:
-            raise InputError(f"history database {self.location}: {_first_line(err)}") from None
+            raise InputError(f"history database {self.location}: {first_line(err)}") from None
 
     def _connect(self, *, write: bool) -> Connection:
         assert self._engine is not None
         connection = self._engine.connect()
         if write:
-            connection.execution_options(**{_WRITE: True})
+            connection.execution_options(**{WRITE: True})
         return connection
+
+    def _open_read_only(self, file: Path) -> Engine:
+        """The file opened read-only; as immutable when even that fails (a WAL database on
+        read-only storage, which cannot get its shared-memory file), saying so; upgraded in a
+        copy in memory when an older nsysfrag wrote it."""
+        for immutable in (False, True):
+            engine = read_only_engine(file, immutable=immutable)
+            try:
+                with engine.connect() as connection, connection.begin():
+                    version = current_version(connection)
+            except exc.OperationalError:
+                engine.dispose()
+                if immutable:
+                    raise
+                continue
+            if immutable:
+                self.note = (
+                    f"{self.location} is on read-only storage; read as an immutable file (a run"
+                    " recorded elsewhere at this moment may not show)"
+                )
+            require_known(version)
+            if version < LATEST:
+                engine = upgraded_copy(engine)
+            return engine
+        raise AssertionError("unreachable")
 
     def _upgrade(self) -> None:
         with self._connect(write=False) as connection:
             with connection.begin():
                 version = current_version(connection)  # refuses a database that is not ours
             if connection.dialect.name == "sqlite":
-                _use_wal(connection)
+                use_wal(connection)
             if version == LATEST:
                 return
         with self._connect(write=True) as connection, connection.begin():
@@ -359,7 +360,9 @@ class HistoryStore:
 
     def record(self, run: RunRecord) -> Recorded:
         """Store ``run`` in one transaction, unless the same trace was recorded with the same
-        options (model, granularity, capacity override): then return that run."""
+        options (model, granularity, capacity override): then that run takes this record's
+        label and tags (a tag's new value replaces its old one; other tags stay), and is
+        returned with what changed."""
         assert self._engine is not None, "record() needs a store opened with create=True"
         with self._errors(), self._connect(write=True) as connection:
             try:
@@ -368,16 +371,16 @@ class HistoryStore:
                     # unique constraint still settles two writers racing on the same trace.
                     existing = _find_run(connection, run)
                     if existing is not None:
-                        return Recorded(existing, created=False)
+                        return Recorded(existing, False, _relabel(connection, existing, run))
                     run_id = _insert_run(connection, run)
                     _insert_spaces(connection, run_id, run.spaces)
                     _insert_tags(connection, run_id, run.tags)
             except exc.IntegrityError:
                 with connection.begin():
                     existing = _find_run(connection, run)
-                if existing is None:
-                    raise
-                return Recorded(existing, created=False)
+                    if existing is None:
+                        raise
+                    return Recorded(existing, False, _relabel(connection, existing, run))
             return Recorded(run_id, created=True)
 
     def runs(self, query: RunQuery = RunQuery()) -> list[StoredRun]:
@@ -432,6 +435,7 @@ class HistoryStore:
                 nsysfrag_version=row["nsysfrag_version"],
                 tags=tags[row["id"]],
                 spaces=tuple(spaces[row["id"]]),
+                rank=row["rank"],
             )
             for row in rows
         ]
@@ -462,6 +466,7 @@ def _insert_run(connection: Connection, run: RunRecord) -> int:
             granularity_bytes=run.granularity_bytes,
             capacity_override_bytes=run.capacity_override_bytes or NO_CAPACITY_OVERRIDE,
             nsysfrag_version=__version__,
+            rank=run.rank,
         )
     )
     key = result.inserted_primary_key
@@ -484,6 +489,33 @@ def _insert_tags(connection: Connection, run_id: int, tags: Sequence[tuple[str, 
         connection.execute(
             run_tags.insert(), [{"run_id": run_id, "key": k, "value": v} for k, v in tags]
         )
+
+
+def _relabel(connection: Connection, run_id: int, run: RunRecord) -> tuple[str, ...]:
+    """Give stored run ``run_id`` the label and tags of ``run``; return what changed."""
+    changed: list[str] = []
+    if run.label is not None:
+        old = connection.execute(select(runs.c.label).where(runs.c.id == run_id)).scalar()
+        if old != run.label:
+            connection.execute(runs.update().where(runs.c.id == run_id).values(label=run.label))
+            changed.append("label")
+    stored = {
+        row.key: row.value
+        for row in connection.execute(select(run_tags).where(run_tags.c.run_id == run_id))
+    }
+    for key, value in run.tags:
+        if stored.get(key) == value:
+            continue
+        if key in stored:
+            connection.execute(
+                run_tags.update()
+                .where(run_tags.c.run_id == run_id, run_tags.c.key == key)
+                .values(value=value)
+            )
+        else:
+            _insert_tags(connection, run_id, [(key, value)])
+        changed.append(f"{key}={value}")
+    return tuple(changed)
 
 
 def _find_run(connection: Connection, run: RunRecord) -> int | None:
@@ -519,89 +551,3 @@ def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
         yield items[start : start + size]
 
 
-def _sqlite_file_missing(url: URL) -> bool:
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
-        return False
-    return not Path(str(url.database)).exists()
-
-
-def _make_parent(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(
-            f"{path}: cannot create its folder ({err.strerror}); choose another --db path"
-        ) from None
-
-
-def _engine(url: URL) -> Engine:
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_S})
-        event.listen(engine, "connect", _sqlite_connect)
-        event.listen(engine, "begin", _sqlite_begin)
-        return engine
-    args: dict[str, Any] = {}
-    if backend == "postgresql" and "connect_timeout" not in url.query:
-        args["connect_timeout"] = CONNECT_TIMEOUT_S
-    return create_engine(url, poolclass=NullPool, connect_args=args)
-
-
-def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
-    # Take transactions out of the sqlite3 module's hands so that _sqlite_begin decides how
-    # each one starts (the SQLAlchemy recipe for SQLite transactions).
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-    finally:
-        cursor.close()
-
-
-def _use_wal(connection: Connection) -> None:
-    """WAL: readers never block the writer, and a writer that dies leaves no hot journal.
-
-    Set once it is known the file is ours (the mode is stored in the file), outside any
-    transaction (SQLite refuses to switch inside one).
-    """
-    # On the driver's connection: through SQLAlchemy the statement would open a transaction.
-    raw = connection.connection.driver_connection
-    assert raw is not None
-    if raw.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-        raw.execute("PRAGMA journal_mode = WAL")
-
-
-def _sqlite_begin(connection: Connection) -> None:
-    # A writer takes the write lock up front, waiting up to the busy timeout; a deferred
-    # transaction that upgrades from reading to writing fails at once when another committed.
-    write = connection.get_execution_options().get(_WRITE, False)
-    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
-
-
-def _explain(where: str, err: exc.DBAPIError, *, server: bool) -> str:
-    message = _first_line(err.orig) if err.orig is not None else _first_line(err)
-    lowered = message.lower()
-    if "not a database" in lowered or "malformed" in lowered:
-        return (
-            f"{where}: not a readable history database ({message}); move the file away or"
-            " point --db (or NSYSFRAG_DB) at another one"
-        )
-    if "locked" in lowered or "busy" in lowered:
-        return (
-            f"{where}: {message} (another process held it for more than {BUSY_TIMEOUT_S:g} s);"
-            " try again"
-        )
-    if "unable to open" in lowered or "readonly" in lowered or "read-only" in lowered:
-        return f"{where}: cannot open it for writing ({message}); check the path and permissions"
-    if isinstance(err, exc.OperationalError) and server:
-        return (
-            f"cannot use the history database {where}: {message}; check that the server is up and"
-            " the URL is right (--db or NSYSFRAG_DB)"
-        )
-    return f"history database {where}: {message}"

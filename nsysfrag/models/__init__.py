@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from nsysfrag.models.series import FreeBlocks, StateSeries
+from nsysfrag.models.series import FreeBlocks, StateSeries, StrandedSegment
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -35,6 +35,10 @@ class ModelRun(Protocol):
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """The free blocks right after ``point``."""
+        ...
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        """The segments holding stranded memory right after ``point`` (none without segments)."""
         ...
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection | None:

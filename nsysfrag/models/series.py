@@ -7,7 +7,7 @@ segment events, OOMs and the blocks already live when its window opens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,13 +25,25 @@ SEGMENT_FREE = 5
 SEGMENT_MAP = 6
 SEGMENT_UNMAP = 7
 OOM = 8  # an allocation the allocator could not serve
+WINDOW_START = 9  # the state a recording's window opened on (when no block or segment says it)
 EVENT_NAMES: tuple[str, ...] = (
     "alloc", "free", "unmatched_free", "zero_size_alloc",
-    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom",
+    "segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom", "window_start",
 )  # fmt: skip
 NO_BLOCK = -1
 
 IndexArray = npt.NDArray[np.signedinteger]  # int32 where every index fits, else int64
+
+
+@dataclass(frozen=True)
+class PoolColumns:
+    """A caching allocator's figures after every point (the pytorch-segments model)."""
+
+    reserved_bytes: I64
+    allocated_bytes: I64
+    releasable_bytes: I64  # R
+    device_free_bytes: I64  # D = max(C - reserved, 0)
+    largest_block_bytes: I64  # L: the largest free block inside a segment
 
 
 @dataclass(frozen=True)
@@ -42,9 +54,12 @@ class StateSeries:
     event: npt.NDArray[np.int8]  # outcome codes above
     address: U64
     bytes: I64
-    free_bytes: I64  # F
-    largest_free_bytes: I64  # L
-    free_blocks: I64  # N
+    # Everything free on the device, what the metrics and materiality are computed over: the
+    # arena's free bytes (observed); the device's memory outside the segments plus the free
+    # bytes inside them, D + F (pytorch-segments).
+    free_bytes: I64
+    largest_free_bytes: I64  # the largest request that fits: L; L_eff = max(L, D + R)
+    free_blocks: I64  # N (pytorch-segments: the free blocks in segments, + 1 when D > 0)
     live_bytes: I64  # U: the requested bytes of the live blocks
     overlap: BoolArray  # allocations that overlapped live blocks (their frees went missing)
     out_of_order: BoolArray  # frees of a block that was not the newest live one
@@ -62,6 +77,10 @@ class StateSeries:
     end_address: int
     initial_blocks: int = 0  # the first points stand for blocks live before the recording
     span_mode: bool = False  # the arena is wider than the device: free space is over-stated
+    # Per failed allocation of the space's events, in order: the point whose state held when it
+    # failed (the last point at or before it), or NO_BLOCK when it failed before the first.
+    failure_points: IndexArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    pool: PoolColumns | None = None  # a caching allocator's own figures, per point
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -88,3 +107,13 @@ class FreeBlocks:
 
     sizes: I64
     releasable_bytes: int = 0  # of them, wholly free segments an allocator could give back
+
+
+@dataclass(frozen=True, slots=True)
+class StrandedSegment:
+    """A segment holding stranded memory at one moment: free bytes that stay reserved because
+    allocated blocks share the segment."""
+
+    start: int
+    stranded_bytes: int
+    block_points: tuple[int, ...]  # the allocation points of its allocated blocks

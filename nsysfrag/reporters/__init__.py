@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TextIO, cast
 
 if TYPE_CHECKING:
     from nsysfrag.analysis import Analysis
@@ -25,8 +25,9 @@ class Reporter:
 
     Exactly one of ``render`` and ``write`` is given, as ``"module:function"`` so a format's
     imports (matplotlib, pandas) load only when it is asked for: ``render(analysis) -> str``
-    for a text format (``-`` writes it to stdout), ``write(analysis, path)`` for one that
-    writes its own file or folder.
+    for a text format (``-`` writes it to stdout), ``write(analysis, destination)`` for one
+    that writes its own file or folder (a file format is handed ``sys.stdout`` for ``-``; a
+    folder never goes to stdout).
     """
 
     name: str  # the option is --NAME
@@ -39,8 +40,8 @@ class Reporter:
     def renderer(self) -> Callable[[Analysis], str]:
         return cast("Callable[[Analysis], str]", _load(self.render))
 
-    def writer(self) -> Callable[[Analysis, Path], object]:
-        return cast("Callable[[Analysis, Path], object]", _load(self.write))
+    def writer(self) -> Callable[[Analysis, Path | TextIO], object]:
+        return cast("Callable[[Analysis, Path | TextIO], object]", _load(self.write))
 
 
 def _load(target: str | None) -> object:
@@ -53,24 +54,24 @@ def _load(target: str | None) -> object:
 REPORTERS: tuple[Reporter, ...] = (
     Reporter(
         "json",
-        "Write the SPEC JSON document here ('-' for stdout, which replaces the report).",
+        "Write the JSON document here ('-' for stdout, which replaces the terminal report).",
         suffixes=(".json",),
         render="nsysfrag.reporters.json_report:render",
     ),
     Reporter(
         "csv",
-        "Write the full-resolution timeline, one row per event.",
+        "Write the full-resolution timeline, one row per event ('-' for stdout).",
         write="nsysfrag.reporters.csv_report:write",
     ),
     Reporter(
         "html",
-        "Write a self-contained HTML report (plots inline, works offline).",
+        "Write a self-contained HTML report (plots inline, works offline; '-' for stdout).",
         suffixes=(".html", ".htm"),
         render="nsysfrag.reporters.html:render",
     ),
     Reporter(
         "png",
-        "Write six PNG plots per space into this folder.",
+        "Write six PNG plots per space into this folder (created if missing; its parent must exist).",
         write="nsysfrag.reporters.png:write_pngs",
         folder=True,
     ),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.checks.comparison import Comparison, MetricDelta
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
 
 _RATIOS = {"max.global_frag", "max.local_frag", "peak.global_frag", "internal_frag", "alloc_failure_rate"}
 _BYTES = {"peak.largest_free_bytes", "max.live_bytes"}
@@ -41,22 +43,39 @@ def _delta(d: MetricDelta) -> Text:
     return Text(text, style="red" if worse else "green")
 
 
+_COLUMNS = (
+    Column("metric", kind="words"),
+    Column("base", justify="right"),
+    Column("current", justify="right"),
+    Column("change", justify="right"),
+)
+
+
 def render(comparison: Comparison, base_name: str, current_name: str, console: Console) -> None:
     for s in comparison.spaces:
-        table = Table(
-            title=f"{s.base_space} ({base_name}) → {s.current_space} ({current_name}) · observed address space",
-            title_justify="left",
+        title = outside(
+            f"{s.base_space} ({base_name}) → {s.current_space} ({current_name}) · observed"
+            " address space"
         )
-        for col in ("metric", "base", "current", "change"):
-            table.add_column(col, justify="left" if col == "metric" else "right")
         health = Text(f"{s.base_health} → {s.current_health}", style="red" if s.health_worse else "")
-        table.add_row("health", s.base_health, s.current_health, health)
+        rows: list[list[Cell]] = [["health", s.base_health, s.current_health, health]]
         for d in s.deltas:
-            table.add_row(d.label, _format(d.key, d.base), _format(d.key, d.current), _delta(d))
-        console.print(table)
-    for name in comparison.only_in_base:
-        console.print(Text(f"only in {base_name}: {name}", style="yellow"))
-    for name in comparison.only_in_current:
-        console.print(Text(f"only in {current_name}: {name}", style="yellow"))
+            rows.append([d.label, _format(d.key, d.base), _format(d.key, d.current), _delta(d)])
+        console.print(FittedTable(title, Layout(_COLUMNS, rows)))
+    unpaired(comparison.only_in_base, comparison.only_in_current, base_name, current_name, console)
     if not comparison.spaces:
         console.print(Text("No matching spaces to compare.", style="yellow"))
+
+
+def unpaired(
+    only_in_base: Sequence[str],
+    only_in_current: Sequence[str],
+    base_name: str,
+    current_name: str,
+    console: Console,
+) -> None:
+    """What only one side has (spaces, or a job's ranks), one line each."""
+    for name in only_in_base:
+        console.print(Prose(outside(f"only in {base_name}: {name}", style="yellow")))
+    for name in only_in_current:
+        console.print(Prose(outside(f"only in {current_name}: {name}", style="yellow")))

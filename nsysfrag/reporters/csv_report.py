@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from nsysfrag.analysis import EVENT_NAMES, Analysis
 
@@ -56,5 +56,6 @@ def frame(analysis: Analysis) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(COLUMNS))
 
 
-def write(analysis: Analysis, path: Path) -> None:
-    frame(analysis).to_csv(path, index=False, float_format="%.9g")
+def write(analysis: Analysis, destination: Path | TextIO) -> None:
+    """Write the timeline to a file, or to an open text stream (stdout)."""
+    frame(analysis).to_csv(destination, index=False, float_format="%.9g")

@@ -28,7 +28,7 @@ from nsysfrag.reporters.html_page import (
     table,
     warnings_box,
 )
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
+from nsysfrag.reporters.state_cells import HEADINGS, Cell, health_reason, state_rows
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20
@@ -41,7 +41,8 @@ MAX_SVG_BYTES = 3_000_000
 # deterministic offline page.
 SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-_CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
+# The single-input report's page style; a job's page (nsysfrag.job.html) adds its own rules.
+CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
 thead th { border-bottom: 2px solid #9aa5b1; }
@@ -288,8 +289,7 @@ def _space(s: SpaceAnalysis, index: int) -> str:
             f'<section class="space" id="{space_anchor(s)}">',
             f"<h2>{esc(space_title(s))} {_badge(s.health)}</h2>",
             (
-                f'<p class="sub">health {s.health.label}: the worst of global frag, local frag'
-                " and free blocks, each at its maximum over the trace</p>"
+                f'<p class="sub">health {s.health.label}: {esc(health_reason(s))}</p>'
             ),
             _summary(s),
             _advice(s),
@@ -351,7 +351,11 @@ TERMS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Health",
-        "The worst level of the three rated metrics, each at its maximum over the trace.",
+        (
+            "The worst level of the three rated metrics, each at its maximum over the moments it"
+            " counts at: global frag always, local frag and free blocks only while at least 5 % of"
+            " the device is free."
+        ),
     ),
     ("Peak", "The state after the first event at which global_frag reaches its maximum."),
     (
@@ -439,7 +443,7 @@ def render(analysis: Analysis) -> str:
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
     body.append(_definitions())
     body.append(FOOTER)
-    return page(f"nsysfrag — {name}", _CSS, body)
+    return page(f"nsysfrag — {name}", CSS, body)
 
 
 def write(analysis: Analysis, path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The SPEC §6 JSON document (schema ``nsysfrag/1``)."""
+"""The JSON document (schema ``nsysfrag/1``)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from typing import Any
 
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.analysis.advice import advise
-from nsysfrag.analysis.metrics import size_class_label
+from nsysfrag.analysis.metrics import HealthBasis, size_class_label
+from nsysfrag.analysis.results import FRAGMENTATION, Failure
 from nsysfrag.models.segments import SnapshotSection
 
 SCHEMA = "nsysfrag/1"
 
 
 def state_document(s: State) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "time_ns": s.time_ns,
         "global_frag": s.global_frag,
         "local_frag": s.local_frag,
@@ -24,6 +25,28 @@ def state_document(s: State) -> dict[str, Any]:
         "free_bytes": s.free_bytes,
         "live_bytes": s.live_bytes,
     }
+    if s.pool is not None:  # a caching allocator's own figures, in the PoolState's order
+        doc.update(dataclasses.asdict(s.pool))
+    return doc
+
+
+def health_basis_document(b: HealthBasis | None) -> dict[str, Any] | None:
+    return None if b is None else {"metric": b.metric, "value": b.value, "time_ns": b.time_ns}
+
+
+def failure_document(f: Failure) -> dict[str, Any]:
+    """One failed allocation: its time and request, the state then, and the verdict."""
+    state = state_document(f.state)
+    doc: dict[str, Any] = {"time_ns": state.pop("time_ns"), "requested_bytes": f.requested_bytes}
+    doc.update(state)
+    doc["verdict"] = f.verdict
+    if f.recorded_device_free_bytes is not None:
+        doc["recorded_device_free_bytes"] = f.recorded_device_free_bytes
+    if f.site is not None:
+        doc["site"] = f.site
+    if f.verdict == FRAGMENTATION:
+        doc["stranded_sites"] = [dataclasses.asdict(x) for x in f.stranded_sites]
+    return doc
 
 
 def _buckets(buckets: list[Bucket]) -> list[dict[str, int]]:
@@ -68,6 +91,8 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         "internal_frag": s.internal_frag,
         "growth_per_s": s.growth_per_s,
         "health": s.health.label,
+        "health_basis": health_basis_document(s.health_basis),
+        "ooms": [failure_document(f) for f in s.ooms],
         "out_of_order_frees": s.out_of_order_frees,
         "hole_creating_frees": s.hole_creating_frees,
         "caching_allocator_suspected": s.caching_allocator_suspected,
@@ -96,7 +121,7 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         },
     }
     if s.snapshot is not None:
-        # The snapshot's own figures follow the SPEC keys and never replace one.
+        # The snapshot's own figures follow the contract's keys and never replace one.
         doc.update({k: v for k, v in snapshot_document(s.snapshot).items() if k not in doc})
     return doc
 

@@ -33,6 +33,15 @@ def seconds(ns: int) -> str:
     return f"{ns / 1e9:.3f} s"
 
 
+def health_reason(space: SpaceAnalysis) -> str:
+    """What set the space's health level: the metric, its value and when."""
+    b = space.health_basis
+    if b is None:
+        return "every rated metric stayed in range"
+    value = str(b.value) if b.metric == "free_blocks" else percent(b.value)
+    return f"{b.metric.replace('_', ' ')} {value} at {seconds(b.time_ns)}"
+
+
 def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell]:
     return [
         Cell(percent(global_frag), global_frag_health(global_frag)),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis
@@ -12,41 +11,32 @@ from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
-    free_blocks_health,
-    global_frag_health,
-    local_frag_health,
     size_class_label,
 )
-from nsysfrag.reporters.state_cells import HEADINGS, Cell, state_rows
+from nsysfrag.printable import printable
+from nsysfrag.reporters import state_cells
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
 
 
-def _shown(cell: Cell) -> str | Text:
+def _shown(cell: state_cells.Cell) -> Cell:
     return cell.text if cell.level is None else Text(cell.text, style=STYLE[cell.level])
 
 
-def _health_reason(s: SpaceAnalysis) -> str:
-    """Which rated metric set the health level, at its maximum."""
-    rated = [
-        (global_frag_health(s.max_global_frag), f"global frag peaked at {s.max_global_frag:.1%}"),
-        (local_frag_health(s.max_local_frag), f"local frag peaked at {s.max_local_frag:.1%}"),
-        (free_blocks_health(s.max_free_blocks), f"up to {s.max_free_blocks} free blocks"),
-    ]
-    worst = [text for level, text in rated if level == s.health]
-    return "; ".join(worst) if s.health is not Health.OK else "every rated metric stayed in range"
+_STATE_COLUMNS = (Column(""), *(Column(name, justify="right") for name in ("at", *state_cells.HEADINGS)))
 
 
 def _space(s: SpaceAnalysis) -> RenderableType:
     c = s.counts
     head = Text()
-    process = f" ({s.process_name})" if s.process_name else ""
-    head.append(f"process {s.pid}{process} · device {s.device}: {s.device_name}, ")
+    process = f" ({printable(s.process_name)})" if s.process_name else ""
+    head.append(f"process {s.pid}{process} · device {s.device}: {printable(s.device_name)}, ")
     head.append(f"{format_bytes(s.capacity_bytes)}\n")
     head.append("health: ")
     head.append(s.health.label.upper(), style=STYLE[s.health])
-    head.append(f" ({_health_reason(s)})")
+    head.append(f" ({state_cells.health_reason(s)})")
     head.append(
         f"\nallocations {c.allocations} · frees {c.frees} · unmatched frees {c.unmatched_frees}"
         f" · overlaps {c.overlaps} · zero-size {c.zero_size_allocs} · failed {c.failed_allocations}"
@@ -54,71 +44,93 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     )
 
     title = s.source.words.space_title
-    states = Table(title=f"State ({title})", title_justify="left", expand=False)
-    for col in ("", "at", *HEADINGS):
-        states.add_column(col, justify="right" if col else "left")
-    for label, cells in state_rows(s):
-        states.add_row(label, *(_shown(c) for c in cells))
+    states = FittedTable(
+        Text(f"State ({title})"),
+        Layout(
+            _STATE_COLUMNS,
+            [[label, *(_shown(c) for c in cells)] for label, cells in state_cells.state_rows(s)],
+        ),
+    )
     figures = Text(
         f"growth of global fragmentation: {s.growth_per_s * 100:+.3f} points/s · internal"
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
         f" frees: {s.out_of_order_frees} · frees that left a hole: {s.hole_creating_frees}"
     )
-    parts: list[RenderableType] = [head, states, figures]
+    parts: list[RenderableType] = [Prose(head), states, Prose(figures)]
 
+    columns: tuple[Column, ...]
     if s.hotspots:
-        hot = Table(title="Out-of-order free hotspots", title_justify="left")
-        for col in ("site", "size", "out-of-order", "holes", "hole bytes", "pinned by"):
-            hot.add_column(col, justify="left" if col in ("site", "pinned by", "size") else "right")
-        for h in s.hotspots[:TOP_HOTSPOTS]:
-            hot.add_row(
-                Text(h.site),
+        columns = (
+            Column("site", kind="name"),
+            Column("size"),
+            Column("out-of-order", justify="right"),
+            Column("holes", justify="right"),
+            Column("hole bytes", justify="right"),
+            Column("pinned by", kind="name"),
+        )
+        rows: list[list[Cell]] = [
+            [
+                outside(h.site),
                 h.size_class,
                 str(h.out_of_order_frees),
                 str(h.hole_creating_frees),
                 format_bytes(h.hole_bytes),
-                Text(", ".join(h.pinned_by[:3])),
-            )
-        parts.append(hot)
+                outside(", ".join(h.pinned_by[:3])),
+            ]
+            for h in s.hotspots[:TOP_HOTSPOTS]
+        ]
+        parts.append(FittedTable(Text("Out-of-order free hotspots"), Layout(columns, rows)))
 
     if s.size_histogram:
-        hist = Table(title="Allocation sizes", title_justify="left")
-        for col in ("size class", "count", "bytes", ""):
-            hist.add_column(col, justify="right" if col in ("count", "bytes") else "left")
         most = max(b.count for b in s.size_histogram)
-        for b in s.size_histogram:
-            bar = "█" * max(1, round(20 * b.count / most))
-            k = b.lo_bytes.bit_length() - 1
-            hist.add_row(size_class_label(k), str(b.count), format_bytes(b.bytes), bar)
-        parts.append(hist)
+        columns = (
+            Column("size class"),
+            Column("count", justify="right"),
+            Column("bytes", justify="right"),
+            Column(""),
+        )
+        rows = [
+            [
+                size_class_label(b.lo_bytes.bit_length() - 1),
+                str(b.count),
+                format_bytes(b.bytes),
+                "█" * max(1, round(20 * b.count / most)),
+            ]
+            for b in s.size_histogram
+        ]
+        parts.append(FittedTable(Text("Allocation sizes"), Layout(columns, rows)))
 
     advice = advise(s)
     if advice:
-        parts.append(Text("\n".join(f"→ {line}" for line in advice), style="cyan"))
-    return Panel(Group(*parts), title=f"[b]{title}[/b]", title_align="left")
+        parts.append(Prose(Text("\n".join(f"→ {printable(line)}" for line in advice), style="cyan")))
+    return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left")
 
 
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
     version = analysis.source.version or analysis.source.words.no_version
     console.print(
-        Text(
-            f"nsysfrag · {analysis.source.path} · {version} · model: {analysis.model},"
-            f" granularity {analysis.granularity_bytes} B",
-            style="bold",
+        Prose(
+            Text(
+                f"nsysfrag · {printable(analysis.source.path)} · {printable(version)} · model:"
+                f" {analysis.model}, granularity {analysis.granularity_bytes} B",
+                style="bold",
+            )
         )
     )
     for warning in analysis.warnings:
-        console.print(Text(f"! {warning}", style="yellow"))
+        console.print(Prose(Text(f"! {printable(warning)}", style="yellow")))
     if not analysis.spaces:
-        console.print("No device-memory allocations in this trace.")
+        console.print(Text("No device-memory allocations in this trace."))
     for space in analysis.spaces:
         console.print(_space(space))
     console.print(
-        Text(
-            "global frag = (free − largest free block) / device memory (ok < 20 %, critical ≥ 40 %);"
-            " local frag = 1 − largest free block / free (ok < 30 %, critical > 60 %);"
-            " free blocks ok < 100, critical > 500.",
-            style="dim",
+        Prose(
+            Text(
+                "global frag = (free − largest free block) / device memory (ok < 20 %, critical"
+                " ≥ 40 %); local frag = 1 − largest free block / free (ok < 30 %, critical > 60"
+                " %); free blocks ok < 100, critical > 500.",
+                style="dim",
+            )
         )
     )

@@ -348,3 +348,28 @@ def _write(
             rows,
         )
     con.executemany("INSERT INTO StringIds VALUES (?,?)", [(i, s) for s, i in strings.items()])
+
+
+def nested_nvtx_export(
+    path: str | Path, ranges: int, name_chars: int, every_depth: bool = True
+) -> Path:
+    """``ranges`` NVTX push/pop ranges nested inside each other on one thread, with names of
+    ``name_chars`` characters, and an allocation at every depth (or only the innermost); every
+    other block is freed out of order at the end, so hotspots name the sites. The worst case
+    for site resolution: a naive sweep builds a site string per range per depth."""
+    nvtx = [
+        NvtxRow(10 * i, 10 * (2 * ranges - i) + 5, 1, 7, f"{i:06d}" + "n" * (name_chars - 6))
+        for i in range(ranges)
+    ]
+    depths = range(ranges) if every_depth else [ranges - 1]
+    base = 0x7F00_0000_0000
+    memory, api = [], []
+    for k, depth in enumerate(depths):
+        t = 10 * depth + 2
+        memory.append(MemoryRow(t, 1, 0, base + k * 4096, 1024, correlation_id=k + 1))
+        api.append(ApiRow(t - 1, t + 1, 1, 7, "cudaMalloc_v3020", k + 1))
+    end = 30 * ranges
+    memory += [
+        MemoryRow(end + k, 1, 0, base + k * 4096, 1024, op=FREE) for k in range(0, len(depths), 2)
+    ]
+    return write_export(path, memory, api, nvtx, [Gpu(0, total_memory=1 << 30)])

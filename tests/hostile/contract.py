@@ -76,8 +76,19 @@ def run_nsysfrag(
         raise AssertionError(f"nsysfrag {list(args)!r} ran past {timeout_s:.0f} s") from err
     stdout = proc.stdout.decode("utf-8", "replace")
     stderr = proc.stderr.decode("utf-8", "replace")
-    assert proc.returncode in allowed_codes, (
-        f"exit {proc.returncode} (allowed {list(allowed_codes)}); stderr: {stderr[-2000:]}"
+    check_outcome(proc.returncode, stderr, before, allowed_codes)
+    return Outcome(proc.returncode, stdout, stderr)
+
+
+def check_outcome(
+    returncode: object,
+    stderr: str,
+    before: dict[Path, tuple[bytes, int] | None],
+    allowed_codes: Sequence[int],
+) -> None:
+    """The contract on what a finished run left: its exit code, its stderr, its inputs."""
+    assert returncode in allowed_codes, (
+        f"exit {returncode} (allowed {list(allowed_codes)}); stderr: {stderr[-2000:]}"
     )
     lines = stderr.splitlines()
     assert len(lines) <= 1, f"stderr must be at most one line, got {len(lines)}: {stderr[-2000:]}"
@@ -85,4 +96,3 @@ def run_nsysfrag(
     assert "Traceback" not in stderr, stderr
     for path, fingerprint in before.items():
         assert _fingerprint(path) == fingerprint, f"{path} was modified"
-    return Outcome(proc.returncode, stdout, stderr)

@@ -1,6 +1,8 @@
-"""Nsight Systems traces: ``reader`` reads an SQLite export (with ``sqlite_columns`` and
-``records``), ``sites`` finds each allocation's NVTX ranges, ``spaces`` turns a trace into one
-space per (process, device), and ``runner`` runs nsys itself to record or export.
+"""Nsight Systems traces: ``reader`` reads an SQLite export into ``records`` (``export_file``
+opens it without ever writing, ``sqlite_tables`` and ``sqlite_columns`` read its tables,
+``target_info`` its small ones), ``sites`` finds each allocation's NVTX ranges, ``spaces`` turns
+a trace into one space per (process, device), and ``runner`` runs nsys itself to record or
+export.
 
 Only the reader loads on use, so recognising a path costs no import of SQLAlchemy.
 """

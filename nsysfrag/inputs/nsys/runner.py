@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from nsysfrag.errors import NsysError
-from nsysfrag.inputs.nsys.reader import export_inputs
+from nsysfrag.inputs.nsys.target_info import export_inputs
 
 # Relative to INSTALL_ROOT so tests can point the search at a temporary tree instead of /opt.
 INSTALL_ROOT = Path("/")

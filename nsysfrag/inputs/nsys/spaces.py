@@ -1,7 +1,7 @@
 """An nsys trace as a recording: one space per (process, device), in the ``observed`` model.
 
 A space's events are its device-memory allocations and frees in trace order, with its failed
-allocation calls among them (SPEC §3); a block's site is its NVTX ranges (``sites``).
+allocation calls among them (docs/metrics.md); a block's site is its NVTX ranges (``sites``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from nsysfrag.events import (
     FAILED_ALLOC,
     FREE,
     I64,
+    UNKNOWN_BYTES,
     AllocationEvents,
     InputCounts,
     SourceInfo,
@@ -24,7 +25,7 @@ from nsysfrag.events import (
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
-from nsysfrag.models.observed import MODEL_NAME, ObservedModel
+from nsysfrag.models.observed import MAX_ARENA_BYTES, MODEL_NAME, ObservedModel
 
 WORDS = Words(space_title=f"{MODEL_NAME} address space", figure_title=f"{MODEL_NAME} address space")
 
@@ -46,19 +47,22 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()
     }
     model = ObservedModel(options.granularity_bytes)
-    spaces = [
-        RecordedSpace(
-            pid=key[0],
-            device=key[1],
-            device_name=_device_name(trace, key),
-            process_name=trace.process_names.get(key[0]),
-            events=_space_events(trace, resolver, groups[key], failures.get(key, [])),
-            model=model,
-            capacity_bytes=_capacity(trace, key, options.capacity_bytes),
-            other_kind_events=other.get(key, 0),
+    spaces = []
+    for key in sorted(groups):
+        events = _space_events(trace, resolver, groups[key], failures.get(key, []))
+        _check_span(trace, key, events, options.granularity_bytes)
+        spaces.append(
+            RecordedSpace(
+                pid=key[0],
+                device=key[1],
+                device_name=_device_name(trace, key),
+                process_name=trace.process_names.get(key[0]),
+                events=events,
+                model=model,
+                capacity_bytes=_capacity(trace, key, options.capacity_bytes),
+                other_kind_events=other.get(key, 0),
+            )
         )
-        for key in sorted(groups)
-    ]
     warnings = []
     if trace.vmm_calls:
         warnings.append(
@@ -128,7 +132,7 @@ def _space_events(
         time_ns = np.insert(time_ns, at, times)
         kind = np.insert(kind, at, np.int8(FAILED_ALLOC))
         address = np.insert(address, at, np.uint64(0))
-        nbytes = np.insert(nbytes, at, 0)
+        nbytes = np.insert(nbytes, at, UNKNOWN_BYTES)  # nsys records no size for a failed call
         memory_row = np.insert(rows, at, -1)
     return AllocationEvents(
         time_ns=time_ns,
@@ -139,19 +143,40 @@ def _space_events(
     )
 
 
+def _check_span(trace: Trace, key: SpaceKey, events: AllocationEvents, granularity: int) -> None:
+    """Refuse a space whose blocks cannot be laid out in the observed model's 64-bit offsets
+    from B: addresses or sizes no GPU has, so a damaged trace."""
+    is_block = (events.kind == ALLOC) & (events.bytes > 0)
+    if not is_block.any():
+        return
+    address, nbytes = events.address[is_block], events.bytes[is_block]
+    base, highest, largest = int(address.min()), int(address.max()), int(nbytes.max())
+    if highest - base + largest + granularity <= MAX_ARENA_BYTES:
+        return
+    pid, device = key
+    raise InputError(
+        f"{trace.path}: process {pid} device {device} has allocations from {base:#x} to"
+        f" {highest:#x} of up to {largest:,} bytes, a span of 8 EiB or more that no"
+        " GPU has: its addresses or sizes are damaged; re-export the trace with"
+        " `nsys export --type sqlite --force-overwrite=true`"
+    )
+
+
 def _group_by_space(pid: I64, device: I64, rows: I64) -> dict[SpaceKey, I64]:
     """Event indices (in order) of each (pid, device) among ``rows``."""
     if len(rows) == 0:
         return {}
-    keys = (pid[rows] << 32) | device[rows]
-    if (keys == keys[0]).all():  # the common case: one process on one device
-        return {(int(pid[rows[0]]), int(device[rows[0]])): rows}
-    order = np.argsort(keys, kind="stable")
-    uniq, first = np.unique(keys[order], return_index=True)
-    bounds = np.append(first, len(rows))
+    pids, devices = pid[rows], device[rows]
+    if (pids == pids[0]).all() and (devices == devices[0]).all():  # one process, one device
+        return {(int(pids[0]), int(devices[0])): rows}
+    # Sorted on both columns rather than on one packed key: a device id can be any int64.
+    order = np.lexsort((devices, pids))
+    pids, devices = pids[order], devices[order]
+    bounds = np.flatnonzero((pids[1:] != pids[:-1]) | (devices[1:] != devices[:-1])) + 1
+    bounds = np.concatenate([[0], bounds, [len(rows)]])
     return {
-        (int(k >> 32), int(k & 0xFFFFFFFF)): rows[order[bounds[j] : bounds[j + 1]]]
-        for j, k in enumerate(uniq.tolist())
+        (int(pids[a]), int(devices[a])): rows[order[a:b]]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     }
 
 
@@ -178,7 +203,7 @@ def _device_name(trace: Trace, key: SpaceKey) -> str:
 def _charge_failures(
     trace: Trace, resolver: SiteResolver, spaces: set[SpaceKey]
 ) -> tuple[dict[SpaceKey, list[int]], int]:
-    """SPEC §3: a failed allocation call goes to the device of its thread's most recent
+    """docs/metrics.md: a failed allocation call goes to the device of its thread's most recent
     successful allocation, else to its process's lowest device. Returns the calls (rows of
     ``trace.api``) charged to each space, and how many no space takes."""
     api = trace.api

@@ -1,7 +1,7 @@
 """Integer columns straight from SQLite's C API into numpy arrays, in compiled code.
 
-The portable path (``trace._int_columns``) has SQLite format every value as text and numpy parse
-it back, which is half of the time to analyze a large trace. Here a numba loop calls
+The portable path (``sqlite_tables.int_columns``) has SQLite format every value as text and
+numpy parse it back, which is half of the time to analyze a large trace. Here a numba loop calls
 ``sqlite3_step`` / ``sqlite3_column_int64`` on the same libsqlite3 Python's own sqlite3 module
 uses, without the GIL, so two row ranges can be read on two cores at once. Anything unusual —
 no libsqlite3 to load, an error, a value that is not an integer — returns None and the caller
@@ -13,15 +13,16 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 from collections.abc import Callable
-from pathlib import Path
-from urllib.parse import quote
 
 import numba
 import numpy as np
 import numpy.typing as npt
 from numba import types
 
+from nsysfrag import kernel_cache
 from nsysfrag.events import I64
+
+kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 SQLITE_OK = 0
 SQLITE_ROW = 100
@@ -91,14 +92,15 @@ def available() -> bool:
 
 
 def read_int_columns(
-    path: Path,
+    uri: str,
     sql: str,
     ncols: int,
     expected_rows: int,
     on_rows: Callable[[int], None] | None = None,
     into: npt.NDArray[np.int64] | None = None,
 ) -> list[I64] | None:
-    """The integer result columns of ``sql`` on the database at ``path``, or None (see above).
+    """The integer result columns of ``sql`` on the database ``uri`` names (a ``file:`` URI that
+    opens it read-only, from ``export_file.database_uri``), or None (see above).
     ``expected_rows`` sizes the arrays (they grow if it was short). With ``into`` (shape
     ``(ncols, expected_rows)``, e.g. a window of a larger array) the rows go there, and a
     result of any other length is None."""
@@ -106,9 +108,10 @@ def read_int_columns(
     if lib is None:
         return None
     db = ctypes.c_void_p()
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro".encode()
     try:
-        if lib.sqlite3_open_v2(uri, ctypes.byref(db), _OPEN_READONLY | _OPEN_URI, None) != SQLITE_OK:
+        if lib.sqlite3_open_v2(
+            uri.encode(), ctypes.byref(db), _OPEN_READONLY | _OPEN_URI, None
+        ) != SQLITE_OK:
             return None
         stmt = ctypes.c_void_p()
         if lib.sqlite3_prepare_v2(db, sql.encode(), -1, ctypes.byref(stmt), None) != SQLITE_OK:

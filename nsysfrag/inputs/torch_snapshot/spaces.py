@@ -78,12 +78,6 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
             " torch.cuda.memory._record_memory_history() to see how it got there"
         )
     warnings.extend(snapshot.warnings)
-    if snapshot.expandable_segments:
-        warnings.append(
-            "expandable segments: before raising OOM PyTorch unmaps fully free pages and maps"
-            " them where a request needs them, so free blocks in different mapped ranges are not"
-            " as stranded as the figures say; read global and local fragmentation as upper bounds"
-        )
     settings = AllocatorSettings(
         roundup_power2_divisions=snapshot.roundup_power2_divisions,
         max_split_size=snapshot.max_split_size,

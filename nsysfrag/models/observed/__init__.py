@@ -13,10 +13,25 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.events import ALLOC, FREE, FREE_COMPLETED, I64, KIND_NAMES, AllocationEvents
+from nsysfrag.events import (
+    ALLOC,
+    FAILED_ALLOC,
+    FREE,
+    FREE_COMPLETED,
+    I64,
+    KIND_NAMES,
+    AllocationEvents,
+)
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
-from nsysfrag.models.series import ALLOCATED, NO_BLOCK, FreeBlocks, StateSeries, series_of
+from nsysfrag.models.series import (
+    ALLOCATED,
+    NO_BLOCK,
+    FreeBlocks,
+    StateSeries,
+    StrandedSegment,
+    series_of,
+)
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -24,6 +39,9 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
+# The most an arena may span: block offsets and footprint ends from B are int64. Inputs refuse
+# a space whose blocks span more (nsys: ``inputs.nsys.spaces``): its addresses are damaged.
+MAX_ARENA_BYTES = (1 << 63) - 1
 # The kinds the model places: allocations, and frees that make memory reusable.
 _PLACEABLE = np.zeros(len(KIND_NAMES), dtype=np.bool_)
 _PLACEABLE[[ALLOC, FREE, FREE_COMPLETED]] = True
@@ -63,6 +81,9 @@ class ObservedModel:
             base_address=base,
             end_address=end,
             span_mode=end > base + space.capacity_bytes,
+            # A failed call is no point: it failed in the state of the last point before it.
+            failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
+            - 1,
         )
         return ObservedRun(series, space.capacity_bytes, kernel_events, out)
 
@@ -85,6 +106,9 @@ class ObservedRun:
         starts, ends = starts[order], (starts + events.footprint[alive])[order]
         gaps: I64 = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
         return FreeBlocks(gaps[gaps > 0])
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        return []  # no segments: nothing is stranded in them
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection | None:
         return None
@@ -126,6 +150,9 @@ def kernel_events_of(
         # No allocation to anchor the arena: use the lowest address seen so the layout is
         # defined (every event is then an unmatched free or a zero-size allocation).
         base = int(address.min())
+    # Addresses are unsigned 64-bit; offsets from B are signed, which the input made safe for
+    # every block (MAX_ARENA_BYTES). A free far above every block (2**63 or more) wraps
+    # negative: a free of no block, as it should be.
     above = address >= np.uint64(base)
     offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import kernel_cache
 from nsysfrag.events import I64, BoolArray
 from nsysfrag.models.series import (
     ALLOCATED,
@@ -29,6 +30,8 @@ from nsysfrag.models.series import (
     ZERO_SIZE_ALLOC,
     IndexArray,
 )
+
+kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 
 class KernelEvents(NamedTuple):

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
@@ -23,9 +25,17 @@ from nsysfrag.models.segments.replay import (
     OomEvent,
     free_blocks_after,
     replay_device,
+    stranded_after,
 )
 from nsysfrag.models.segments.rules import AllocatorSettings
-from nsysfrag.models.series import FreeBlocks, StateSeries, series_of
+from nsysfrag.models.series import (
+    OOM,
+    FreeBlocks,
+    PoolColumns,
+    StateSeries,
+    StrandedSegment,
+    series_of,
+)
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -94,17 +104,11 @@ class SegmentsModel:
             r = compiled.replay(self.progress)
         else:
             r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
-        series = series_of(
-            r,
-            held_peak=r.peak_allocated,
-            base_address=r.base_address,
-            end_address=r.end_address,
-            initial_blocks=r.initial_blocks,
-        )
         warnings: list[str] = []
         if len(r.time_ns) == 0:
-            return SegmentsRun(self, space, r, series, 0, "", warnings, compiled)
+            return SegmentsRun(self, space, r, _series(r, 0), 0, "", warnings, compiled)
         capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
+        series = _series(r, capacity)
         device = space.device
         if r.conflicts:
             warnings.append(
@@ -137,10 +141,29 @@ class SegmentsRun:
     compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
+        """The free blocks inside segments right after ``point``, and the device's free memory
+        outside them as one more block (the model's free blocks)."""
         if self.compiled is not None:
-            return self.compiled.free_blocks_at(point)
+            inside = self.compiled.free_blocks_at(point)
+        else:
+            m = self.model
+            inside = free_blocks_after(
+                self.space.events, m.final_segments, m.settings, point, self.replay.repairs
+            )
+        pool = self.series.pool
+        device_free = int(pool.device_free_bytes[point]) if pool is not None else 0
+        if device_free <= 0:
+            return inside
+        sizes = np.append(inside.sizes, np.int64(device_free))
+        return FreeBlocks(sizes, inside.releasable_bytes)
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        if self.compiled is not None:
+            return self.compiled.stranded_at(point)
         m = self.model
-        return free_blocks_after(self.space.events, m.final_segments, m.settings, point)
+        return stranded_after(
+            self.space.events, m.final_segments, m.settings, point, self.replay.repairs
+        )
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection:
         r = self.replay
@@ -151,7 +174,7 @@ class SegmentsRun:
             allocated_bytes_peak=r.max_allocated_bytes,
             requested_bytes_peak=r.max_requested_bytes,
             reserved_bytes_at_frag_peak=int(r.reserved_bytes[peak]),
-            releasable_bytes_at_frag_peak=at_peak.releasable_bytes,
+            releasable_bytes_at_frag_peak=int(r.releasable_bytes[peak]),
             reserved_bytes_final=int(r.reserved_bytes[-1]),
             allocated_bytes_final=int(r.allocated_bytes[-1]),
             requested_bytes_final=int(r.live_bytes[-1]),
@@ -165,6 +188,32 @@ class SegmentsRun:
             ),
             oom_events=tuple(r.ooms),
         )
+
+
+def _series(r: DeviceReplay, capacity: int) -> StateSeries:
+    """The replay's state in the model's terms: free memory is everything free on the device,
+    ``D + F`` with ``D`` the device's memory outside the segments, and the largest free block
+    the largest request that succeeds without new memory, ``L_eff = max(L, D + R)`` (the
+    allocator can release whole free segments and map a new one anywhere)."""
+    device_free = np.maximum(capacity - r.reserved_bytes, 0)
+    return series_of(
+        r,
+        free_bytes=device_free + r.free_bytes,
+        largest_free_bytes=np.maximum(r.largest_free_bytes, device_free + r.releasable_bytes),
+        free_blocks=r.free_blocks + (device_free > 0),
+        pool=PoolColumns(
+            reserved_bytes=r.reserved_bytes,
+            allocated_bytes=r.allocated_bytes,
+            releasable_bytes=r.releasable_bytes,
+            device_free_bytes=device_free,
+            largest_block_bytes=r.largest_free_bytes,
+        ),
+        held_peak=r.peak_allocated,
+        base_address=r.base_address,
+        end_address=r.end_address,
+        initial_blocks=r.initial_blocks,
+        failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
+    )
 
 
 def _capacity(
@@ -186,9 +235,11 @@ def _capacity(
         return max(max(estimates), r.max_reserved_bytes, 1), "oom"
     cap = max(r.max_reserved_bytes, 1)
     warnings.append(
-        f"device {device}: the snapshot does not say how much memory the device has (no OOM"
-        f" entry), so capacity C is the peak reserved memory, {format_bytes(cap)}, and global_frag"
-        " is a share of that; pass --capacity (e.g. 80GiB) for the device's memory"
+        f"device {device}: the snapshot does not say how much memory the device has (no"
+        f" out-of-memory entry), so its capacity is taken to be the peak reserved memory,"
+        f" {format_bytes(cap)}: the rating assumes the device was full at the peak, so its"
+        " fragmentation figures are upper bounds; pass --capacity (e.g. --capacity 80GiB) to"
+        " rate the snapshot against the real device"
     )
     return cap, "reserved_peak"
 

@@ -51,16 +51,20 @@ from nsysfrag.models.segments.kernel import (
     O_SITE,
     O_TIME,
     OUTPUT_ROWS,
+    R_FOUND,
+    R_KNOWN,
     R_ON,
     R_REQ,
     R_SITE,
     R_SIZE,
+    START_COLUMNS,
     rebuild_window,
     replay_forward,
 )
 from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
     B_PLACED,
+    B_POINT,
     B_SIZE,
     S_END,
     S_EXP,
@@ -79,10 +83,10 @@ from nsysfrag.models.segments.kernel_layout import (
     T_PEAK_REQ,
     new_layout,
 )
-from nsysfrag.models.segments.replay import DeviceReplay, OomEvent
+from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS, DeviceReplay, OomEvent
 from nsysfrag.models.segments.rules import AllocatorSettings
 from nsysfrag.models.segments.window import _final_segments
-from nsysfrag.models.series import FreeBlocks
+from nsysfrag.models.series import FreeBlocks, StrandedSegment
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
 _NO_ADDRESS = np.array([FAILED_ALLOC, MARK], np.int8)
@@ -187,15 +191,22 @@ class CompiledDevice:
             np.asarray([code_of[b.site] for b in blocks], dtype=np.int64),
         )
         self.fold = self._folded()
+        # Sizes of blocks live at the window's start that an allocation showed too short (slot
+        # -> size), and whether the replay has settled them (``replay`` docs the repairs).
+        self.repairs: dict[int, int] = {}
+        self.settled = False
 
     def _rebuild(self) -> _Run:
         """A fresh layout, at the window's start."""
         layout = new_layout(self.keys)
-        rb = np.zeros((len(self.keys), 4), dtype=np.int64)
+        rb = np.zeros((len(self.keys), START_COLUMNS), dtype=np.int64)
         known = np.full(len(self.events), -1, dtype=np.int64)
         initial = rebuild_window(
             layout, self.entries, self.final_segments, self.final_blocks, rb, known
         )
+        rb[:, R_KNOWN] = rb[:, R_FOUND] = -1
+        for slot, size in self.repairs.items():
+            rb[slot, R_KNOWN] = size
         return _Run(layout, rb, known, int(initial))
 
     def window_start(self) -> WindowLayout:
@@ -238,13 +249,14 @@ class CompiledDevice:
         t_ns = self.events.time_ns
         t0 = int(t_ns[0]) if len(t_ns) else 0
         grows = ((act == SEGMENT_ALLOC) | (act == SEGMENT_MAP)) & ~self.fold
-        n_points = run.initial + int(
+        entry_points = int(
             np.isin(act, [ALLOC, FREE_COMPLETED, FREE, FAILED_ALLOC, SEGMENT_FREE, SEGMENT_UNMAP]).sum()
             + grows.sum()
         )
-        has_points = n_points > 0
-        if not has_points:
-            n_points = int(run.tot[T_NSEG])
+        has_points = entry_points > 0
+        # The window's start: its live blocks, else its segments, else the empty device.
+        start_points = run.initial or int(run.tot[T_NSEG]) or int(has_points)
+        n_points = start_points + entry_points
         record = stop < 0
         width = n_points if record else 0
         out_i64 = np.zeros((OUTPUT_ROWS, width), dtype=np.int64)
@@ -271,6 +283,8 @@ class CompiledDevice:
 
     def free_blocks_at(self, point: int) -> FreeBlocks:
         """The free blocks right after timeline point ``point`` (replaying only that far)."""
+        if not self.settled:
+            self.replay()
         run, _ = self._run(stop=point)
         leaves = int(run.tot[T_LEAVES])
         gaps = run.layout[5][leaves : leaves + 2 * len(self.keys)]
@@ -280,6 +294,35 @@ class CompiledDevice:
         on = seg[:, S_ON] == 1
         whole = on & (seg[:, S_EXP] == 0) & (opening == seg[:, S_END] - self.keys)
         return FreeBlocks(sizes.copy(), int(opening[whole & (opening > 0)].sum()))
+
+    def stranded_at(self, point: int) -> list[StrandedSegment]:
+        """The segments holding stranded memory right after timeline point ``point``: their
+        free gaps' bytes beyond the releasable ones, and the points of their live blocks."""
+        if not self.settled:
+            self.replay()
+        run, _ = self._run(stop=point)
+        keys, seg, blk = self.keys, run.seg, run.blk
+        n = len(keys)
+        leaves = int(run.tot[T_LEAVES])
+        stranded = run.layout[5][leaves : leaves + 2 * n] - run.layout[6][: 2 * n]
+        on = np.flatnonzero(seg[:, S_ON] == 1)
+        starts = keys[on]
+
+        def segment_of(slots: I64) -> I64:  # the row in ``on`` of the segment holding each slot
+            return np.searchsorted(starts, keys[slots], side="right") - 1
+
+        owner = np.empty(2 * n, dtype=np.int64)  # leaf 2k opens segment k, 2k+1 follows block k
+        owner[0::2] = np.where(seg[:, S_ON] == 1, np.searchsorted(starts, keys), -1)
+        owner[1::2] = segment_of(np.arange(n))
+        has = (stranded > 0) & (owner >= 0)
+        per_segment = np.bincount(owner[has], weights=stranded[has], minlength=len(on))
+        live = np.flatnonzero((blk[:, B_LIVE] == 1) & (blk[:, B_PLACED] == 1))
+        holder = segment_of(live)
+        out = []
+        for row in np.flatnonzero(per_segment > 0).tolist():
+            points = blk[live[holder == row], B_POINT]
+            out.append(StrandedSegment(int(starts[row]), int(per_segment[row]), tuple(points.tolist())))
+        return out
 
     def _final_mismatches(self, run: _Run) -> int:
         """How far the replay's end is from the snapshot: differing ranges and blocks."""
@@ -298,8 +341,15 @@ class CompiledDevice:
         return len(set(final_segs.ranges()) ^ set(got_ranges)) + len(want_blocks ^ got_blocks)
 
     def replay(self, progress: ProgressCallback | None = None) -> DeviceReplay:
-        """Replay the device's trace from the window's start."""
-        run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
+        """Replay the device's trace from the window's start; again, with the repaired sizes,
+        while an allocation shows a block live at the start to be longer than inferred."""
+        for _ in range(MAX_REPAIR_ROUNDS):
+            run, (out_i64, out_flags, out_event, ooms) = self._run(progress=progress)
+            found = np.flatnonzero(run.rb[:, R_FOUND] >= 0)
+            if len(found) == 0:
+                break
+            self.repairs.update(zip(found.tolist(), run.rb[found, R_FOUND].tolist(), strict=True))
+        self.settled = True
         site, site_names = _local_sites(out_i64[O_SITE], out_event, self.site_names)
         events = self.events
         tot = run.tot
@@ -354,6 +404,7 @@ class CompiledDevice:
             max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
             max_requested_bytes=int(tot[T_MAX_REQUESTED]),
             ooms=oom_events,
+            repairs={int(self.keys[k]): size for k, size in sorted(self.repairs.items())},
         )
 
 

@@ -58,9 +58,12 @@ from nsysfrag.models.segments.rules import K_SMALL_BUFFER, division_interval, ro
 A_ALLOC, A_FREE_REQUESTED, A_FREE_COMPLETED, A_FREE = 0, 1, 2, 3
 A_SEGMENT_ALLOC, A_SEGMENT_FREE, A_SEGMENT_MAP, A_SEGMENT_UNMAP, A_OOM = 4, 5, 6, 7, 8
 E_ALLOCATED, E_FREED, E_UNMATCHED_FREE, E_ZERO_SIZE_ALLOC = 0, 1, 2, 3
+E_WINDOW_START = 9
 NO_BLOCK = -1
-# Blocks live at the window's start, per slot (R_SIZE -1: not recorded).
-R_ON, R_SIZE, R_REQ, R_SITE = range(4)
+# Blocks live at the window's start, per slot (R_SIZE -1: not recorded). R_KNOWN: a size an
+# earlier run found for such a block (-1: none); R_FOUND: the size this run found (-1: none).
+R_ON, R_SIZE, R_REQ, R_SITE, R_KNOWN, R_FOUND = range(6)
+START_COLUMNS = 6
 # Output rows.
 O_TIME, O_ADDRESS, O_BYTES, O_FREE, O_LARGEST, O_BLOCKS, O_LIVE, O_RESERVED = range(8)
 O_ALLOCATED, O_RELEASABLE, O_SITE, O_FREED, O_LEFT, O_RIGHT, O_REMOVED = range(8, 15)
@@ -186,8 +189,9 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
 @numba.njit(cache=True, nogil=True)
 def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress):  # type: ignore[no-untyped-def]
     """Replay the trace from the window's start (``L``, ``rb``), one timeline point per
-    modelled event into ``out``. ``rules``: t0, has_points, max_split (-1: none), expandable,
-    stop point (-1: none), record, then the 16 division counts. ``out``: the int64 rows
+    modelled event into ``out``. ``rules``: t0, has_points (the entries make points),
+    max_split (-1: none), expandable, stop point (-1: none), record, then the 16 division
+    counts. ``out``: the int64 rows
     (``O_*``), the flag rows (``F_*``), the event codes. With a stop point the replay ends
     before the entry after that point and records nothing. Returns (blocks live at the start,
     reserved bytes at the start)."""
@@ -211,14 +215,19 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         k = initial[i]
         x = keys[k]
         sz = rb[k, R_SIZE]
-        if sz < 0:
-            sz = round_size(max(rb[k, R_REQ], 1), divisions)
         s = seg_find(keys, seg, sfen, tot, x)
         if s >= 0:
             limit = seg[s, S_END]
             if i + 1 < len(initial):
                 limit = min(limit, max(keys[initial[i + 1]], x))
+            if sz < 0:  # carved from the free range up to the next such block
+                sz = rb[k, R_KNOWN]
+                if sz < 0:
+                    req = max(rb[k, R_REQ], 1)
+                    sz = block_size(keys, seg, s, x, x, limit, req, divisions, max_split, expandable_all)  # fmt: skip
             sz = max(min(sz, limit - x), 0)
+        elif sz < 0:
+            sz = round_size(max(rb[k, R_REQ], 1), divisions)
         fs, fe = free_span(keys, seg, blk, bfen, tot, s, x)
         placed = s >= 0 and sz > 0 and fe > fs and fe >= x + sz
         tot[T_CONFLICTS] += 0 if placed else 1
@@ -250,22 +259,14 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         )
         stack_point[depth], stack_slot[depth] = blk[k, B_POINT], k
         depth += 1
-    if not has_points:  # a state-only snapshot with no live block: its segments, once
+    if len(initial) == 0:  # the start of the window is a moment all the same: its segments, ...
+        opened = 0
         for k in range(len(keys)):
             if seg[k, S_ON] == 1:
-                emit(
-                    gap,
-                    tot,
-                    out_i64,
-                    out_flags,
-                    out_event,
-                    record,
-                    t0,
-                    A_SEGMENT_ALLOC,
-                    keys[k],
-                    seg[k, S_END] - keys[k],
-                    0,
-                )
+                emit(gap, tot, out_i64, out_flags, out_event, record, t0, A_SEGMENT_ALLOC, keys[k], seg[k, S_END] - keys[k], 0)  # fmt: skip
+                opened += 1
+        if opened == 0 and has_points:  # ... or the empty device
+            emit(gap, tot, out_i64, out_flags, out_event, record, t0, E_WINDOW_START, 0, 0, 0)
     n_oom = 0
     for j in range(len(act)):
         if stop >= 0 and tot[T_POINTS] > stop:
@@ -290,6 +291,15 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
             placed = False
             if s >= 0:
                 fs, fe = free_span(keys, seg, blk, bfen, tot, s, x)
+                if fe > fs and fs < x:  # PyTorch carves from a free block's low end, so ...
+                    p = placed_below(keys, bfen, tot, x)
+                    if (
+                        p >= 0
+                        and keys[p] + blk[p, B_SIZE] == fs
+                        and blk[p, B_POINT] < len(initial)
+                        and rb[p, R_SIZE] < 0
+                    ):  # ... the inferred block live at the start below the gap reached x
+                        rb[p, R_FOUND] = x - keys[p]
                 if sz < 0:
                     sz = block_size(
                         keys, seg, s, x, fs, fe, size[j], divisions, max_split, expandable_all

@@ -9,6 +9,7 @@ from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, replace
 
 from nsysfrag.models.segments.rules import expandable_page
+from nsysfrag.models.series import StrandedSegment
 
 
 @dataclass(slots=True)
@@ -23,7 +24,7 @@ class _Seg:
 
 
 def releasable_in(start: int, end: int, seg_start: int, seg: _Seg | None) -> int:
-    """The bytes of free block ``[start, end)`` that could go back to the driver (SPEC §9 R):
+    """The bytes of free block ``[start, end)`` that could go back to the driver (R, docs/metrics.md):
     a non-expandable segment entirely, if the block is all of it; in an expandable range, the
     whole pages inside the block (a range's pages start at its ``origin``: the start of the
     first map of the range, and unmapping whole pages keeps the grid)."""
@@ -114,6 +115,7 @@ class _Block:
     point: int  # timeline index of its allocation
     placed: bool  # False when it fell outside every segment (not modelled)
     live: bool = True
+    inferred: bool = False  # live at the window's start, its size not recorded but inferred
 
 
 class Layout:
@@ -131,7 +133,7 @@ class Layout:
         self.allocated = 0
         self.requested = 0
         self.free_total = 0
-        # R (SPEC §9), kept incrementally: each free block's share, fixed when it is added.
+        # R (docs/metrics.md), kept incrementally: each free block's share, fixed when it is added.
         self.free_releasable: dict[int, int] = {}
         self.releasable_total = 0
         for start in segments.starts:
@@ -175,6 +177,21 @@ class Layout:
             heapq.heapify(self._heap)
             heap = self._heap
         return -heap[0][0] if heap else 0
+
+    def stranded(self) -> list[StrandedSegment]:
+        """The segments whose free bytes are partly or wholly stranded, by start."""
+        stranded: dict[int, int] = {}
+        for start, end in self.free_end.items():
+            base = self.segs.find(start)
+            left = end - start - self.free_releasable.get(start, 0)
+            if base is not None and left > 0:
+                stranded[base] = stranded.get(base, 0) + left
+        points: dict[int, list[int]] = {base: [] for base in stranded}
+        for address in self.block_starts:
+            base = self.segs.find(address)
+            if base in points:
+                points[base].append(self.blocks[address].point)
+        return [StrandedSegment(b, stranded[b], tuple(points[b])) for b in sorted(stranded)]
 
     def free_sizes(self) -> list[int]:
         return [e - s for s, e in self.free_end.items()]

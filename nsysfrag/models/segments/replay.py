@@ -11,7 +11,12 @@ but still in use on another stream (``free_requested``) cannot be reused yet.
 
 Block sizes: a block live at the snapshot has its recorded size. Otherwise the history gives
 only the requested bytes, so the block takes ``round_size(requested)`` (``rules``), or the whole
-free block it was carved from when PyTorch would not split that (its ``should_split``).
+free block it was carved from when PyTorch would not split that (its ``should_split``). A block
+live at the window's start and freed in it was carved from the free range up to the next block
+live at the start (or its segment's end), by the same rule; and when an allocation lands past a
+free gap that starts where such a block ends, the block reached that far (PyTorch carves from
+the low end of a free block, so it leaves no gap there): the replay is run again with that size
+(``repairs``), until no allocation says so.
 """
 from __future__ import annotations
 
@@ -40,8 +45,10 @@ from nsysfrag.models.series import (
     SEGMENT_MAP,
     SEGMENT_UNMAP,
     UNMATCHED_FREE,
+    WINDOW_START,
     ZERO_SIZE_ALLOC,
     FreeBlocks,
+    StrandedSegment,
 )
 
 _SEGMENT_CODES = {
@@ -79,7 +86,7 @@ class DeviceReplay:
     live_bytes: I64
     reserved_bytes: I64
     allocated_bytes: I64
-    releasable_bytes: I64  # R (SPEC §9): wholly free segments, whole free expandable pages
+    releasable_bytes: I64  # R (docs/metrics.md): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
     freed_alloc: I64
@@ -102,6 +109,14 @@ class DeviceReplay:
     max_allocated_bytes: int
     max_requested_bytes: int
     ooms: list[OomEvent] = field(default_factory=list)
+    # Blocks live at the window's start whose inferred size an allocation showed too short:
+    # address -> the size they had (the replay above already uses them).
+    repairs: dict[int, int] = field(default_factory=dict)
+
+
+# How often the replay is repeated with repaired sizes at most: each round repairs every block
+# an allocation shows too short, so a second round settles any snapshot seen so far.
+MAX_REPAIR_ROUNDS = 8
 
 
 class _Sites:
@@ -125,15 +140,30 @@ def replay_device(
 ) -> DeviceReplay:
     """Replay one device's events from the window's start; ``final`` are its segments at the
     window's end."""
-    return _replayer(events, final, settings, timestamps).run()
+    repairs: dict[int, int] = {}
+    for _ in range(MAX_REPAIR_ROUNDS):
+        replayer = _replayer(events, final, settings, timestamps, repairs)
+        result = replayer.run()
+        if not replayer.repairs:
+            break
+        repairs = {**repairs, **replayer.repairs}
+    result.repairs = repairs
+    return result
 
 
 def free_blocks_after(
-    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, point: int
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    point: int,
+    repairs: dict[int, int] | None = None,
 ) -> FreeBlocks:
     """The free blocks right after timeline point ``point`` (replaying only that far); with
-    the bytes of wholly free (non-expandable) segments among them."""
-    return _replayer(events, final, settings, True).free_blocks_after(point)
+    the bytes of wholly free (non-expandable) segments among them. ``repairs``: a full replay's
+    (found by one when not given)."""
+    if repairs is None:
+        repairs = replay_device(events, final, settings).repairs
+    return _replayer(events, final, settings, True, repairs).free_blocks_after(point)
 
 
 _ACTIONS = {kind: action for action, kind in ACTION_KINDS.items()}
@@ -156,12 +186,29 @@ def _entries(events: AllocationEvents) -> list[HistoryEntry]:
     ]  # fmt: skip
 
 
+def stranded_after(
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    point: int,
+    repairs: dict[int, int],
+) -> list[StrandedSegment]:
+    """The segments holding stranded memory right after timeline point ``point``."""
+    return _replayer(events, final, settings, True, repairs).stranded_after(point)
+
+
 def _replayer(
-    events: AllocationEvents, final: Sequence[Segment], settings: AllocatorSettings, timestamps: bool
+    events: AllocationEvents,
+    final: Sequence[Segment],
+    settings: AllocatorSettings,
+    timestamps: bool,
+    repairs: dict[int, int] | None = None,
 ) -> _Replayer:
     entries = _entries(events)
     start = window_start(final, entries)
-    return _Replayer(settings, final, entries, events.time_ns.tolist(), timestamps, start)
+    return _Replayer(
+        settings, final, entries, events.time_ns.tolist(), timestamps, start, repairs or {}
+    )
 
 
 class _Replayer:
@@ -173,8 +220,11 @@ class _Replayer:
         times: list[int],
         timestamps: bool,
         start: WindowStart,
+        known_initial: dict[int, int] | None = None,
     ) -> None:
         self.settings = settings
+        self.known_initial = known_initial or {}  # repaired sizes of blocks live at the start
+        self.repairs: dict[int, int] = {}  # what this run found too short
         self.final = final
         self.entries = entries
         self.times = times
@@ -201,14 +251,22 @@ class _Replayer:
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
+        self._run_to(point)
+        return FreeBlocks(
+            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
+        )
+
+    def stranded_after(self, point: int) -> list[StrandedSegment]:
+        self._run_to(point)
+        return self.layout.stranded()
+
+    def _run_to(self, point: int) -> None:
+        """The layout right after timeline point ``point`` (replaying only that far)."""
         times, _, fold, _, _ = self._begin()
         for j, e in enumerate(self.entries):
             if len(self.cols["time"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
-        return FreeBlocks(
-            np.asarray(self.layout.free_sizes(), dtype=np.int64), self.layout.releasable()
-        )
 
     def _begin(self) -> tuple[list[int], bool, list[bool], int, int]:
         """The layout at the window's start, and its points; the entries' times and folds."""
@@ -224,14 +282,16 @@ class _Replayer:
             self._point(t0, ALLOCATED, b.address, b.requested or b.size, site=site)
             self.stack.append(b)
         fold = _folded(self.entries)
-        has_points = bool(initial) or any(
-            e.action in ("alloc", "free_completed", "free", "oom")
-            or (e.action in _SEGMENT_CODES and not fold[j])
-            for j, e in enumerate(self.entries)
-        )
-        if not has_points:  # a state-only snapshot with no live block: its segments, once
+        if not initial:  # the start of the window is a moment all the same: its segments, ...
             for s in segs.starts:
                 self._point(t0, SEGMENT_ALLOC, s, segs.seg[s].end - s)
+            has_points = any(
+                e.action in ("alloc", "free_completed", "free", "oom")
+                or (e.action in _SEGMENT_CODES and not fold[j])
+                for j, e in enumerate(self.entries)
+            )
+            if not segs.starts and has_points:  # ... or the empty device
+                self._point(t0, WINDOW_START, 0, 0)
         return times, timestamps, fold, len(initial), initial_reserved
 
     # -- the initial layout
@@ -243,14 +303,19 @@ class _Replayer:
         items = sorted(self.start.blocks.items())
         for k, (address, r) in enumerate(items):
             size = r.size
-            if size is None:
-                size = round_size(max(r.requested, 1), self.settings.roundup_power2_divisions)
             seg_start = layout.segs.find(address)
             if seg_start is not None:
-                limit = layout.segs.seg[seg_start].end
+                seg = layout.segs.seg[seg_start]
+                limit = seg.end
                 if k + 1 < len(items):
                     limit = min(limit, max(items[k + 1][0], address))
+                if size is None:  # carved from the free range up to the next such block
+                    size = self.known_initial.get(address)
+                    if size is None:
+                        size = self._carve(max(r.requested, 1), limit - address, seg, seg_start)
                 size = max(min(size, limit - address), 0)
+            elif size is None:
+                size = round_size(max(r.requested, 1), self.settings.roundup_power2_divisions)
             span = layout.free_containing(address)
             placed = (
                 seg_start is not None
@@ -260,7 +325,7 @@ class _Replayer:
             )
             if not placed:
                 self.conflicts += 1
-            b = _Block(address, size, r.requested, NO_BLOCK, placed)
+            b = _Block(address, size, r.requested, NO_BLOCK, placed, inferred=r.size is None)
             layout.add_block(b)
             out.append((b, self.sites.code(r.site)))
         return out
@@ -338,6 +403,9 @@ class _Replayer:
         placed = False
         if seg_start is not None:
             seg = layout.segs.seg[seg_start]
+            span = layout.free_containing(e.address)
+            if span is not None and span[0] < e.address:
+                self._repair(span[0], e.address)
             if size is None:
                 size = self._block_size(e, seg, seg_start)
             size = max(min(size, seg.end - e.address), 1)
@@ -358,13 +426,25 @@ class _Replayer:
         self.stack.append(b)
         self._point(t, ALLOCATED, e.address, e.size, site=self.sites.code(e.site), overlap=overlap)
 
+    def _repair(self, gap_start: int, address: int) -> None:
+        """An allocation at ``address`` inside a free gap from ``gap_start``: PyTorch carves
+        from the low end of a free block, so a block live at the window's start that ends at
+        ``gap_start`` and whose size was inferred reached ``address``."""
+        below = self.layout.blocks.get(self.layout.block_ending.get(gap_start, -1))
+        if below is not None and below.inferred:
+            self.repairs[below.address] = address - below.address
+
     def _block_size(self, e: HistoryEntry, seg: _Seg, seg_start: int) -> int:
         """The block PyTorch carved: rounded, or the whole free block when it would not split."""
-        size = round_size(e.size, self.settings.roundup_power2_divisions)
         span = self.layout.free_containing(e.address)
         if span is None:
-            return size
-        available = span[1] - e.address
+            return round_size(e.size, self.settings.roundup_power2_divisions)
+        return self._carve(e.size, span[1] - e.address, seg, seg_start)
+
+    def _carve(self, requested: int, available: int, seg: _Seg, seg_start: int) -> int:
+        """The block PyTorch carves for ``requested`` bytes from the low end of a free range of
+        ``available`` bytes in segment ``seg``: rounded, or all of it when it would not split."""
+        size = round_size(requested, self.settings.roundup_power2_divisions)
         if available <= size:
             return size
         remaining = available - size

@@ -16,6 +16,8 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
+from nsysfrag.printable import printable
+from nsysfrag.reporters.layout import Prose, outside
 from nsysfrag.reporters.whatif.words import (
     VALIDATION_COLUMNS,
     change,
@@ -49,11 +51,11 @@ _VALIDATION_DROP = ("empty\ncache", "OOM paths\nrec. → sim.", "simulated", "ma
 def render_terminal(report: WhatifReport, console: Console) -> None:
     head = Text()
     head.append("What if: ", style="bold")
-    head.append(f"{report.input_path}\n")
+    head.append(f"{printable(report.input_path)}\n")
     head.append(f"{report.input_kind} · {report.request_level}", style="dim")
-    console.print(head)
+    console.print(Prose(head))
     for note in report.notes:
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Prose(outside(f"note: {note}", style="dim")))
     for s in report.spaces:
         console.print()
         _terminal_space(s, console)
@@ -77,7 +79,9 @@ def _fitted_table(
                       collapse_padding=True)  # fmt: skip
         for c in shown:
             left = c in ("policy", "compared")
-            table.add_column(c, justify="left" if left else "right", no_wrap=True)
+            # A policy name (the user's own --policy text) folds when nothing else can give.
+            table.add_column(c, justify="left" if left else "right", no_wrap=c != "policy",
+                             overflow="fold")  # fmt: skip
         for row in rows:
             table.add_row(*(cell for c, cell in zip(columns, row, strict=True) if c in shown))
         width = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
@@ -92,18 +96,18 @@ _TERMINAL_DROP = ("1st OOM", "R/U at\npeak", "max free\nblocks", "health", "max\
 
 
 def _terminal_space(s: SpaceComparison, console: Console) -> None:
-    console.print(Text(space_title(s), style="bold"))
+    console.print(Prose(outside(space_title(s), style="bold")))
     for k, v in space_meta(s):
-        console.print(Text(f"  {k}: {v}"))
+        console.print(Prose(outside(f"  {k}: {v}")))
     for w in s.warnings:
-        console.print(Text(f"warning: {w}", style="yellow"))
+        console.print(Prose(outside(f"warning: {w}", style="yellow")))
     base = s.baseline
     rows: list[list[RenderableType]] = []
     for i, o in enumerate(s.outcomes, 1):
         style = "bold" if o.baseline else ""
         rows.append([
             str(i),
-            Text(o.name, style=style),
+            outside(o.name, style=style),
             Text(format_bytes(o.peak_reserved_bytes), style=style),
             change(o, base),
             Text(str(o.simulated_ooms), style="bold red" if o.simulated_ooms else "green"),
@@ -117,29 +121,35 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
     title = "Policies, ranked (fewest simulated OOMs, then least peak reserved)"
     console.print(_fitted_table(console, title, TERMINAL_COLUMNS, rows, _TERMINAL_DROP))
     console.print(
-        Text(
-            "R/U at peak: reserved over requested bytes when reserved peaks (Johnstone &"
-            " Wilson); sim. OOMs: requests the policy could not place on this capacity; global,"
-            " local frag and free blocks: maxima over the run (SPEC §3, each policy's own free"
-            " memory).",
-            style="dim",
+        Prose(
+            Text(
+                "R/U at peak: reserved over requested bytes when reserved peaks (Johnstone &"
+                " Wilson); sim. OOMs: requests the policy could not place on this capacity;"
+                " global, local frag and free blocks: maxima over the run, as analyze defines"
+                " them, each over the policy's own free memory.",
+                style="dim",
+            )
         )
     )
     for o in s.outcomes:
         if o.simulated_ooms:
             console.print(
-                Text(
-                    f"{o.name}: {o.simulated_ooms} simulated OOM(s), the first at"
-                    f" {when(o.first_oom_time_ns, s)}; largest free block at each:"
-                    f" {oom_list(o.largest_free_at_oom_bytes, 4)}",
-                    style="dim",
+                Prose(
+                    outside(
+                        f"{o.name}: {o.simulated_ooms} simulated OOM(s), the first at"
+                        f" {when(o.first_oom_time_ns, s)}; largest free block at each:"
+                        f" {oom_list(o.largest_free_at_oom_bytes, 4)}",
+                        style="dim",
+                    )
                 )
             )
     rec = s.recommendation
-    console.print(Text.assemble(("Recommendation: ", "bold"), recommendation_text(rec)))
+    console.print(
+        Prose(Text.assemble(("Recommendation: ", "bold"), printable(recommendation_text(rec))))
+    )
     reference = reference_text(rec)
     if reference:
-        console.print(Text(reference, style="dim"))
+        console.print(Prose(outside(reference, style="dim")))
 
 
 def _terminal_validation(v: Validation, console: Console) -> None:
@@ -153,18 +163,17 @@ def _terminal_validation(v: Validation, console: Console) -> None:
         ]
         for d in v.devices
     ]
-    title = f"Validation of the torch model against the recorded segments ({v.settings})"
+    title = f"Validation of the torch model against the recorded segments ({printable(v.settings)})"
     table = _fitted_table(console, title, VALIDATION_COLUMNS, rows, _VALIDATION_DROP)
     console.print(table)
     verdict = {True: ("meets the target", "green"), False: ("misses the target", "bold red"),
                None: ("no segment events to compare", "yellow")}[v.meets_target]  # fmt: skip
-    console.print(
-        Text.assemble(
-            ("Validation: ", "bold"),
-            f"segment allocations reproduced {match(v.segment_alloc_match)}, peak reserved"
-            f" {format_bytes(v.peak_reserved_simulated_bytes)} simulated vs"
-            f" {format_bytes(v.peak_reserved_recorded_bytes)} recorded ({error(v.peak_error)}): ",
-            verdict,
-            f" (≥ {VALIDATION_TARGET_MATCH:.0%} reproduced, peak within {VALIDATION_TARGET_PEAK:.0%})",
-        )
+    verdict_line = Text.assemble(
+        ("Validation: ", "bold"),
+        f"segment allocations reproduced {match(v.segment_alloc_match)}, peak reserved"
+        f" {format_bytes(v.peak_reserved_simulated_bytes)} simulated vs"
+        f" {format_bytes(v.peak_reserved_recorded_bytes)} recorded ({error(v.peak_error)}): ",
+        verdict,
+        f" (≥ {VALIDATION_TARGET_MATCH:.0%} reproduced, peak within {VALIDATION_TARGET_PEAK:.0%})",
     )
+    console.print(Prose(verdict_line))

@@ -1,0 +1,171 @@
+"""Benchmark a job of 4 ranks (issue 12): the local pool against --jobs 1, and a Dask cluster.
+
+    python benchmarks/bench_job.py                 # 4 ranks of 200 k events, 3 runs each
+    python benchmarks/bench_job.py --events 2000000
+
+Each rank is a random-churn trace of its own seed (benchmarks/churn_trace.py). Timed, process
+start to exit, medians of interleaved runs:
+
+- ``nsysfrag analyze rank*.sqlite`` (the default pool) against ``--jobs 1`` (one after the
+  other, in-process): target >= 1.7x faster, limit 1.5x;
+- the same job with ``--scheduler`` on a dask.distributed LocalCluster (2 worker processes of
+  one thread, started before and warmed by one untimed job, as an existing cluster is) against
+  the pool: target overhead <= 15 %.
+
+Also, inside one process with the analysis already loaded, the pool against running the ranks
+one by one: the part a pool can speed up, without the interpreter's start and imports that
+both pay once. Each end-to-end figure comes with the CPU seconds of all its processes, and the
+start alone (interpreter, imports, compiled code) is timed too: from those, Amdahl's law gives
+the best speed-up the cores could give on an idle machine. The machine's load average is
+printed with the figures: on a shared machine the wall times move with it, CPU times much
+less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from churn_trace import churn_trace
+
+RANKS = 4
+RUNS = 3
+STARTUP = (
+    "import nsysfrag.cli, nsysfrag.commands.analyze, nsysfrag.job.command;"
+    " from nsysfrag.job.pool import _load_analysis; _load_analysis()"
+)
+
+
+def load() -> str:
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def job_folder(events: int, where: Path) -> Path:
+    folder = where / "job"
+    folder.mkdir()
+    for rank in range(RANKS):
+        (folder / f"rank{rank}.sqlite").symlink_to(churn_trace(events, seed=rank + 1))
+    return folder
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds of ``cmd``, and the CPU seconds of it and every process it started."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "DASK_SCHEDULER_ADDRESS": ""})
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def interleaved(commands: dict[str, list[str]], runs: int = RUNS) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds of each command, run in turns so that load drifts hit them
+    alike."""
+    for cmd in commands.values():  # untimed: compiled-code caches warm, files in page cache
+        timed(cmd)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            times[name].append(timed(cmd))
+    return {
+        name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+        for name, t in times.items()
+    }
+
+
+def in_process(folder: Path, runs: int = RUNS) -> tuple[float, float, int]:
+    """Median seconds of the pool and of one-by-one, analysis loaded; and the pool's size."""
+    from nsysfrag.job.pool import _load_analysis, plan_pool, run_pool
+    from nsysfrag.job.worker import RankTask
+
+    tasks = [RankTask(r, str(folder / f"rank{r}.sqlite"), None, 512) for r in range(RANKS)]
+    _load_analysis()  # imported and compiled code loaded, as the pool does before forking
+    size = plan_pool(folder / "rank0.sqlite", RANKS).size
+
+    def median(fn: Callable[[], object]) -> float:
+        fn()
+        samples = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+
+    pooled = median(lambda: run_pool(tasks, size))
+    serial = median(lambda: run_pool(tasks, 1))
+    return pooled, serial, size
+
+
+def dask_overhead(base: list[str]) -> tuple[float, float] | None:
+    try:
+        from distributed import LocalCluster
+    except ImportError:
+        print("dask.distributed is not installed: no Dask figure (pip install 'nsysfrag[dask]')")
+        return None
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        got = interleaved({"pool": base, "dask": [*base, "--scheduler", cluster.scheduler_address]})
+    return got["pool"][0], got["dask"][0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=200_000, help="events per rank")
+    parser.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster figure")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = job_folder(args.events, Path(tmp))
+        base = [sys.executable, "-m", "nsysfrag", "analyze", str(folder), "--json", str(Path(tmp, "out.json")), "-q"]
+        print(f"{RANKS} ranks of {args.events:,} events, {os.cpu_count()} cores; load average before: {load()}")
+        got = interleaved({"pool": base, "serial": [*base, "--jobs", "1"]})
+        startup = interleaved({"startup": [sys.executable, "-c", STARTUP]})["startup"]
+        pooled_in, serial_in, size = in_process(folder)
+        overhead = None if args.no_dask else dask_overhead(base)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        # Amdahl on a quiet machine: the start (interpreter, imports, compiled code) is paid once
+        # either way; only the analyses spread over the cores.
+        bound = got["serial"][1] / (startup[1] + (got["serial"][1] - startup[1]) / min(cores, RANKS))
+        rows = [
+            ("nsysfrag analyze (default pool), end to end", f"{got['pool'][0]:.2f} s ({got['pool'][1]:.2f} s CPU)"),
+            ("nsysfrag analyze --jobs 1, end to end", f"{got['serial'][0]:.2f} s ({got['serial'][1]:.2f} s CPU)"),
+            ("start alone: interpreter, imports, compiled code", f"{startup[0]:.2f} s ({startup[1]:.2f} s CPU)"),
+            (f"in-process, analysis loaded: pool of {size}", f"{pooled_in:.2f} s"),
+            ("in-process, analysis loaded: one by one", f"{serial_in:.2f} s"),
+        ]
+        if overhead is not None:
+            rows.append(("pool, end to end (alongside the Dask runs)", f"{overhead[0]:.2f} s"))
+            rows.append(("--scheduler on a LocalCluster (2 workers), end to end", f"{overhead[1]:.2f} s"))
+        width = max(len(r[0]) for r in rows)
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
+        print(f"load average after: {load()}")
+        print(f"best end-to-end speed-up on {cores} idle cores, from the CPU times (Amdahl): {bound:.2f}x")
+        print()
+        targets = [
+            ("pool speed-up over --jobs 1, end to end", got["serial"][0] / got["pool"][0], 1.7, 1.5, ">="),
+            ("pool speed-up, analysis loaded", serial_in / pooled_in, 1.7, 1.5, ">="),
+        ]
+        if overhead is not None:
+            targets.append(("Dask LocalCluster overhead over the pool", overhead[1] / overhead[0] - 1, 0.15, 0.15, "<="))
+        for name, measured, target, limit, op in targets:
+            if op == ">=":
+                verdict = "PASS" if measured >= target else ("within limit" if measured >= limit else "FAIL")
+            else:
+                verdict = "PASS" if measured <= target else "FAIL"
+            print(f"{name}: {measured:.2f} vs target {op} {target:.2f}: {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Failed allocations at the moment they happened, and what each says about fragmentation.
+
+Every failed allocation of a space is reported with the state of the space when it failed: the
+state after the last point at or before it (the empty arena before the first point). A failure
+is described by its own state, never by the state at another moment such as the peak.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from nsysfrag.analysis.results import (
+    CAPACITY,
+    FRAGMENTATION,
+    UNKNOWN,
+    Failure,
+    State,
+    StrandedSite,
+)
+from nsysfrag.events import FAILED_ALLOC, AllocationEvents
+from nsysfrag.models.series import StateSeries, StrandedSegment
+
+if TYPE_CHECKING:
+    from nsysfrag.analysis.summary import Fragmentation
+
+# The sites whose blocks hold stranded memory at a point, largest first.
+StrandedAt = Callable[[int], tuple[StrandedSite, ...]]
+STRANDED_SITES_LISTED = 10
+
+
+def verdict(requested: int | None, device_free: int, state: State) -> str:
+    """``capacity`` when the request exceeds everything the allocator could have found without
+    fragmentation (the driver's free memory, the stranded and the releasable bytes), else
+    ``fragmentation``; ``unknown`` without a size or a caching allocator's figures."""
+    pool = state.pool
+    if requested is None or pool is None:
+        return UNKNOWN
+    if requested > device_free + pool.stranded_bytes + pool.releasable_bytes:
+        return CAPACITY
+    return FRAGMENTATION
+
+
+def failures_of(
+    events: AllocationEvents,
+    series: StateSeries,
+    f: Fragmentation,
+    stranded_at: StrandedAt | None = None,
+) -> tuple[Failure, ...]:
+    """Every failed allocation among ``events``, in order, with its state."""
+    failed = np.flatnonzero(events.kind == FAILED_ALLOC)
+    # Only a caching allocator's failures record where the request was made.
+    sites = events.sites.codes(failed) if len(failed) and series.pool is not None else None
+    out = []
+    for j, (event, point) in enumerate(zip(failed.tolist(), series.failure_points.tolist())):
+        time_ns = int(events.time_ns[event])
+        state = _empty(series, time_ns) if point < 0 else _at(f.state(point), time_ns)
+        asked = int(events.bytes[event])
+        requested = asked if asked >= 0 else None
+        recorded = None
+        if events.device_free_bytes is not None and events.device_free_bytes[event] >= 0:
+            recorded = int(events.device_free_bytes[event])
+        model_free = state.pool.device_free_bytes if state.pool is not None else 0
+        v = verdict(requested, model_free if recorded is None else recorded, state)
+        site = None
+        if sites is not None:
+            codes, names = sites
+            site = names[int(codes[j])]
+        out.append(
+            Failure(
+                state=state,
+                requested_bytes=requested,
+                verdict=v,
+                recorded_device_free_bytes=recorded,
+                site=site,
+                stranded_sites=stranded_at(point) if v == FRAGMENTATION and stranded_at else (),
+            )
+        )
+    return tuple(out)
+
+
+def stranded_sites(
+    segments: list[StrandedSegment], series: StateSeries
+) -> tuple[StrandedSite, ...]:
+    """The sites of the allocated blocks in ``segments``, each credited with the stranded bytes
+    of every segment it has a block in; largest first, the first STRANDED_SITES_LISTED."""
+    totals: dict[int, list[int]] = {}  # site code -> [stranded bytes, segments]
+    for segment in segments:
+        codes = {int(series.site[p]) for p in segment.block_points if 0 <= p < len(series.site)}
+        for code in codes:
+            total = totals.setdefault(code, [0, 0])
+            total[0] += segment.stranded_bytes
+            total[1] += 1
+    names = series.site_names
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], -kv[1][1], names[kv[0]]))
+    return tuple(
+        StrandedSite(names[code], total, count)
+        for code, (total, count) in ranked[:STRANDED_SITES_LISTED]
+    )
+
+
+def _at(state: State, time_ns: int) -> State:
+    """``state`` as it was at ``time_ns`` (a failure's moment: after the point it follows)."""
+    return state if state.time_ns == time_ns else dataclasses.replace(state, time_ns=time_ns)
+
+
+def _empty(series: StateSeries, time_ns: int) -> State:
+    """The arena before its first event: one free block, all of it."""
+    arena = series.end_address - series.base_address
+    return State(time_ns, 0.0, 0.0, 1, arena, arena, 0)

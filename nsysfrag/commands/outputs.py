@@ -1,0 +1,146 @@
+"""Where reports go — files, stdout (``-``), the terminal — and the checks that come first.
+
+Every command checks its outputs before any work: a long analysis must not end in "cannot
+write", and no output may destroy a file the user has. Rules, the same for every command:
+
+- ``-`` writes that one report to stdout (then no terminal report is printed); two reports on
+  stdout would interleave, so that is refused, and so is ``-`` for plots (binary PNG files);
+- an output may not be an input of the run — the trace, the ``--baseline`` document — nor the
+  history database, compared by file identity (device and inode), so a hard link or a symbolic
+  link to one of them is caught as well as the same path; two outputs may not be one file;
+- nsysfrag creates the file (or the ``--png`` folder) it is asked for, never a missing folder
+  above it: a mistyped path fails at once instead of scattering folders.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from nsysfrag.errors import InputError
+from nsysfrag.inputs.files import stat_path
+
+STDOUT = Path("-")
+
+
+# Below this a report cannot say anything useful; a smaller $COLUMNS (0 printed nothing at all)
+# gets this many columns, and the terminal wraps what does not fit.
+MIN_WIDTH = 40
+
+
+def report_console() -> Console:
+    """The terminal report's console: stdout, as wide as ``$COLUMNS``, else the terminal, else
+    80 columns (at least MIN_WIDTH); what it prints is never read as markup or emoji codes."""
+    console = Console(soft_wrap=False, markup=False, emoji=False, highlight=False)
+    console.width = max(console.width, MIN_WIDTH)
+    return console
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One output the user asked for: the option that named it and its path."""
+
+    option: str
+    path: Path
+    folder: bool = False  # --png DIR: a folder of files, never stdout
+    stdout_ok: bool = True  # False for binary files (plots)
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.path == STDOUT
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """A file an output must never replace, and how to name it to the user."""
+
+    role: str
+    path: Path
+
+
+def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> None:
+    """Raise InputError, before any work, for an output that breaks a rule of the module."""
+    for o in outputs:
+        # A name the file system refuses to look up (over 255 bytes, say) fails every check.
+        stat_path(o.path, f"choose a shorter name for {o.option}")
+    for o in outputs:
+        if o.to_stdout and (o.folder or not o.stdout_ok):
+            where = "a folder" if o.folder else "a file name"
+            raise InputError(f"{o.option} -: plots cannot go to stdout; give {where}")
+    on_stdout = [o.option for o in outputs if o.to_stdout]
+    if len(on_stdout) > 1:
+        raise InputError(
+            f"{' and '.join(on_stdout)} both name '-' (stdout); only one report can go to"
+            " stdout, write the others to files"
+        )
+    files = [o for o in outputs if not o.to_stdout]
+    for o in files:
+        for k in kept:
+            if _same_file(o.path, k.path):
+                which = "" if o.path == k.path else f" ({k.path}: the same file)"
+                raise InputError(
+                    f"{o.option} {o.path}: refusing to overwrite {k.role}{which}; choose another"
+                    " path"
+                )
+    for i, o in enumerate(files):
+        for other in files[i + 1 :]:
+            if o.path == other.path or _same_file(o.path, other.path):
+                raise InputError(
+                    f"{o.option} and {other.option} both name {o.path}; give each its own path"
+                )
+    for o in files:
+        _check_writable_place(o)
+
+
+def history_kept(outputs: Sequence[Output], db: str | None = None) -> list[Kept]:
+    """The SQLite history database (``--db``, ``$NSYSFRAG_DB`` or the default) as a file no
+    output may replace, whether or not this run records; only looked up when an output file
+    already exists, since only then can it be the database."""
+    # os.path.exists: a name too long to look up is no database (check_destinations says why).
+    if not any(not o.to_stdout and os.path.exists(o.path) for o in outputs):
+        return []
+    from nsysfrag.history import database_file, database_url  # SQLAlchemy: only when needed
+
+    try:
+        path = database_file(database_url(db))
+    except InputError:  # a malformed $NSYSFRAG_DB matters only to --record, which says so
+        return []
+    return [] if path is None else [Kept("the history database", path)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):  # one of them does not exist (yet): they cannot be one file
+        return False
+
+
+def _check_writable_place(o: Output) -> None:
+    parent = o.path.parent
+    if not parent.is_dir():
+        raise InputError(
+            f"{o.option} {o.path}: folder {parent} does not exist; create it first"
+        )
+    if o.folder:
+        if o.path.exists() and not o.path.is_dir():
+            raise InputError(f"{o.option} {o.path}: not a folder; {o.option} takes a folder")
+    elif o.path.is_dir():
+        raise InputError(f"{o.option} {o.path}: is a folder; give a file name")
+
+
+def write_text(output: Output, text: str) -> None:
+    """Write a text report to its file, or to stdout for ``-``."""
+    if output.to_stdout:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.path.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise InputError(
+            f"{output.option} {output.path}: cannot write ({err.strerror}); choose a writable path"
+        ) from None

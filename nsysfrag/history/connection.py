@@ -1,0 +1,189 @@
+"""Where the history database is, and how to connect to it.
+
+``--db``, ``$NSYSFRAG_DB`` or the default SQLite file name the database; SQLite gets WAL, a busy
+timeout and ``BEGIN IMMEDIATE`` for writers, and a read-only connection for readers (which never
+write: no journal-mode switch, no upgrade of the file); driver errors become one line that says
+what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event, exc, make_url
+from sqlalchemy.pool import NullPool, StaticPool
+
+from nsysfrag.errors import InputError
+from nsysfrag.history.migrations import migrate
+
+ENV_VAR = "NSYSFRAG_DB"
+BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+WRITE = "nsysfrag_write"  # the execution option that makes a transaction a writing one
+
+
+def default_path(environ: Mapping[str, str] = os.environ) -> Path:
+    """``$XDG_DATA_HOME/nsysfrag/history.sqlite``, else ``~/.local/share/nsysfrag/...``."""
+    data_home = environ.get("XDG_DATA_HOME", "")
+    # The XDG spec says to ignore a relative XDG_DATA_HOME.
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "nsysfrag" / "history.sqlite"
+
+
+def database_url(explicit: str | None = None, environ: Mapping[str, str] = os.environ) -> URL:
+    """The database to use: ``--db``, else ``$NSYSFRAG_DB``, else the default SQLite file.
+
+    A value without ``://`` is a path to an SQLite file; ``postgresql://`` means psycopg 3.
+    """
+    if explicit is not None and not explicit.strip():
+        raise InputError("--db '': empty; give an SQLite path or a database URL")
+    if explicit == "-":
+        raise InputError("--db -: the history is a database, not stdout; give an SQLite path")
+    given = explicit or environ.get(ENV_VAR) or None
+    if given is None:
+        return URL.create("sqlite", database=str(default_path(environ)))
+    if "://" not in given:
+        return URL.create("sqlite", database=str(Path(given).expanduser()))
+    try:
+        url = make_url(given)
+    except (exc.ArgumentError, ValueError):
+        raise InputError(
+            f"--db {given!r}: not a database URL; use a file path, sqlite:///PATH or"
+            " postgresql+psycopg://USER@HOST:PORT/DB"
+        ) from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def database_file(url: URL) -> Path | None:
+    """The file of an SQLite database, None for a server or an in-memory database."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return Path(str(url.database))
+    return None
+
+
+def location(url: URL) -> str:
+    """How to name the database to a user: the file of SQLite, else the URL sans password."""
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        return str(url.database)
+    return url.render_as_string(hide_password=True)
+
+
+def sqlite_file_missing(url: URL) -> bool:
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return False
+    return not Path(str(url.database)).exists()
+
+
+def make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(
+            f"{path}: cannot create its folder ({err.strerror}); choose another --db path"
+        ) from None
+
+
+def engine_for(url: URL) -> Engine:
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_S})
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    args: dict[str, Any] = {}
+    if backend == "postgresql" and "connect_timeout" not in url.query:
+        args["connect_timeout"] = CONNECT_TIMEOUT_S
+    return create_engine(url, poolclass=NullPool, connect_args=args)
+
+
+def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
+    # Take transactions out of the sqlite3 module's hands so that _sqlite_begin decides how
+    # each one starts (the SQLAlchemy recipe for SQLite transactions).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def use_wal(connection: Connection) -> None:
+    """WAL: readers never block the writer, and a writer that dies leaves no hot journal.
+
+    Set once it is known the file is ours (the mode is stored in the file), outside any
+    transaction (SQLite refuses to switch inside one).
+    """
+    # On the driver's connection: through SQLAlchemy the statement would open a transaction.
+    raw = connection.connection.driver_connection
+    assert raw is not None
+    if raw.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        raw.execute("PRAGMA journal_mode = WAL")
+
+
+def read_only_engine(file: Path, *, immutable: bool) -> Engine:
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def upgraded_copy(engine: Engine) -> Engine:
+    """An in-memory copy of the database, upgraded to the current schema (the file is not)."""
+    memory = create_engine("sqlite://", poolclass=StaticPool)
+    event.listen(memory, "connect", _sqlite_connect)
+    event.listen(memory, "begin", _sqlite_begin)
+    with engine.connect() as source, memory.connect() as target:
+        source_raw, target_raw = source.connection.driver_connection, target.connection.driver_connection
+        assert source_raw is not None and target_raw is not None
+        source_raw.backup(target_raw)
+    engine.dispose()
+    with memory.connect() as connection, connection.begin():
+        migrate(connection)
+    return memory
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    # A writer takes the write lock up front, waiting up to the busy timeout; a deferred
+    # transaction that upgrades from reading to writing fails at once when another committed.
+    write = connection.get_execution_options().get(WRITE, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def explain(where: str, message: str, err: Exception, *, server: bool) -> str:
+    lowered = message.lower()
+    if "not a database" in lowered or "malformed" in lowered:
+        return (
+            f"{where}: not a readable history database ({message}); move the file away or"
+            " point --db (or NSYSFRAG_DB) at another one"
+        )
+    if "locked" in lowered or "busy" in lowered:
+        return (
+            f"{where}: {message} (another process held it for more than {BUSY_TIMEOUT_S:g} s);"
+            " try again"
+        )
+    if "unable to open" in lowered or "readonly" in lowered or "read-only" in lowered:
+        return f"{where}: cannot open it for writing ({message}); check the path and permissions"
+    if isinstance(err, exc.OperationalError) and server:
+        return (
+            f"cannot use the history database {where}: {message}; check that the server is up and"
+            " the URL is right (--db or NSYSFRAG_DB)"
+        )
+    return f"history database {where}: {message}"

@@ -1,0 +1,97 @@
+"""Job to job, rank by rank: each rank's analysis compared as two single runs would be."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsysfrag.checks.comparison import Comparison, checked_document, compare, read_json
+from nsysfrag.errors import InputError
+from nsysfrag.job.document import SCHEMA
+
+
+@dataclass(frozen=True, slots=True)
+class RankComparison:
+    rank: int
+    comparison: Comparison | None  # None: the rank failed in one of the runs
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobComparison:
+    ranks: tuple[RankComparison, ...]
+    only_in_base: tuple[int, ...]
+    only_in_current: tuple[int, ...]
+
+    def regressions(self, threshold: float) -> list[str]:
+        """Each rank's regressions (see Comparison.regressions), naming the rank."""
+        return [
+            line.replace("regression: ", f"regression: rank {r.rank}: ", 1)
+            for r in self.ranks
+            if r.comparison is not None
+            for line in r.comparison.regressions(threshold)
+        ]
+
+
+def is_job_document(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("schema") == SCHEMA
+
+
+def load_job_document(path: Path) -> dict[str, Any]:
+    """Read a job's ``--json`` document; InputError with a fix when it is not one."""
+    doc = read_json(path)
+    if not is_job_document(doc):
+        raise InputError(
+            f"{path}: not a job's analysis (schema {SCHEMA}); a job compares with the --json of"
+            " another job (`nsysfrag analyze` with several inputs)"
+        )
+    return checked_job(doc, path)
+
+
+def load_either(path: Path) -> dict[str, Any]:
+    """A single analysis or a job's document, checked."""
+    doc = read_json(path)
+    return checked_job(doc, path) if is_job_document(doc) else checked_document(doc, path)
+
+
+def checked_job(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    ranks = doc.get("ranks")
+    if not isinstance(ranks, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("rank"), int) for r in ranks
+    ):
+        raise InputError(f"{path}: a job document without its ranks; re-run `nsysfrag analyze --json`")
+    for entry in ranks:
+        if "analysis" in entry:
+            checked_document(entry["analysis"], path)
+    return doc
+
+
+def same_kind(base: dict[str, Any], current: dict[str, Any], base_path: Path, current_path: Path) -> None:
+    """InputError unless both are jobs or both are single analyses."""
+    if is_job_document(base) != is_job_document(current):
+        job, single = (base_path, current_path) if is_job_document(base) else (current_path, base_path)
+        raise InputError(
+            f"{job} is a job's analysis and {single} a single input's; compare a job with a job"
+            " (rank by rank) or one analysis with another"
+        )
+
+
+def compare_jobs(base: dict[str, Any], current: dict[str, Any]) -> JobComparison:
+    """Pair ranks by number and compare each pair's analyses."""
+    base_ranks = {int(e["rank"]): e for e in base["ranks"]}
+    current_ranks = {int(e["rank"]): e for e in current["ranks"]}
+    pairs = []
+    for rank in sorted(base_ranks.keys() & current_ranks.keys()):
+        b, c = base_ranks[rank], current_ranks[rank]
+        if "analysis" in b and "analysis" in c:
+            pairs.append(RankComparison(rank, compare(b["analysis"], c["analysis"])))
+        else:
+            side = "the base run" if "analysis" not in b else "this run"
+            error = (b if "analysis" not in b else c).get("error", "not analyzed")
+            pairs.append(RankComparison(rank, None, f"rank {rank} failed in {side}: {error}"))
+    return JobComparison(
+        ranks=tuple(pairs),
+        only_in_base=tuple(sorted(base_ranks.keys() - current_ranks.keys())),
+        only_in_current=tuple(sorted(current_ranks.keys() - base_ranks.keys())),
+    )

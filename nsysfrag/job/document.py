@@ -1,0 +1,187 @@
+"""The job's JSON document (schema ``nsysfrag-job/1``) and what the job's reports show.
+
+``{"schema", "ranks": [{"rank", "path", "analysis" | "error"}], "worst", "skew"}``: each rank's
+``analysis`` is its single-input document (``nsysfrag/1``) unchanged. Everything else here is
+read from those documents — health, its basis and the OOM verdicts included, which the
+single-input analysis decides — so a job document can be summarized again after loading.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nsysfrag.checks.gates import HEALTH_ORDER
+from nsysfrag.job.worker import RankOutcome
+
+SCHEMA = "nsysfrag-job/1"
+WORST_METRIC = "peak.global_frag"
+
+
+@dataclass(frozen=True, slots=True)
+class Hotspot:
+    site: str
+    size_class: str
+    hole_bytes: int
+    out_of_order_frees: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankSummary:
+    """One rank, reduced to the figures of the job's table (its worst space for each)."""
+
+    rank: int
+    path: str
+    error: str | None = None
+    model: str = ""
+    spaces: int = 0
+    health: str = "ok"
+    # From the space that set the health; None when ok. The document's own `health_basis`
+    # (metric, value, time_ns); `basis_known` is False for a document without that key.
+    health_basis: dict[str, Any] | None = None
+    basis_known: bool = False
+    peak_global_frag: float = 0.0
+    peak_pid: int = 0
+    peak_device: int = 0
+    peak_time_ns: int = 0
+    peak_memory_bytes: int = 0
+    memory_kind: str = "live"  # "reserved" (snapshots) or "live" (nsys)
+    ooms: int = 0
+    verdicts: tuple[tuple[str, int], ...] = ()  # (verdict, count), from `ooms[].verdict`
+    hotspot: Hotspot | None = None
+    warnings: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @classmethod
+    def of(cls, entry: dict[str, Any]) -> RankSummary:
+        rank, path = int(entry["rank"]), str(entry["path"])
+        if "analysis" not in entry:
+            return cls(rank, path, error=str(entry.get("error") or "not analyzed"))
+        doc = entry["analysis"]
+        spaces: list[dict[str, Any]] = doc["spaces"]
+        summary = cls(
+            rank,
+            path,
+            model=str(doc.get("model", {}).get("name", "observed")),
+            spaces=len(spaces),
+            warnings=len(doc.get("trace", {}).get("warnings", [])),
+        )
+        if not spaces:
+            return summary
+        # Ties go to the first space, in the document's (pid, device) order.
+        worst_health = max(spaces, key=lambda s: HEALTH_ORDER[s["health"]])
+        peak = max(spaces, key=lambda s: s["peak"]["global_frag"])
+        memory = [_peak_memory(s) for s in spaces]
+        verdicts: Counter[str] = Counter()
+        ooms = 0
+        for s in spaces:
+            if "ooms" in s:
+                ooms += len(s["ooms"])
+                verdicts.update(str(o.get("verdict", "unknown")) for o in s["ooms"])
+            else:  # a document from before `ooms`: its count, without verdicts
+                ooms += len(s.get("oom_events", ())) or int(s["counts"]["failed_allocations"])
+        hotspots = [
+            Hotspot(h["site"], h["size_class"], int(h["hole_bytes"]), int(h["out_of_order_frees"]))
+            for s in spaces
+            for h in s["hotspots"][:1]
+        ]
+        return cls(
+            rank,
+            path,
+            model=summary.model,
+            spaces=len(spaces),
+            health=str(worst_health["health"]),
+            health_basis=worst_health.get("health_basis"),
+            basis_known="health_basis" in worst_health,
+            peak_global_frag=float(peak["peak"]["global_frag"]),
+            peak_pid=int(peak["pid"]),
+            peak_device=int(peak["device"]),
+            peak_time_ns=int(peak["peak"]["time_ns"]),
+            peak_memory_bytes=max(m for m, _ in memory),
+            memory_kind=memory[0][1] if len({k for _, k in memory}) == 1 else "mixed",
+            ooms=ooms,
+            verdicts=tuple(sorted(verdicts.items())),
+            hotspot=max(hotspots, key=lambda h: (h.hole_bytes, h.out_of_order_frees), default=None),
+            warnings=summary.warnings,
+        )
+
+
+def _peak_memory(space: dict[str, Any]) -> tuple[int, str]:
+    """Peak reserved memory where the model has it (a snapshot), else peak live bytes."""
+    if "reserved_bytes_peak" in space:
+        return int(space["reserved_bytes_peak"]), "reserved"
+    return int(space["max"]["live_bytes"]), "live"
+
+
+def job_document(outcomes: Sequence[RankOutcome]) -> dict[str, Any]:
+    """The job's document, ranks in rank order."""
+    ranks: list[dict[str, Any]] = []
+    for o in sorted(outcomes, key=lambda o: o.rank):
+        entry: dict[str, Any] = {"rank": o.rank, "path": o.path}
+        if o.document is not None:
+            entry["analysis"] = o.document
+        else:
+            entry["error"] = o.error
+        ranks.append(entry)
+    summaries = [RankSummary.of(e) for e in ranks]
+    return {
+        "schema": SCHEMA,
+        "ranks": ranks,
+        "failed_ranks": [s.rank for s in summaries if not s.ok],
+        "worst": worst(summaries),
+        "skew": skew(summaries),
+    }
+
+
+def worst(summaries: Sequence[RankSummary]) -> dict[str, Any] | None:
+    """The rank with the highest peak global fragmentation; ties go to the lower rank."""
+    analyzed = [s for s in summaries if s.ok and s.spaces]
+    if not analyzed:
+        return None
+    top = min(analyzed, key=lambda s: (-s.peak_global_frag, s.rank))
+    return {
+        "rank": top.rank,
+        "pid": top.peak_pid,
+        "device": top.peak_device,
+        "metric": WORST_METRIC,
+        "value": top.peak_global_frag,
+    }
+
+
+def skew(summaries: Sequence[RankSummary]) -> dict[str, Any]:
+    """How far the worst rank is from the typical one: max / median across analyzed ranks."""
+    analyzed = [s for s in summaries if s.ok and s.spaces]
+    kinds = {s.memory_kind for s in analyzed}
+    return {
+        "ranks": len(analyzed),
+        "peak_memory": {
+            "metric": {"reserved": "reserved_bytes_peak", "live": "max.live_bytes"}.get(
+                kinds.pop() if len(kinds) == 1 else "", "mixed"
+            ),
+            **_spread([(s.rank, s.peak_memory_bytes) for s in analyzed]),
+        },
+        "peak_global_frag": _spread([(s.rank, s.peak_global_frag) for s in analyzed]),
+    }
+
+
+def _spread(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
+    if not values:
+        return {"max": None, "max_rank": None, "median": None, "max_over_median": None}
+    rank, top = min(values, key=lambda v: (-v[1], v[0]))
+    median = statistics.median(v for _, v in values)
+    return {
+        "max": top,
+        "max_rank": rank,
+        "median": median,
+        "max_over_median": top / median if median > 0 else None,
+    }
+
+
+def summaries_of(document: dict[str, Any]) -> list[RankSummary]:
+    return [RankSummary.of(e) for e in document["ranks"]]

@@ -1,0 +1,124 @@
+"""Where numba keeps nsysfrag's compiled kernels: the user's cache folder, never the package.
+
+numba's default puts its cache in a ``__pycache__`` folder beside the source, i.e. inside the
+installed package. pip does not know those files, so uninstalling leaves
+``site-packages/nsysfrag/`` behind as a folder of cache files, which then shadows the next
+(editable) install as an empty namespace package: ``cannot import name '__version__'``. So
+every kernel module calls :func:`install` before defining its kernels, and their cache goes to
+
+- ``$XDG_CACHE_HOME/nsysfrag`` (an absolute path), else the platform's cache folder
+  (``~/.cache/nsysfrag``, ``~/Library/Caches/nsysfrag``, ``%LOCALAPPDATA%\\nsysfrag\\Cache``);
+- a folder of the user's in the temporary directory when that one cannot be written.
+
+numba keys each entry by the source file's path and contents, so two installs never share one
+by mistake and a reinstall compiles afresh. A user who set ``NUMBA_CACHE_DIR`` gets numba's own
+behaviour: that folder. Compiled code is cached only for nsysfrag's own modules; nothing else
+in the process is affected.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """The user's cache folder for nsysfrag (see the module's docstring)."""
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):  # the XDG spec says to ignore a relative one
+        return Path(xdg) / "nsysfrag"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "nsysfrag"
+    if sys.platform == "win32" and environ.get("LOCALAPPDATA"):
+        return Path(environ["LOCALAPPDATA"]) / "nsysfrag" / "Cache"
+    return Path.home() / ".cache" / "nsysfrag"
+
+
+def fallback_root() -> Path | None:
+    """Where kernels go when the user's cache folder cannot be written: a folder of this user's
+    in the temporary directory, or None when that name is taken by anyone else (a cache file
+    is unpickled when loaded, so no other user may be able to write there)."""
+    if not hasattr(os, "getuid"):
+        return None
+    root = Path(tempfile.gettempdir()) / f"nsysfrag-{os.getuid()}-cache"
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(root)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return None
+    return root
+
+
+def _locator_class() -> type[Any]:
+    from numba.core import caching
+
+    base = _numba_class(caching, "UserProvidedCacheLocator")
+
+    class UserCacheLocator(base):  # type: ignore[misc, valid-type]
+        """nsysfrag's kernels in the user's cache folder (numba's locator protocol)."""
+
+        def __init__(self, py_func: Any, py_file: str, root: Path) -> None:
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = str(root / self.get_suitable_cache_subpath(py_file))
+
+        def get_cache_path(self) -> str:
+            return self._cache_path
+
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            from numba.core import config
+
+            if vars(config).get("CACHE_DIR") or not _in_package(py_file):
+                return None  # numba's own choice: the user's NUMBA_CACHE_DIR, or not ours
+            for root in (cache_root(), fallback_root()):
+                if root is None:
+                    continue
+                locator = cls(py_func, py_file, root)
+                try:
+                    locator.ensure_cache_path()
+                except OSError:
+                    continue
+                return locator
+            return None
+
+    return UserCacheLocator
+
+
+def _numba_class(module: object, name: str) -> Any:
+    """``name`` from numba's caching module: public since numba 0.61, ``_name`` before."""
+    found = vars(module).get(name) or vars(module).get(f"_{name}")
+    if found is None:
+        raise ImportError(f"numba.core.caching has no {name}; nsysfrag needs numba >= 0.59")
+    return found
+
+
+def _in_package(py_file: str) -> bool:
+    try:
+        return Path(py_file).resolve().is_relative_to(PACKAGE_DIR)
+    except OSError:
+        return False
+
+
+_installed = False
+
+
+def install() -> None:
+    """Put nsysfrag's locator first in numba's list, once; call before any ``cache=True``."""
+    global _installed
+    if _installed:
+        return
+    from numba.core import caching
+
+    impl = _numba_class(caching, "CacheImpl")
+    impl._locator_classes.insert(0, _locator_class())
+    _installed = True

@@ -1,0 +1,579 @@
+"""The pytorch-segments model (SPEC §9) from a PyTorch memory snapshot, done the slow, plain way.
+
+Per device: the layout at the start of the trace window is rebuilt by undoing the trace
+backwards from the final ``segments`` (ALLOCATORS.md §2.6), then the trace is replayed forwards.
+A block born in the window gets the size PyTorch gives it: ``round_size(requested)``, or the
+whole free block it is carved from when PyTorch would not split that block (ALLOCATORS.md §1.2,
+§1.5). A block live at the window's start keeps its recorded size when it is still live at the
+snapshot; otherwise the same rule is applied to the free range up to the next live block.
+
+Written from SPEC 1.1, ALLOCATORS.md and the project's README only; it shares no code with
+nsysfrag. Where those are silent the choice is in QUESTIONS.md (the Q numbers below).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .summary import Moment, summarize
+from .unpickle import load_plain
+
+MiB = 1 << 20
+MIN_BLOCK = 512
+SMALL_SIZE = 1 * MiB
+PAGE = {"small": 2 * MiB, "large": 20 * MiB}  # expandable-segment pages
+UNLIMITED = 1 << 62
+
+STATE_KEYS = (
+    "time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes",
+    "live_bytes", "reserved_bytes", "allocated_bytes", "releasable_bytes", "stranded_bytes",
+    "device_free_bytes", "largest_block_bytes",
+)  # fmt: skip
+# Trace actions after which the state is a moment (README: "a point per alloc, free_completed,
+# segment_free/segment_unmap and oom"; QUESTIONS.md Q9).
+MOMENT_ACTIONS = {"alloc", "free_completed", "free", "segment_free", "segment_unmap", "oom"}
+
+
+@dataclass
+class Settings:
+    expandable: bool = False
+    max_split: int = UNLIMITED
+    divisions: dict[int, int] = field(default_factory=dict)  # interval index -> divisions
+
+    @classmethod
+    def from_snapshot(cls, raw: Any) -> Settings:
+        if not isinstance(raw, dict):
+            return cls()
+        mss = raw.get("max_split_size", -1)
+        mss = UNLIMITED if not isinstance(mss, int) or mss <= 0 or mss >= UNLIMITED else mss
+        divisions = {}
+        for key, value in (raw.get("roundup_power2_divisions") or {}).items():
+            idx = int(key).bit_length() - 1  # keys are the interval starts in MiB: 1, 2, 4, ...
+            divisions[min(max(idx, 0), 15)] = int(value)
+        return cls(bool(raw.get("expandable_segments", False)), mss, divisions)
+
+    def round_size(self, size: int) -> int:
+        """ALLOCATORS.md §1.2, transcribed here on purpose: the reference must not call the
+        nsysfrag code it checks (so ``duplicates`` finds nsysfrag's own transcription)."""
+        if size < MIN_BLOCK:
+            return MIN_BLOCK
+        idx = min(max(size.bit_length() - 1 - 20, 0), 15)
+        d = self.divisions.get(idx, 0)
+        if d > 1 and size > MIN_BLOCK * d:
+            if size & (size - 1) == 0:
+                return size
+            p = 1 << (size.bit_length() - 1)
+            step = p // d
+            if step == 0:
+                return 2 * p
+            f = size & ~(step - 1)
+            return size if f == size else f + step
+        return -(-size // MIN_BLOCK) * MIN_BLOCK
+
+    def block_size(self, requested: int, room: int, expandable_segment: bool) -> int:
+        """The size of a block carved for ``requested`` bytes at the low end of a free range of
+        ``room`` bytes (ALLOCATORS.md §1.5 should_split)."""
+        size = self.round_size(requested)
+        remaining = room - size
+        if remaining < 0:
+            return size
+        if size <= SMALL_SIZE or self.expandable or expandable_segment:
+            split = remaining >= MIN_BLOCK
+        else:
+            split = size < self.max_split and remaining > SMALL_SIZE
+        return size if split else room
+
+
+@dataclass
+class Segment:
+    address: int
+    size: int
+    expandable: bool
+    pool: str | None  # "small" / "large"; None when not yet known (a range mapped in the window)
+
+    @property
+    def end(self) -> int:
+        return self.address + self.size
+
+
+@dataclass
+class Block:
+    size: int | None  # None: live at the window's start, freed in it, size not yet known
+    requested: int
+    inferred: bool = False  # its size came from _size_initial_blocks, not from the record
+
+
+class Layout:
+    """Segments and live blocks of one device; free ranges are what segments hold beyond blocks."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, Segment] = {}
+        self.seg_starts: list[int] = []
+        self.live: dict[int, Block] = {}
+        self.live_starts: list[int] = []
+        self.conflicts = 0
+        self.reserved = 0
+        # Inferred initial blocks that an allocation shows to be longer: address -> true size.
+        self.repairs: dict[int, int] = {}
+        # Per-segment figures, recomputed only for segments that changed since the last moment
+        # (the one concession to speed: the real snapshots have up to 22,000 events).
+        self.cache: dict[int, tuple[int, ...]] = {}
+        self.dirty: set[int] = set()
+
+    def touch(self, addr: int) -> None:
+        seg = self.segment_at(addr)
+        if seg is not None:
+            self.dirty.add(seg.address)
+
+    # -- segments
+    def add_segment(self, seg: Segment) -> None:
+        self.segments[seg.address] = seg
+        bisect.insort(self.seg_starts, seg.address)
+        self.reserved += seg.size
+        self.dirty.add(seg.address)
+
+    def drop_segment(self, seg: Segment) -> None:
+        del self.segments[seg.address]
+        self.seg_starts.remove(seg.address)
+        self.reserved -= seg.size
+        self.cache.pop(seg.address, None)
+        self.dirty.discard(seg.address)
+
+    def segment_at(self, addr: int) -> Segment | None:
+        i = bisect.bisect_right(self.seg_starts, addr) - 1
+        if i >= 0:
+            seg = self.segments[self.seg_starts[i]]
+            if addr < seg.end:
+                return seg
+        return None
+
+    def blocks_in(self, lo: int, hi: int) -> list[int]:
+        i = bisect.bisect_left(self.live_starts, lo)
+        j = bisect.bisect_left(self.live_starts, hi)
+        return self.live_starts[i:j]
+
+    # -- blocks
+    def add_block(self, addr: int, block: Block) -> None:
+        self.live[addr] = block
+        bisect.insort(self.live_starts, addr)
+        self.touch(addr)
+
+    def drop_block(self, addr: int) -> Block:
+        self.live_starts.remove(addr)
+        self.touch(addr)
+        return self.live.pop(addr)
+
+    # -- expandable ranges
+    def map_range(self, addr: int, size: int, pool: str | None) -> None:
+        """Add a mapped range, joined with the expandable segments it touches."""
+        lo, hi = addr, addr + size
+        before = self.segment_at(addr - 1)
+        after = self.segments.get(hi)
+        for seg in (before, after):
+            if seg is not None and seg.expandable:
+                self.drop_segment(seg)
+                lo, hi = min(lo, seg.address), max(hi, seg.end)
+                pool = pool or seg.pool
+        if self.segment_at(addr) is not None or self.blocks_in(addr, addr + size):
+            self.conflicts += 1
+        self.add_segment(Segment(lo, hi - lo, True, pool))
+
+    def unmap_range(self, addr: int, size: int) -> None:
+        seg = self.segment_at(addr)
+        if seg is None or addr + size > seg.end:
+            self.conflicts += 1
+            return
+        for a in self.blocks_in(addr, addr + size):
+            self.conflicts += 1
+            self.drop_block(a)
+        self.drop_segment(seg)
+        if addr > seg.address:
+            self.add_segment(Segment(seg.address, addr - seg.address, True, seg.pool))
+        if addr + size < seg.end:
+            self.add_segment(Segment(addr + size, seg.end - addr - size, True, seg.pool))
+
+    # -- free ranges of one segment
+    def gaps(self, seg: Segment) -> list[tuple[int, int]]:
+        out = []
+        cursor = seg.address
+        for a in self.blocks_in(seg.address, seg.end):
+            size = self.live[a].size
+            if a > cursor:
+                out.append((cursor, a))
+            cursor = max(cursor, a + (size or 0))
+        if seg.end > cursor:
+            out.append((cursor, seg.end))
+        return out
+
+
+def _pool_of(seg: Segment, layout: Layout, settings: Settings) -> str:
+    if seg.pool is not None:
+        return seg.pool
+    for a in layout.blocks_in(seg.address, seg.end):
+        return "small" if settings.round_size(layout.live[a].requested) <= SMALL_SIZE else "large"
+    return "large" if seg.size % PAGE["large"] == 0 else "small"  # QUESTIONS.md Q13
+
+
+def _segment_figures(seg: Segment, layout: Layout, settings: Settings) -> tuple[int, ...]:
+    """(allocated, requested, releasable, largest free, free blocks) of one segment."""
+    allocated = requested = releasable = largest = 0
+    inside = layout.blocks_in(seg.address, seg.end)
+    for a in inside:
+        allocated += layout.live[a].size or 0
+        requested += layout.live[a].requested
+    gaps = layout.gaps(seg)
+    for lo, hi in gaps:
+        largest = max(largest, hi - lo)
+    if seg.expandable:
+        page = PAGE[_pool_of(seg, layout, settings)]
+        for lo, hi in gaps:  # whole pages, counted from the mapped range's start
+            first = seg.address + -(-(lo - seg.address) // page) * page
+            last = seg.address + (hi - seg.address) // page * page
+            releasable += max(0, last - first)
+    elif not inside:
+        releasable = seg.size
+    return allocated, requested, releasable, largest, len(gaps)
+
+
+def _raw_state(layout: Layout, settings: Settings) -> dict[str, int]:
+    """Everything of SPEC §9 that does not depend on the capacity."""
+    for addr in layout.dirty:
+        layout.cache[addr] = _segment_figures(layout.segments[addr], layout, settings)
+    layout.dirty.clear()
+    figures = layout.cache.values()
+    return {
+        "reserved": layout.reserved,
+        "allocated": sum(f[0] for f in figures),
+        "requested": sum(f[1] for f in figures),
+        "releasable": sum(f[2] for f in figures),
+        "largest": max((f[3] for f in figures), default=0),
+        "n_free": sum(f[4] for f in figures),
+    }
+
+
+def _derive(raw: dict[str, int], cap: int) -> dict[str, Any]:
+    free_in_segments = raw["reserved"] - raw["allocated"]  # F
+    device_free = max(cap - raw["reserved"], 0)  # D
+    l_eff = max(raw["largest"], device_free + raw["releasable"])
+    free = device_free + free_in_segments
+    return {
+        "global_frag": (free - l_eff) / cap if cap else 0.0,
+        "local_frag": 0.0 if free == 0 else 1 - l_eff / free,
+        "free_blocks": raw["n_free"] + (1 if device_free > 0 else 0),
+        "largest_free_bytes": l_eff,
+        "free_bytes": free,
+        "live_bytes": raw["requested"],
+        "reserved_bytes": raw["reserved"],
+        "allocated_bytes": raw["allocated"],
+        "releasable_bytes": raw["releasable"],
+        "stranded_bytes": free_in_segments - raw["releasable"],
+        "device_free_bytes": device_free,
+        "largest_block_bytes": raw["largest"],
+        "material": free >= 0.05 * cap,
+    }
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def _final_layout(segments: list[dict[str, Any]]) -> Layout:
+    layout = Layout()
+    for s in segments:
+        expandable = bool(s.get("is_expandable", False))
+        layout.add_segment(Segment(s["address"], s["total_size"], expandable, s.get("segment_type")))
+        addr = s["address"]
+        for b in s.get("blocks", []):
+            addr = b.get("address", addr)
+            if b["state"] != "inactive":
+                layout.add_block(addr, Block(b["size"], _requested(b)))
+            addr += b["size"]
+    return layout
+
+
+def _requested(block: dict[str, Any]) -> int:
+    history = block.get("history")
+    if history:  # PyTorch 2.0: as _memory_viz._block_extra_legacy does
+        return int(history[0].get("real_size", block["size"]))
+    return int(block.get("requested_size", block["size"]))
+
+
+def _undo(layout: Layout, trace: list[dict[str, Any]]) -> None:
+    """Walk the trace backwards from the final layout: the layout at the window's start."""
+    for e in reversed(trace):
+        action = e["action"]
+        addr = e.get("addr")
+        if action == "alloc":
+            if addr in layout.live:
+                layout.drop_block(addr)
+            else:
+                layout.conflicts += 1
+        elif action in ("free_completed", "free"):
+            if addr in layout.live:
+                layout.conflicts += 1
+            else:
+                layout.add_block(addr, Block(None, e["size"]))
+        elif action == "segment_alloc":
+            seg = layout.segments.get(addr)
+            if seg is None or layout.blocks_in(seg.address, seg.end):
+                layout.conflicts += 1
+            if seg is not None:
+                layout.drop_segment(seg)
+        elif action == "segment_free":
+            pool = "small" if e["size"] == PAGE["small"] else "large"
+            layout.add_segment(Segment(addr, e["size"], False, pool))
+        elif action == "segment_map":
+            layout.unmap_range(addr, e["size"])
+        elif action == "segment_unmap":
+            layout.map_range(addr, e["size"], None)
+
+
+def _size_initial_blocks(layout: Layout, settings: Settings, known: dict[int, int]) -> None:
+    """Blocks live at the start and freed in the window: sized by PyTorch's split rule over the
+    free range up to the next live block, unless a later allocation showed the block to be
+    longer (``known``; QUESTIONS.md Q10)."""
+    for a in list(layout.live_starts):
+        block = layout.live[a]
+        if block.size is not None:
+            continue
+        block.inferred = True
+        if a in known:
+            block.size = known[a]
+            continue
+        seg = layout.segment_at(a)
+        if seg is None:
+            layout.conflicts += 1
+            block.size = settings.round_size(block.requested)
+            continue
+        i = bisect.bisect_right(layout.live_starts, a)
+        nxt = layout.live_starts[i] if i < len(layout.live_starts) else seg.end
+        room = min(nxt, seg.end) - a
+        block.size = settings.block_size(block.requested, room, seg.expandable)
+
+
+@dataclass
+class DeviceResult:
+    raw: list[tuple[int, dict[str, int]]]  # (time_ns, raw state) per moment
+    ooms: list[tuple[int, dict[str, Any], dict[str, int]]]  # (time_ns, entry, raw state)
+    counts: dict[str, int]
+    peak_reserved: int
+    conflicts: int
+    final_mismatches: int
+    initial_blocks: int
+
+
+def _replay(
+    segments: list[dict[str, Any]], trace: list[dict[str, Any]], times: list[int], settings: Settings
+) -> DeviceResult:
+    """Replay until no allocation shows an initial block to be longer than inferred."""
+    known: dict[int, int] = {}
+    for _attempt in range(20):
+        result, repairs = _replay_once(segments, trace, times, settings, known)
+        if not repairs:
+            break
+        known.update(repairs)
+    return result
+
+
+def _replay_once(
+    segments: list[dict[str, Any]],
+    trace: list[dict[str, Any]],
+    times: list[int],
+    settings: Settings,
+    known: dict[int, int],
+) -> tuple[DeviceResult, dict[int, int]]:
+    layout = _final_layout(segments)
+    _undo(layout, trace)
+    _size_initial_blocks(layout, settings, known)
+    initial_blocks = len(layout.live)
+    counts = dict.fromkeys(
+        ("allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs",
+         "failed_allocations", "other_kind_events"), 0)  # fmt: skip
+    peak_reserved = layout.reserved
+    # The rebuilt start of the window is a state the device was in: one moment, at the time of
+    # the first entry (0 without a trace); its partial layouts while rebuilding are not
+    # (QUESTIONS.md Q8).
+    raw_moments = [(times[0] if times else 0, _raw_state(layout, settings))]
+    ooms = []
+    for e, t in zip(trace, times):
+        action = e["action"]
+        addr = e.get("addr")
+        if action == "alloc":
+            _apply_alloc(layout, settings, addr, e["size"], counts)
+        elif action in ("free_completed", "free"):
+            if addr in layout.live:
+                layout.drop_block(addr)
+                counts["frees"] += 1
+            else:
+                counts["unmatched_frees"] += 1
+        elif action == "segment_alloc":
+            if layout.segment_at(addr) is not None:
+                layout.conflicts += 1
+            layout.add_segment(Segment(addr, e["size"], False, None))
+        elif action == "segment_free":
+            seg = layout.segments.get(addr)
+            if seg is None:
+                layout.conflicts += 1
+            else:
+                for a in layout.blocks_in(seg.address, seg.end):
+                    layout.conflicts += 1
+                    layout.drop_block(a)
+                layout.drop_segment(seg)
+        elif action == "segment_map":
+            layout.map_range(addr, e["size"], None)
+        elif action == "segment_unmap":
+            layout.unmap_range(addr, e["size"])
+        elif action == "oom":
+            counts["failed_allocations"] += 1
+        peak_reserved = max(peak_reserved, layout.reserved)
+        if action in MOMENT_ACTIONS:
+            raw = _raw_state(layout, settings)
+            raw_moments.append((t, raw))
+            if action == "oom":
+                ooms.append((t, e, raw))
+    mismatches = _compare_final(layout, _final_layout(segments))
+    result = DeviceResult(
+        raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks
+    )
+    return result, layout.repairs
+
+
+def _apply_alloc(
+    layout: Layout, settings: Settings, addr: int, requested: int, counts: dict[str, int]
+) -> None:
+    if requested == 0:
+        counts["zero_size_allocs"] += 1
+        return
+    counts["allocations"] += 1
+    seg = layout.segment_at(addr)
+    if seg is None:
+        counts["overlaps"] += 1  # outside every segment (README: an overlap)
+        layout.conflicts += 1
+        return
+    if seg.pool is None:
+        seg.pool = "small" if settings.round_size(requested) <= SMALL_SIZE else "large"
+    room_end = seg.end
+    for lo, hi in layout.gaps(seg):
+        if lo <= addr < hi:
+            if lo != addr:  # PyTorch carves from the low end of a free block, so ...
+                before = [a for a in layout.blocks_in(seg.address, lo) if a + (layout.live[a].size or 0) == lo]
+                if before and layout.live[before[-1]].inferred:  # ... that block reached addr
+                    layout.repairs[before[-1]] = addr - before[-1]
+                else:
+                    layout.conflicts += 1
+            room_end = hi
+            break
+    else:  # inside a live block
+        counts["overlaps"] += 1
+        layout.conflicts += 1
+    size = settings.block_size(requested, room_end - addr, seg.expandable)
+    for a in layout.blocks_in(seg.address, addr + size):
+        b = layout.live[a]
+        if a + (b.size or 0) > addr:
+            layout.drop_block(a)
+    layout.add_block(addr, Block(size, requested))
+
+
+def _compare_final(replayed: Layout, recorded: Layout) -> int:
+    def segs(lay: Layout) -> set[tuple[int, int]]:
+        return {(s.address, s.size) for s in lay.segments.values()}
+
+    def blocks(lay: Layout) -> set[tuple[int, int | None]]:
+        return {(a, b.size) for a, b in lay.live.items()}
+
+    return len(segs(replayed) ^ segs(recorded)) + len(blocks(replayed) ^ blocks(recorded))
+
+
+# ---------------------------------------------------------------------------- the analysis
+
+
+def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str, Any]:
+    data = load_plain(path)
+    if isinstance(data, list):  # torch.cuda.memory_snapshot(): the bare segment list
+        data = {"segments": data, "device_traces": []}
+    settings = Settings.from_snapshot(data.get("allocator_settings"))
+    segments = data.get("segments") or []
+    traces = data.get("device_traces") or []
+    devices = sorted({s["device"] for s in segments} | {d for d, t in enumerate(traces) if t})
+    stamps = [e["time_us"] for t in traces for e in t if "time_us" in e]
+    origin = min(stamps) if stamps else None
+    spaces = []
+    for device in devices:
+        trace = traces[device] if device < len(traces) else []
+        if origin is not None:
+            times = [(e["time_us"] - origin) * 1000 for e in trace]
+        else:  # no times (before PyTorch 2.1): entries 1 ns apart (QUESTIONS.md Q14)
+            times = list(range(len(trace)))
+        result = _replay([s for s in segments if s["device"] == device], trace, times, settings)
+        spaces.append(_space(device, result, capacity))
+    return {"spaces": spaces}
+
+
+def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str, Any]:
+    if capacity is not None:
+        cap, source = capacity, "--capacity"
+    elif result.ooms:  # the device's oom entries (QUESTIONS.md Q11)
+        reachable = [raw["reserved"] + entry["device_free"] for _t, entry, raw in result.ooms]
+        cap, source = max(*reachable, result.peak_reserved), "oom"
+    else:
+        cap, source = result.peak_reserved, "reserved_peak"
+    moments: list[Moment] = [{"time_ns": t, **_derive(raw, cap)} for t, raw in result.raw]
+    ooms = []
+    for t, entry, raw in result.ooms:
+        state = _derive(raw, cap)
+        r, d = entry["size"], entry["device_free"]
+        verdict = "capacity" if r > d + state["stranded_bytes"] + state["releasable_bytes"] else "fragmentation"
+        ooms.append(
+            {
+                "time_ns": t,
+                "requested_bytes": r,
+                "recorded_device_free_bytes": d,
+                **{k: state[k] for k in STATE_KEYS if k != "time_ns"},
+                "verdict": verdict,
+            }
+        )
+    allocs, failed = result.counts["allocations"], result.counts["failed_allocations"]
+    # The project's own snapshot keys (README "Extra JSON keys"), which SPEC 1.1 leaves alone.
+    last = result.raw[-1][1]
+    extras = {
+        "reserved_bytes_peak": result.peak_reserved,
+        "allocated_bytes_peak": max(raw["allocated"] for _t, raw in result.raw),
+        "requested_bytes_peak": max(raw["requested"] for _t, raw in result.raw),
+        "reserved_bytes_final": last["reserved"],
+        "allocated_bytes_final": last["allocated"],
+        "requested_bytes_final": last["requested"],
+        "oom_events": [
+            {
+                "time_ns": t,
+                "device_free_bytes": entry["device_free"],
+                "requested_bytes": entry["size"],
+                "largest_free_bytes": raw["largest"],
+                "free_bytes": raw["reserved"] - raw["allocated"],
+                "reserved_bytes": raw["reserved"],
+                "allocated_bytes": raw["allocated"],
+            }
+            for t, entry, raw in result.ooms
+        ],
+        "window": {
+            "initial_blocks": result.initial_blocks,
+            "final_mismatches": result.final_mismatches,
+        },
+    }
+    return {
+        "pid": 0,
+        "device": device,
+        "capacity_bytes": cap,
+        "capacity_source": source,
+        "counts": result.counts,
+        "alloc_failure_rate": failed / (failed + allocs) if failed + allocs else 0.0,
+        **summarize(moments, STATE_KEYS),
+        "ooms": ooms,
+        "snapshot_keys": extras,
+        "window": {
+            "conflicts": result.conflicts,
+            "final_mismatches": result.final_mismatches,
+            "initial_blocks": result.initial_blocks,
+        },
+    }

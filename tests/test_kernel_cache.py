@@ -1,0 +1,112 @@
+"""Compiled kernels live in the user's cache folder, a first run says it compiles, and a command
+compiles only the kernels it needs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from numba.core.dispatcher import Dispatcher
+
+import nsysfrag
+from nsysfrag import kernel_cache
+from nsysfrag.models.observed import kernel as replay
+from tests.conftest import REPO, SAMPLES
+
+PACKAGE = REPO / "nsysfrag"
+
+
+def test_cache_root_follows_xdg_and_ignores_a_relative_one(tmp_path: Path) -> None:
+    assert kernel_cache.cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "nsysfrag"
+    if sys.platform.startswith("linux"):
+        expected = Path.home() / ".cache" / "nsysfrag"
+        assert kernel_cache.cache_root({"XDG_CACHE_HOME": "relative/dir"}) == expected
+        assert kernel_cache.cache_root({}) == expected
+
+
+def _locate(py_file: Path) -> object:
+    kernel = replay._replay_kernel.py_func
+    return kernel_cache._locator_class().from_function(kernel, str(py_file))
+
+
+def test_kernels_of_the_package_go_to_the_user_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
+    assert locator is not None
+    assert Path(locator.get_cache_path()).parent == tmp_path / "nsysfrag"  # type: ignore[attr-defined]
+    # Not nsysfrag's code: numba decides, as if nsysfrag were not there.
+    assert _locate(tmp_path / "elsewhere.py") is None
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_private_temporary_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "below-a-file"))
+    locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
+    fallback = kernel_cache.fallback_root()
+    assert locator is not None and fallback is not None
+    assert Path(locator.get_cache_path()).parent == fallback  # type: ignore[attr-defined]
+    assert os.stat(fallback).st_mode & 0o077 == 0
+
+
+def test_a_users_numba_cache_dir_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", "/somewhere/numba")
+    assert _locate(PACKAGE / "models" / "observed" / "kernel.py") is None  # numba's own locator for NUMBA_CACHE_DIR
+
+
+def _analyze(cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    sample = SAMPLES / "inference_serving.sqlite"
+    return subprocess.run(
+        [sys.executable, "-m", "nsysfrag", "analyze", str(sample), "--json", "-"],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_first_run_says_it_compiles_once_and_compiles_only_what_analyze_needs(
+    tmp_path: Path,
+) -> None:
+    before = sorted(PACKAGE.rglob("*.nb[ic]"))
+    first = _analyze(tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.splitlines() == [
+        "nsysfrag: compiling the replay kernels, once per install (~5 s)"
+    ]
+    # numba names a cache folder after the source's folder, and a file after the source file.
+    compiled = {
+        f"{p.parent.name.rsplit('_', 1)[0]}/{p.name.split('.')[0]}"
+        for p in (tmp_path / "nsysfrag").rglob("*.nbi")
+    }
+    assert compiled == {"observed/kernel", "nsys/sqlite_columns"}  # no what-if kernels
+    assert sorted(PACKAGE.rglob("*.nb[ic]")) == before  # nothing written into the package
+    second = _analyze(tmp_path)
+    assert second.returncode == 0 and second.stderr == ""
+    assert second.stdout == first.stdout
+
+
+def test_every_cached_kernel_in_the_package_goes_to_the_user_cache() -> None:
+    """A kernel module must call kernel_cache.install() before its first ``cache=True``."""
+    cached = []
+    for module in pkgutil.walk_packages(nsysfrag.__path__, "nsysfrag."):
+        if module.name.endswith("__main__"):  # importing it runs the command line
+            continue
+        for name, value in vars(importlib.import_module(module.name)).items():
+            impl = getattr(getattr(value, "_cache", None), "_impl", None)
+            if isinstance(value, Dispatcher) and impl is not None:
+                cached.append((module.name, name, type(impl.locator).__name__))
+    assert len(cached) > 20  # the replay's, the reader's and the allocator models' kernels
+    assert {locator for _, _, locator in cached} == {"UserCacheLocator"}, [
+        c for c in cached if c[2] != "UserCacheLocator"
+    ]
