@@ -170,3 +170,15 @@ def test_a_report_format_is_one_registry_entry(
     expected = one_line(analyze(open_input(sample)))
     assert expected.count("\n") == 3  # three spaces
     assert (tmp_path / "a.txt").read_text() == (tmp_path / "b.txt").read_text() == expected
+
+
+def test_the_project_points_to_nothing_outside_it() -> None:
+    # GIVEN the code, README and docs a user reads (reports quote the code's words)
+    texts = [*sorted((REPO / "nsysfrag").rglob("*.py")), REPO / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]  # fmt: skip
+    # THEN none names a document outside the repository or its sections
+    outside = re.compile(r"\.\./shared|SPEC\b|SPEC\.md|ALLOCATORS\.md|§")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in texts
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if outside.search(line)]  # fmt: skip
+    assert not found, found

@@ -3,7 +3,7 @@ after every event.
 
 A model replays a :class:`RequestStream` — allocations (size, stream) and frees of earlier
 allocations, in order — on a simulated device of ``capacity_bytes`` and reports, after every
-event, the figures SPEC §3 needs under the model's own definition of free memory:
+event, the figures analyze's metrics need under the model's own definition of free memory:
 ``F`` free bytes, ``L`` the largest free block, ``N`` free blocks, plus reserved, allocated
 (block) and requested (live) bytes. A request the model cannot place is a simulated OOM: it is
 recorded with the largest free block at that moment, stays unplaced, and its free is ignored.

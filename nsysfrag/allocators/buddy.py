@@ -1,4 +1,4 @@
-"""``buddy``: a binary buddy allocator over the device (Knuth TAOCP 2.5; ALLOCATORS.md §5.1).
+"""``buddy``: a binary buddy allocator over the device (Knuth TAOCP 2.5).
 
 * The arena is ``[0, 2**K)`` with ``2**K >= C``; only ``[0, C)`` is usable, so it starts as the
   aligned power-of-two blocks that tile ``[0, C)``.

@@ -1,6 +1,6 @@
 """``best-fit`` and ``first-fit``: one growable heap of capacity C, address-ordered, coalescing.
 
-The textbook policies (Wilson et al. 1995, ALLOCATORS.md §5.2–5.3) as a reference for what
+The textbook policies (Wilson et al. 1995) as a reference for what
 placement alone costs. The heap is one contiguous range ``[0, top)``:
 
 * a request (rounded up to 512 B) takes a free block (a *hole* below ``top``): best fit takes

@@ -1,5 +1,5 @@
 """``slab``: segregated size classes over 2 MiB slabs, large objects best fit
-(simple segregated storage; ALLOCATORS.md §5.4).
+(simple segregated storage; Wilson et al. 1995).
 
 * **Classes.** 512 B, 1 KiB, 1.5 KiB, 2 KiB, then four classes per doubling (jemalloc's
   spacing: ``b + b/4, b + b/2, b + 3b/4, 2b``) up to 1 MiB. A request of at most 1 MiB takes a

@@ -7,7 +7,7 @@ with their streams; the blocks live at the start of the window (rebuilt by the c
 backward walk) are allocated first, in address order; an ``oom`` entry is a request that is
 freed at once; the program's own ``empty_cache()`` calls (``capacity``) are events too. An nsys
 export gives the driver-level allocations of each space with the observed model's lifetimes
-(SPEC §2).
+(docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity, snapshot_capacity
+from nsysfrag.whatif.recommend import STATE, TRACE
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class RequestSource:
     recorded_peak_reserved_bytes: int | None
     warnings: list[str]
     segments_suspected: bool = False
-    validatable: bool = False  # a recorded trace the baseline can be checked against
+    error_basis: str = TRACE  # how the baseline is checked against the record (recommend.py)
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
 
 
@@ -99,7 +100,7 @@ def snapshot_streams(
                 recorded_peak_reserved_bytes=d.record.peak,
                 warnings=warnings,
                 timestamps=req.timestamps,
-                validatable=d.traced,
+                error_basis=TRACE if d.traced else STATE,
             )
         )
     return sources, notes
@@ -116,7 +117,7 @@ def as_run_policy(config: TorchConfig) -> Policy:
 
 def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource], list[str]]:
     """One request stream per (process, device) of an nsys export: its driver-level
-    allocations and frees (SPEC §2 lifetimes: a free, or an overlapping allocation)."""
+    allocations and frees (the observed model's lifetimes: a free, or an overlapping allocation)."""
     from nsysfrag.analysis import analyze
     from nsysfrag.inputs import InputOptions
     from nsysfrag.inputs.nsys import read_export

@@ -2,7 +2,7 @@
 of :mod:`~nsysfrag.allocators.torch.state`, replayed by the shared event loop, and
 :func:`simulate_torch`, which sizes the tables and runs it.
 
-``malloc`` (ALLOCATORS.md §1.5): round the request, pick the pool, take the best cached block;
+``malloc`` (CUDACachingAllocator.cpp's): round the request, pick the pool, take the best cached block;
 failing that, run the garbage collector (with ``garbage_collection_threshold``), ask the device
 for a new segment, and on refusal release oversize blocks (``max_split_size``) and retry, then
 release every cached segment and retry once more; the request is a simulated OOM when that

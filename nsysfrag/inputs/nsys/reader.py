@@ -367,7 +367,7 @@ class _MemoryQuery:
             start, address, nbytes, corr, gpid, device, kind, op = (
                 a[keep] for a in (start, address, nbytes, corr, gpid, device, kind, op)
             )
-        # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in
+        # Events are ordered by start, ties by row order. A table scan returns rows in
         # rowid order, so a stable sort on start is enough, and none when nsys wrote them in
         # time order already (the usual case: no copy then).
         if np.any(start[1:] < start[:-1]):
