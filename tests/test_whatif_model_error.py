@@ -15,23 +15,10 @@ from click.testing import CliRunner
 from nsysfrag.cli import cli
 from nsysfrag.whatif import whatif
 from nsysfrag.whatif.recommend import STATE, TRACE
-from tests.conftest import REPO, SAMPLES, MiB
+from tests.conftest import SAMPLES, MiB
+from tests.test_whatif import REAL, REAL_SNAPSHOTS, needs_real, segment
 
-REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
-REAL = (
-    sorted(p for p in REAL_SNAPSHOTS.glob("*") if p.suffix in (".pickle", ".pkl"))
-    if REAL_SNAPSHOTS.is_dir()
-    else []
-)
-needs_real = pytest.mark.skipif(not REAL, reason="../shared/real_snapshots is absent")
 A, B = 0x1000_0000, 0x2000_0000
-
-
-def segment(address: int, size: int, *blocks: tuple[int, int, str]) -> dict[str, Any]:
-    return {"device": 0, "address": address, "total_size": size, "stream": 0,
-            "segment_type": "large", "blocks": [
-                {"address": a, "size": n, "requested_size": n, "state": state}
-                for a, n, state in blocks]}  # fmt: skip
 
 
 def state_only(tmp_path: Path, cached: int) -> Path:
