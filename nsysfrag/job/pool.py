@@ -13,7 +13,6 @@ SIGTERM) also stops an ``nsys export`` a worker started, and nothing is left beh
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import signal
@@ -209,14 +208,8 @@ class _Pool:
         self.workers: list[_Worker] = []
 
     def run(self, tasks: Sequence[RankTask], progress: Progress | None) -> list[RankOutcome]:
-        frozen = False
         if self.context.get_start_method() == "fork":
-            # Before forking, so that every worker starts with it; frozen, so that a worker's
-            # garbage collector never walks (and so copies) the pages it shares with us.
-            _load_analysis(tasks)
-            frozen = gc.get_freeze_count() == 0
-            if frozen:
-                gc.freeze()
+            _load_analysis(tasks)  # before forking, so every worker starts with it
         queue = deque(tasks)
         deaths: dict[int, int] = {}
         outcomes: list[RankOutcome] = []
@@ -253,8 +246,6 @@ class _Pool:
             return outcomes
         finally:
             self._shut_down()
-            if frozen:
-                gc.unfreeze()  # what dies from now on is collected again (a caller runs on)
 
     def _idle_worker(self) -> _Worker | None:
         for worker in self.workers:
