@@ -14,11 +14,13 @@ start to exit, medians of interleaved runs:
 
 Also, inside one process with the analysis already loaded, the pool against running the ranks
 one by one: the part a pool can speed up, without the interpreter's start and imports that
-both pay once. Each end-to-end figure comes with the CPU seconds of all its processes, and the
-start alone (interpreter, imports, compiled code) is timed too: from those, Amdahl's law gives
-the best speed-up the cores could give on an idle machine. The machine's load average is
-printed with the figures: on a shared machine the wall times move with it, CPU times much
-less.
+both pay once; the difference in CPU is what each forked worker costs beyond its analyses (its
+start-up). Each end-to-end figure comes with the CPU seconds of all its processes, and the
+start alone (interpreter, imports, compiled code: what the coordinator loads before it forks)
+is timed too: from those, Amdahl's law gives the speed-up the cores give on an idle machine —
+the start is serial, the rest of the pool's CPU spreads over the workers. The machine's load
+average is printed with the figures: on a shared machine the wall times move with it, CPU
+times much less.
 """
 
 from __future__ import annotations
