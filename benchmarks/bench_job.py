@@ -18,7 +18,8 @@ both pay once; the difference in CPU is what each forked worker costs beyond its
 start-up). Each end-to-end figure comes with the CPU seconds of all its processes, and the
 start alone (interpreter, imports, compiled code: what the coordinator loads before it forks)
 is timed too: from those, Amdahl's law gives the speed-up the cores give on an idle machine —
-the start is serial, the rest of the pool's CPU spreads over the workers. The machine's load
+all that --jobs 1 spends beside its analyses is serial, the rest of the pool's CPU spreads over
+the workers. The machine's load
 average is printed with the figures: on a shared machine the wall times move with it, CPU
 times much less.
 """
@@ -170,11 +171,12 @@ def main() -> None:
         inside = in_process(folder)
         overhead = None if args.no_dask else dask_overhead(base)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        # Amdahl on idle cores: the coordinator's start (interpreter, imports, compiled code) is
-        # serial; the rest of the pool's CPU (workers: their start and their analyses) spreads
-        # over the cores. A shared machine moves wall times a lot and CPU times little.
+        # Amdahl on idle cores: what --jobs 1 spends beside its analyses (the start, the job's
+        # report) is serial; the rest of the pool's CPU (the workers: their start-up and their
+        # analyses) spreads over the cores. A shared machine moves wall times a lot, CPU little.
         spread = min(cores, inside.size)
-        bound = got["serial"][1] / (startup[1] + (got["pool"][1] - startup[1]) / spread)
+        serial_part = got["serial"][1] - inside.serial_cpu
+        bound = got["serial"][1] / (serial_part + (got["pool"][1] - serial_part) / spread)
         rows = [
             ("nsysfrag analyze (default pool), end to end", f"{got['pool'][0]:.2f} s ({got['pool'][1]:.2f} s CPU)"),
             ("nsysfrag analyze --jobs 1, end to end", f"{got['serial'][0]:.2f} s ({got['serial'][1]:.2f} s CPU)"),
@@ -191,8 +193,10 @@ def main() -> None:
         for name, value in rows:
             print(f"{name:<{width}}  {value}")
         print(f"load average after: {load()}")
-        serial_share = startup[1] / got["serial"][1]
-        print(f"serial share of --jobs 1's CPU (the start): {serial_share:.0%}")
+        print(
+            f"serial part of --jobs 1's CPU (all but the analyses): {serial_part:.2f} s,"
+            f" {serial_part / got['serial'][1]:.0%}; the start alone is {startup[1] / got['serial'][1]:.0%}"
+        )
         print(f"speed-up on {spread} idle cores, from the CPU times above (Amdahl): {bound:.2f}x")
         print()
         targets = [

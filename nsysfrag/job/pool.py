@@ -327,8 +327,11 @@ def _load_analysis(tasks: Sequence[RankTask]) -> None:
 
     used: dict[str, InputFormat] = {}
     for task in tasks:
-        fmt = format_of(Path(task.path))
-        used[fmt.name] = fmt
+        # A format may read a file's first bytes to claim it: never here a FIFO's, which would
+        # block the job (the rank's worker says what is wrong with such an input).
+        if os.path.isfile(task.path):
+            fmt = format_of(Path(task.path))
+            used[fmt.name] = fmt
     if NSYS_EXPORT.name in used:
         from nsysfrag.inputs.nsys import reader, spaces  # noqa: F401
     if TORCH_SNAPSHOT.name in used:
