@@ -120,8 +120,12 @@ def test_the_log_input_says_what_it_needs(rmm_log: types.ModuleType, tmp_path: P
 
 @pytest.mark.parametrize("sample", ["inference_serving.sqlite", "training_snapshot.pickle"])
 def test_analyze_loads_only_what_it_uses(sample: str, tmp_path: Path) -> None:
-    # GIVEN `nsysfrag analyze` of an export or a snapshot, with JSON and CSV reports
-    # THEN neither the what-if models, the history store nor the nsys runner were imported
+    # GIVEN `nsysfrag analyze` of an export or a snapshot, with JSON and CSV reports that
+    # replace older ones
+    # THEN neither the what-if models, the history store, SQLAlchemy (it reads no export and
+    # costs a start a tenth of a second) nor the nsys runner were imported
+    (tmp_path / "a.json").write_text('{"schema": "nsysfrag/1", "spaces": []}\n')
+    (tmp_path / "a.csv").write_text("device,pid,time_s,live_bytes\n")
     code = (
         "import sys\n"
         "from nsysfrag.cli import main\n"
@@ -132,7 +136,7 @@ def test_analyze_loads_only_what_it_uses(sample: str, tmp_path: Path) -> None:
         "except SystemExit as done:\n"
         "    assert done.code == 0, done.code\n"
         "loaded = [m for m in sys.modules if m.startswith(('nsysfrag.whatif', 'nsysfrag.allocators',"
-        " 'nsysfrag.history', 'nsysfrag.inputs.nsys.runner'))]\n"
+        " 'nsysfrag.history', 'sqlalchemy', 'nsysfrag.inputs.nsys.runner'))]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
