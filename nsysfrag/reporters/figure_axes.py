@@ -45,7 +45,7 @@ SITE_COLORS = (
     "#e6ab02", "#a6761d", "#a6cee3", "#fb9a99",
 )  # fmt: skip
 
-# Thresholds of SPEC §3, in the units the figures draw.
+# The health thresholds (docs/metrics.md, "Health"), in the units the figures draw.
 GLOBAL_WARN_PCT, GLOBAL_CRITICAL_PCT = 20.0, 40.0
 LOCAL_WARN_PCT, LOCAL_CRITICAL_PCT = 30.0, 60.0
 FREE_BLOCKS_WARN, FREE_BLOCKS_CRITICAL = 100, 500
