@@ -14,7 +14,9 @@ own:
 * ``expandable``: the same workload under ``expandable_segments:True``: whether it raises OOM is
   what the run records;
 * ``recovered``: a request that succeeds only after the allocator frees its cached segments (the
-  OOM path that ends well).
+  OOM path that ends well);
+* ``window``: the fragmentation workload with a 20-entry trace ring buffer, so the snapshot's
+  window opens mid-run with blocks live that its trace never allocated.
 
 A card of 141 GB is made small by holding all of it but a scenario's *budget* with plain
 ``cudaMalloc`` outside PyTorch's allocator, in the same process, after history recording starts.
@@ -48,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
 GiB = 1 << 30
 TRUTH_SCHEMA = "nsysfrag-torch-truth/1"
-MAX_ENTRIES = 10_000  # every scenario records far fewer: the trace covers the whole run
+MAX_ENTRIES = 10_000
 # The environment variables that carry allocator settings; a scenario sets its own.
 ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -59,6 +61,8 @@ class Scenario:
     alloc_conf: str  # PYTORCH_CUDA_ALLOC_CONF for its process ("" = the defaults)
     budget_bytes: int  # device memory left free for PyTorch when the workload starts
     summary: str
+    workload: str = ""  # the workload it runs, when not its own name
+    max_entries: int = MAX_ENTRIES  # the trace ring buffer; every full run records far fewer
 
 
 SCENARIOS = {
@@ -79,6 +83,13 @@ SCENARIOS = {
         Scenario(
             "expandable", "expandable_segments:True", 1184 * MiB,
             "the fragmentation workload, budget and request under expandable_segments:True",
+            workload="fragmentation",
+        ),
+        Scenario(
+            "window", "", 1184 * MiB,
+            "the fragmentation workload with a 20-entry trace: the ring buffer drops the first "
+            "allocations, so the window opens with blocks live that the trace never allocated",
+            workload="fragmentation", max_entries=20,
         ),
         Scenario(
             "recovered", "", 1024 * MiB,
@@ -291,7 +302,6 @@ def workload_recovered(w: Workload) -> int:
 WORKLOADS: dict[str, Callable[[Workload], int]] = {
     "capacity": workload_capacity,
     "fragmentation": workload_fragmentation,
-    "expandable": workload_fragmentation,
     "recovered": workload_recovered,
 }
 
@@ -306,14 +316,14 @@ def run_child(name: str, out: Path) -> int:
     torch.cuda.init()
     free0, total = torch.cuda.mem_get_info()  # creates the context before anything is held
     torch.cuda.memory._record_memory_history(
-        enabled="all", context="all", stacks="python", max_entries=MAX_ENTRIES
+        enabled="all", context="all", stacks="python", max_entries=scenario.max_entries
     )
     hold = DeviceHold()
     budget = hold.leave_free(scenario.budget_bytes, lambda: int(torch.cuda.mem_get_info()[0]))
     print(f"{name}: held {hold.bytes / GiB:.2f} GiB via {hold.via}; {budget / MiB:.1f} MiB free")
 
     w = Workload(torch)
-    request = WORKLOADS[name](w)
+    request = WORKLOADS[scenario.workload or name](w)
     oom: dict[str, Any] | None = None
     try:
         w.alloc("request", request)
@@ -346,7 +356,7 @@ def run_child(name: str, out: Path) -> int:
         "parameters": {
             "budget_bytes": scenario.budget_bytes,
             "request_bytes": request,
-            "max_entries": MAX_ENTRIES,
+            "max_entries": scenario.max_entries,
             "stacks": "python",
         },
         "steps": w.steps,
