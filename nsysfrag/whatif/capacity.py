@@ -7,6 +7,15 @@ free memory then (C = reserved + free); and a malloc's OOM retry — a run of ``
 shows the device refusing reserved + that segment, so C is below it, while C is at least the
 peak the run reached. Without either the run never met the limit.
 
+With expandable segments the retry's map is not what the device refused: PyTorch's first
+attempt (``try_allocate_expandable_block``) extends the free block at the end of the mapped
+range by the pages the request still lacks; the release then unmaps that block's whole pages
+too, and the retry maps them again, more than was refused. Taking reserved + the retry's map as
+the bound put C above what the device refused, so the replay grew without the OOM path the run
+took. The record states no refused size then, only that the run met the limit, so C is the
+lowest capacity the record allows, its peak: every recorded map fits in it, and every refused
+attempt exceeded the true C, which is at least the peak.
+
 A release the allocator does not make itself is the program's ``torch.cuda.empty_cache()``:
 a run of releases not followed by a new segment and an allocation (or an OOM), or followed by
 one the device had room for (reserved + the segment within C) and that no garbage collection
@@ -37,6 +46,7 @@ class ReleaseRun:
     before: int  # reserved bytes just before it
     new_segment: int  # bytes of the segment_alloc / segment_map right after it, 0 for none
     then: str | None  # the action after the run and any new segments (None: the trace ends)
+    unmapped: bool  # segment_unmap (expandable segments), where the retry maps another size
 
 
 @dataclass(frozen=True)
@@ -52,12 +62,16 @@ class Record:
     def peak(self) -> int:
         return max([self.initial, *self.reserved])
 
-    def refused(self) -> list[int]:
-        """Reserved + new segment where a malloc released cached memory first and then got
-        the segment: what the device refused the first time, where it exceeds the peak."""
+    def retries(self) -> list[ReleaseRun]:
+        """The runs where a malloc released cached memory first and then got a new segment
+        that, added to the reserved memory before the release, exceeds the peak."""
         peak = self.peak
-        return [r.before + r.new_segment for r in self.runs
-                if r.new_segment and r.before + r.new_segment > peak]  # fmt: skip
+        return [r for r in self.runs if r.new_segment and r.before + r.new_segment > peak]
+
+    def refused(self) -> list[int]:
+        """What the device refused the first time at each native retry: reserved + the
+        segment, the same size the retry then got."""
+        return [r.before + r.new_segment for r in self.retries() if not r.unmapped]
 
     def implied_capacity(self) -> tuple[int, str] | None:
         """The capacity the record implies, with how; None when the run never met a limit."""
@@ -65,6 +79,11 @@ class Record:
             # cudaMemGetInfo's free memory: the device's, even under a memory fraction.
             return self.oom_capacity, (
                 "estimated from the recorded OOM: reserved + free device memory then"
+            )
+        if any(r.unmapped for r in self.retries()):
+            return self.peak, (
+                "estimated from the recorded OOM retries of expandable segments: the recorded"
+                " peak reserved (the size the device refused is not recorded)"
             )
         refused = self.refused()
         if refused:
@@ -113,7 +132,9 @@ def read_record(trace: Sequence[HistoryEntry], initial: int) -> Record:
             k += 1
         new = trace[j].size if k > j else 0
         before = reserved[first - 1] if first > 0 else initial
-        runs.append(ReleaseRun(first, before, new, trace[k].action if k < n else None))
+        then = trace[k].action if k < n else None
+        unmapped = trace[first].action == "segment_unmap"
+        runs.append(ReleaseRun(first, before, new, then, unmapped))
     oom = next(
         (r + e.device_free for e, r in zip(trace, reserved, strict=True)
          if e.action == "oom" and e.device_free is not None),
