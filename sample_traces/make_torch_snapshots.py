@@ -8,6 +8,7 @@ own:
 
 * ``capacity``: a request larger than everything free, even after the allocator releases its
   cached segment (PyTorch raises OOM);
+* ``capacity_expandable``: the same under ``expandable_segments:True``;
 * ``fragmentation``: a 1 GiB segment cut into 16 blocks of 64 MiB, every other one freed, so
   512 MiB sits free between live blocks; a 384 MiB request fits in no hole, the device has too
   little left for a new segment, and PyTorch raises OOM;
@@ -73,6 +74,11 @@ SCENARIOS = {
             "three 200 MiB tensors and three small ones live, a fourth 200 MiB tensor freed "
             "(a cached, releasable segment); then a request of 512 MiB + 1000 B: more than "
             "device free + every free byte, so OOM after the cached segment is released",
+        ),
+        Scenario(
+            "capacity_expandable", "expandable_segments:True", 1024 * MiB,
+            "the capacity workload, budget and request under expandable_segments:True",
+            workload="capacity",
         ),
         Scenario(
             "fragmentation", "", 1184 * MiB,
@@ -322,13 +328,14 @@ def run_child(name: str, out: Path) -> int:
     budget = hold.leave_free(scenario.budget_bytes, lambda: int(torch.cuda.mem_get_info()[0]))
     print(f"{name}: held {hold.bytes / GiB:.2f} GiB via {hold.via}; {budget / MiB:.1f} MiB free")
 
+    out_of_memory = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
     w = Workload(torch)
     request = WORKLOADS[scenario.workload or name](w)
     oom: dict[str, Any] | None = None
     try:
         w.alloc("request", request)
         outcome = "allocated"
-    except torch.OutOfMemoryError as e:
+    except out_of_memory as e:
         outcome = "oom"
         message = str(e)
         oom = {"type": type(e).__name__, "message": message,
