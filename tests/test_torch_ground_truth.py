@@ -102,6 +102,47 @@ def stat(truth: dict[str, Any], key: str) -> int:
     return value
 
 
+# ---------------------------------------------------------------- reading PyTorch's words
+
+
+def test_the_oom_message_figures_are_read_as_pytorch_writes_them() -> None:
+    """GIVEN an OOM message as PyTorch 2.x writes it (with the process line some drivers add)
+    WHEN its figures are read THEN each is the text PyTorch wrote, and format_size writes
+    sizes the way PyTorch's does (bytes up to 1 KiB, KiB up to 1 MiB, MiB up to 1 GiB)."""
+    message = (
+        "CUDA out of memory. Tried to allocate 1.22 GiB. GPU 0 has a total capacity of 15.77 GiB"
+        " of which 959.44 MiB is free. Process 12447 has 14.83 GiB memory in use. Of the"
+        " allocated memory 14.01 GiB is allocated by PyTorch, and 472.05 MiB is reserved by"
+        " PyTorch but unallocated. If reserved but unallocated memory is large try setting"
+        " PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+    assert MAKER.oom_message_figures(message) == {
+        "tried_to_allocate": "1.22 GiB", "total_capacity": "15.77 GiB",
+        "device_free": "959.44 MiB", "allocated_by_pytorch": "14.01 GiB",
+        "reserved_unallocated": "472.05 MiB",
+    }  # fmt: skip
+    assert MAKER.oom_message_figures("CUDA error: unspecified launch failure") == dict.fromkeys(
+        MAKER.oom_message_figures(message)
+    )
+    assert [format_size(n) for n in (1024, 1025, 1 << 20, (1 << 20) + 1, 1 << 30, 3 << 29)] == [
+        "1024 bytes", "1.00 KiB", "1024.00 KiB", "1.00 MiB", "1024.00 MiB", "1.50 GiB",
+    ]  # fmt: skip
+
+
+def test_each_scenario_runs_in_its_own_process_with_only_its_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GIVEN allocator settings in the calling environment WHEN a scenario's process is set up
+    THEN it carries only the scenario's own PYTORCH_CUDA_ALLOC_CONF."""
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:128")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "garbage_collection_threshold:0.5")
+    native = MAKER.child_env(MAKER.SCENARIOS["fragmentation"])
+    expandable = MAKER.child_env(MAKER.SCENARIOS["expandable"])
+    assert "PYTORCH_ALLOC_CONF" not in native and "PYTORCH_CUDA_ALLOC_CONF" not in native
+    assert expandable["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_ALLOC_CONF" not in expandable
+
+
 # ---------------------------------------------------------------- the files themselves
 
 
@@ -150,9 +191,9 @@ def test_the_oom_request_is_the_one_pytorch_recorded(name: str) -> None:
 @pytest.mark.parametrize("name", OOM_SCENARIOS)
 def test_the_state_at_the_oom_is_pytorchs(name: str) -> None:
     """GIVEN a real OOM WHEN analyzed THEN reserved, allocated and device free at the entry are
-    PyTorch's to the byte (memory_stats, mem_get_info), stranded is its inactive_split_bytes (native),
-    releasable the rest of the free bytes, the capacity reserved + device free, and the message's
-    figures are what PyTorch would write for them."""
+    PyTorch's to the byte (memory_stats, mem_get_info); with the native allocator stranded is its
+    inactive_split_bytes and releasable the rest of the free bytes; the capacity is reserved +
+    device free, and the message's figures are what PyTorch would write for them."""
     truth, space = analyzed(name)
     (oom,) = space["ooms"]
     reserved = stat(truth, "reserved_bytes.all.current")
