@@ -10,9 +10,12 @@ peak the run reached. Without either the run never met the limit.
 With expandable segments the retry's map is not what the device refused: PyTorch's first
 attempt (``try_allocate_expandable_block``) extends the free block at the end of the mapped
 range by the pages the request still lacks; the release then unmaps that block's whole pages
-too, and the retry maps them again, more than was refused. Taking reserved + the retry's map as
-the bound put C above what the device refused, so the replay grew without the OOM path the run
-took. The record states no refused size then, only that the run met the limit, so C is the
+too, and the retry maps them again, more than the first attempt asked for. PyTorch 2.11 on an
+H200 (``sample_traces/torch_expandable_snapshot.pickle``): 1040 MiB mapped, 145 MiB free on the
+device, a 384 MiB request beside an 80 MiB free end lacks 16 pages (320 MiB): refused; 400 MiB
+of free pages unmapped, 400 MiB mapped. Reserved + the retry's map put C at 1438 MiB, where the
+first attempt fits, so the replay grew without the OOM path the run took (1 of 2 maps, peak
++31 %). The record states no refused size then, only that the run met the limit, so C is the
 lowest capacity the record allows, its peak: every recorded map fits in it, and every refused
 attempt exceeded the true C, which is at least the peak.
 
