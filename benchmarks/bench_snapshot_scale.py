@@ -7,7 +7,8 @@
 For each size (snapshots from ``big_snapshot.py``: realistic 26-39-frame stacks, each entry its
 own frames list) it measures, each in its own subprocess: the wall time and peak RSS of plain
 ``pickle.load`` of the file (what any reader of the file pays at least), and of
-``nsysfrag analyze FILE --json --html`` (process start to exit); then, in this process, the
+``nsysfrag analyze FILE --json --html`` (process start to exit); the HTML page's size and the
+time it takes to open in headless Chromium (``html_open_time.py``); then, in this process, the
 replay alone (the columns already read): entries per second. The 5 M case needs about 8 GiB
 and runs only when ``/proc/meminfo`` says 16 GiB are available (the machine is shared).
 
@@ -30,6 +31,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from big_snapshot import big_snapshot
+from html_open_time import open_seconds
+
+from nsysfrag.testing.browser import find_chromium
 
 SIZES = (200_000, 1_000_000, 5_000_000)
 NEEDS_AVAILABLE_GIB = {5_000_000: 16}
@@ -78,12 +82,19 @@ def pickle_load(path: Path, runs: int) -> Measured:
     return measured([sys.executable, "-c", code, str(path)], runs)
 
 
-def analyze(path: Path, runs: int) -> Measured:
+def analyze(path: Path, runs: int, keep_html: Path | None = None) -> Measured:
+    """``nsysfrag analyze --json --html`` of ``path``; the page is kept as ``keep_html``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
+        html = keep_html or out / "r.html"
         cmd = [sys.executable, "-m", "nsysfrag", "analyze", str(path), "--json", str(out / "r.json"),
-               "--html", str(out / "r.html"), "-q"]  # fmt: skip
+               "--html", str(html), "-q"]  # fmt: skip
         return measured(cmd, runs)
+
+
+def html_open_s(page: Path, runs: int) -> float:
+    """Seconds ``page`` takes to open in headless Chromium (NaN without a Chromium)."""
+    return open_seconds(page, max(runs, 3)) if find_chromium() else float("nan")
 
 
 def replay_rate(path: Path, runs: int) -> tuple[float, float, int]:
@@ -132,13 +143,16 @@ def main() -> None:
             continue
         path = big_snapshot(n)
         load = pickle_load(path, args.runs)
-        run = analyze(path, args.runs)
+        page = path.with_suffix(".html")
+        run = analyze(path, args.runs, keep_html=page)
         rows.append((f"{n:,} entries, {path.stat().st_size / 1e6:,.0f} MB pickle", ""))
         for name, m in (("pickle.load (process)", load), ("nsysfrag analyze --json --html", run)):
             figures = f"{m.wall_s:.2f} s wall, {m.cpu_s:.2f} s CPU, {m.rss / 2**20:,.0f} MiB RSS"
             rows.append((f"  {name}", figures))
         ratios = (run.wall_s / load.wall_s, run.cpu_s / load.cpu_s, run.rss / load.rss)
         rows.append(("  ratio", "{:.2f}x wall, {:.2f}x CPU, {:.2f}x RSS".format(*ratios)))
+        page_mb, opens = page.stat().st_size / 1e6, html_open_s(page, args.runs)
+        rows.append(("  the HTML report", f"{page_mb:.2f} MB, opens in {opens:.2f} s (Chromium)"))
         if n <= 1_000_000:
             wall_rate, cpu_rate, _ = replay_rate(path, max(args.runs, 3))
             rates = f"{wall_rate / 1e6:.2f} M entries/s wall, {cpu_rate / 1e6:.2f} M/s CPU"
@@ -150,6 +164,8 @@ def main() -> None:
                 ("1M peak RSS / pickle.load's", run.rss / load.rss, 1.5, "<="),
                 ("replay M entries/s (wall)", wall_rate / 1e6, 2.0, ">="),
                 ("replay M entries/s (CPU)", cpu_rate / 1e6, 2.0, ">="),
+                ("1M HTML size (MB)", page_mb, 5.0, "<="),
+                ("1M HTML opens in Chromium (s)", opens, 3.0, "<="),
             ]
         if n == 5_000_000:
             targets.append(("5M completes (wall s)", run.wall_s, float("inf"), "<="))

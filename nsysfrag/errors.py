@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# SPEC §7 exit codes.
+# Exit codes (README, "Bad input").
 EXIT_GATE = 1
 EXIT_INPUT = 2
 EXIT_NSYS = 3

@@ -120,8 +120,12 @@ def test_the_log_input_says_what_it_needs(rmm_log: types.ModuleType, tmp_path: P
 
 @pytest.mark.parametrize("sample", ["inference_serving.sqlite", "training_snapshot.pickle"])
 def test_analyze_loads_only_what_it_uses(sample: str, tmp_path: Path) -> None:
-    # GIVEN `nsysfrag analyze` of an export or a snapshot, with JSON and CSV reports
-    # THEN neither the what-if models, the history store nor the nsys runner were imported
+    # GIVEN `nsysfrag analyze` of an export or a snapshot, with JSON and CSV reports that
+    # replace older ones
+    # THEN neither the what-if models, the history store, SQLAlchemy (it reads no export and
+    # costs a start a tenth of a second) nor the nsys runner were imported
+    (tmp_path / "a.json").write_text('{"schema": "nsysfrag/1", "spaces": []}\n')
+    (tmp_path / "a.csv").write_text("device,pid,time_s,live_bytes\n")
     code = (
         "import sys\n"
         "from nsysfrag.cli import main\n"
@@ -132,7 +136,7 @@ def test_analyze_loads_only_what_it_uses(sample: str, tmp_path: Path) -> None:
         "except SystemExit as done:\n"
         "    assert done.code == 0, done.code\n"
         "loaded = [m for m in sys.modules if m.startswith(('nsysfrag.whatif', 'nsysfrag.allocators',"
-        " 'nsysfrag.history', 'nsysfrag.inputs.nsys.runner'))]\n"
+        " 'nsysfrag.history', 'sqlalchemy', 'nsysfrag.inputs.nsys.runner'))]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
@@ -170,3 +174,15 @@ def test_a_report_format_is_one_registry_entry(
     expected = one_line(analyze(open_input(sample)))
     assert expected.count("\n") == 3  # three spaces
     assert (tmp_path / "a.txt").read_text() == (tmp_path / "b.txt").read_text() == expected
+
+
+def test_the_project_points_to_nothing_outside_it() -> None:
+    # GIVEN the code, README and docs a user reads (reports quote the code's words)
+    texts = [*sorted((REPO / "nsysfrag").rglob("*.py")), REPO / "README.md",
+             *sorted((REPO / "docs").glob("*.md"))]  # fmt: skip
+    # THEN none names a document outside the repository or its sections
+    outside = re.compile(r"\.\./shared|SPEC\b|SPEC\.md|ALLOCATORS\.md|§")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in texts
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if outside.search(line)]  # fmt: skip
+    assert not found, found

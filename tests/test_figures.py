@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 import subprocess
 import sys
-import time
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.axes import Axes
-from matplotlib.collections import PolyCollection
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -21,27 +22,41 @@ from matplotlib.patches import Patch
 
 from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
 from nsysfrag.analysis.metrics import format_bytes, size_class_label
+from nsysfrag.analysis.results import UNKNOWN, Failure, State
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
-from nsysfrag.reporters import figures
-from nsysfrag.reporters.figures import (
-    FULL_RESOLUTION_EVENTS,
-    MAX_RECTANGLES,
+from nsysfrag.reporters import figure_axes as figures
+from nsysfrag.reporters import timeline_points
+from nsysfrag.reporters.address_map import (
+    MIN_BLOCK_NOTE,
     address_map,
     allocation_events,
+    block_image,
+    drawn_image,
+)
+from nsysfrag.reporters.address_raster import paint_blocks, pixel_spans
+from nsysfrag.reporters.figures import (
     figure_builders,
     fragmentation_timeline,
     free_block_count,
     hotspots_chart,
     memory_timeline,
     size_histograms,
-    step_indices,
 )
 from nsysfrag.reporters.png import write_pngs
+from nsysfrag.reporters.timeline_points import (
+    FULL_RESOLUTION_EVENTS,
+    TIME_BINS,
+    drawn_indices,
+    failure_points,
+    step_indices,
+)
 from nsysfrag.testing.nsys_export import FREE, ApiRow, MemoryRow, NvtxRow
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
 
 S = 1_000_000_000  # ns
+# CI runs the default; set NSYSFRAG_PROPERTY_EXAMPLES=5000 for a deeper local check.
+EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "60"))
 
 
 @cache
@@ -262,39 +277,111 @@ def test_histogram_without_free_memory_at_the_peak_says_so(make_trace: MakeTrace
 # ---------------------------------------------------------------- address map
 
 
-def rectangles(fig: Figure) -> PolyCollection:
-    found = [c for a in fig.axes for c in a.collections if isinstance(c, PolyCollection)]
-    assert len(found) == 1
-    return found[0]
+def cell(shape: tuple[int, int], x_full: float, y_full: float, x: float, y: float) -> tuple[int, int]:
+    """The (row, column) of the image cell at data point (x s, y bytes)."""
+    rows, cols = shape
+    return int(y / y_full * rows), int(x / x_full * cols)
 
 
-def test_address_map_draws_every_block_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
+def test_address_map_paints_every_block_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
     s = small_space(make_trace)
     fig = address_map(s)
-    rects = rectangles(fig)
-    assert len(rects.get_paths()) == s.counts.allocations == 4
-    boxes = sorted(
-        tuple(float(v) for v in (*p.vertices.min(axis=0), *p.vertices.max(axis=0)))
-        for p in rects.get_paths()
-    )
-    # (start s, offset, end s, offset + bytes); blocks still live at the end run to the last event.
-    assert boxes == [
-        (0.0, 0.0, 5.0, MiB),
-        (1.0, MiB, 3.0, 3 * MiB),
-        (2.0, 3 * MiB, 5.0, 4 * MiB),
-        (4.0, MiB, 5.0, 1.5 * MiB),
+    image = drawn_image(fig)
+    assert image is not None
+    ax = fig.axes[0]
+    x_full, y_full = ax.get_xlim()[1], ax.get_ylim()[1]
+    assert (x_full, y_full) == (5.0, 4 * MiB * 1.12)
+    rgba = np.asarray(image.get_array())
+    shape = rgba.shape[:2]
+    codes = block_image(s, x_full, y_full, shape)
+    # (start s, end s, offset, bytes) of each block; those live at the end run to the last event.
+    blocks = {"weights": (0.0, 5.0, 0, MiB), "act": (1.0, 3.0, MiB, 2 * MiB),
+              "act2": (2.0, 5.0, 3 * MiB, MiB), "scratch": (4.0, 5.0, MiB, MiB // 2)}  # fmt: skip
+    at = {
+        name: codes[cell(shape, x_full, y_full, (a + b) / 2, off + size / 2)]
+        for name, (a, b, off, size) in blocks.items()
+    }
+    assert 0 not in at.values()
+    assert at["act"] == at["act2"] != at["weights"]  # both "act" blocks share a colour
+    assert len({at["act"], at["weights"], at["scratch"]}) == 3
+    assert codes[cell(shape, x_full, y_full, 0.5, 2 * MiB)] == 0  # nothing there before 1 s
+    assert codes[cell(shape, x_full, y_full, 2.5, 4.3 * MiB)] == 0  # above every block
+    # The figure shows those codes: painted cells opaque, empty cells transparent.
+    np.testing.assert_array_equal(rgba[..., 3] > 0, codes > 0)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["act", "weights", "scratch", MIN_BLOCK_NOTE]  # by summed bytes × lifetime
+    assert "offset" in ax.get_ylabel() and "bytes" in ax.get_ylabel()
+
+
+def test_address_map_draws_a_1_mib_block_of_an_80_gib_arena_at_least_2_px(
+    make_trace: MakeTrace,
+) -> None:
+    # A 70 GiB block for the whole run, and a 1 MiB one at its top for a millisecond.
+    memory = [
+        MemoryRow(S, 1, 0, BASE, 70 << 30, correlation_id=1),
+        MemoryRow(5 * S, 1, 0, BASE + (70 << 30), MiB, correlation_id=2),
+        MemoryRow(5 * S + 1_000_000, 1, 0, BASE + (70 << 30), 0, op=FREE),
+        MemoryRow(10 * S, 1, 0, BASE, 0, op=FREE),
     ]
-    colors = [tuple(c) for c in rects.get_facecolors()]
-    assert colors[1] == colors[2] != colors[0]  # both "act" blocks share a colour
-    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert legend == ["act", "weights", "scratch"]  # by summed bytes × lifetime
-    assert "largest" not in fig.get_suptitle()
-    assert "offset" in fig.axes[0].get_ylabel() and "bytes" in fig.axes[0].get_ylabel()
+    api = [ApiRow(t - 100, t + 100, 1, 7, "cudaMalloc_v3020", c) for t, c in ((S, 1), (5 * S, 2))]
+    nvtx = [NvtxRow(S - 500, S + 500, 1, 7, "weights"), NvtxRow(5 * S - 500, 5 * S + 500, 1, 7, "tiny")]
+    s = analyze(read_export(make_trace(memory, api, nvtx))).spaces[0]
+    fig = address_map(s)
+    image = drawn_image(fig)
+    assert image is not None
+    rgba = np.asarray(image.get_array())
+    x_full, y_full = fig.axes[0].get_xlim()[1], fig.axes[0].get_ylim()[1]
+    weights = tuple(rgba[cell(rgba.shape[:2], x_full, y_full, 4.0, 30.0 * (1 << 30))])
+    others = {tuple(c) for c in rgba.reshape(-1, 4)} - {weights, (0, 0, 0, 0)}
+    assert len(others) == 1  # the tiny block is drawn, in its own colour
+    tiny = np.all(rgba == np.array(others.pop(), dtype=rgba.dtype), axis=-1)
+    rows, cols = np.nonzero(tiny)
+    # At least MIN_BLOCK_PX screen pixels (OVERSAMPLE cells each) high and wide, and no more
+    # than that plus a cell of rounding: its true size is a hundredth of a pixel.
+    assert 4 <= rows.max() - rows.min() + 1 <= 5 and 4 <= cols.max() - cols.min() + 1 <= 5
+    # The image is the plot's size at 2 cells a pixel: a 2-pixel block is 2 px on screen.
+    fig.draw_without_rendering()
+    box = fig.axes[0].get_window_extent()
+    assert abs(rgba.shape[1] - 2 * box.width) <= 1 and abs(rgba.shape[0] - 2 * box.height) <= 1
 
 
-def test_address_map_of_a_sample_draws_one_rectangle_per_allocation() -> None:
+@given(
+    st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=40),
+    st.integers(1, 3000),
+    st.integers(1, 8),
+)
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_pixel_spans_are_at_least_min_cells_inside_the_grid_and_cover_the_block(
+    spans: list[tuple[float, float]], cells: int, least: int
+) -> None:
+    least = min(least, cells)
+    lo = np.array([min(a, b) for a, b in spans]) * 7.0
+    hi = np.array([max(a, b) for a, b in spans]) * 7.0
+    first, end = pixel_spans(lo, hi, 7.0, cells, least)
+    assert np.all(first >= 0) and np.all(end <= cells)
+    assert np.all(end - first >= least)
+    true_first = np.floor(lo / 7.0 * cells).astype(np.int64)
+    true_end = np.ceil(hi / 7.0 * cells).astype(np.int64)
+    assert np.all((first <= np.minimum(true_first, cells - least)) & (end >= np.maximum(true_end, least)))
+
+
+def test_painting_drops_only_duplicates_that_would_not_show() -> None:
+    # Three blocks on the same cells: red, blue, red again: the last (red) shows.
+    z = np.zeros(3, dtype=np.int64)
+    two = np.full(3, 2, dtype=np.int64)
+    image = paint_blocks(z, two, z, two, np.array([1, 2, 1], dtype=np.uint8), (4, 4))
+    assert np.all(image[:2, :2] == 1) and np.all(image[2:, :] == 0) and np.all(image[:, 2:] == 0)
+    image = paint_blocks(z, two, z, two, np.array([1, 1, 2], dtype=np.uint8), (4, 4))
+    assert np.all(image[:2, :2] == 2)
+
+
+def test_address_map_of_a_sample_paints_every_allocation() -> None:
     s = churn()
-    assert len(rectangles(address_map(s)).get_paths()) == s.counts.allocations
+    fig = address_map(s)
+    image = drawn_image(fig)
+    assert image is not None
+    assert len(allocation_events(s.timeline).nonzero()[0]) == s.counts.allocations
+    assert MIN_BLOCK_NOTE in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
 def events_like(model: Timeline, is_alloc: np.ndarray) -> object:
@@ -333,25 +420,17 @@ def big_space(n: int) -> SpaceAnalysis:
     )
 
 
-def test_address_map_of_a_million_events_keeps_the_largest_blocks_and_is_fast() -> None:
+def test_address_map_of_a_million_events_draws_them_all_in_a_bounded_figure() -> None:
     s = big_space(1_000_000)
-    tl = s.timeline
-    allocs = np.flatnonzero(allocation_events(tl))
-    assert 0.45 * len(tl.time_ns) < len(allocs) < 0.55 * len(tl.time_ns)
-    end = np.where(tl.removed_at[allocs] >= 0, tl.time_ns[tl.removed_at[allocs]], tl.time_ns[-1])
-    score = tl.bytes[allocs] * ((end - tl.time_ns[allocs]) / 1e9)
-
-    started = time.perf_counter()
     fig = address_map(s)
-    elapsed = time.perf_counter() - started
-
-    paths = rectangles(fig).get_paths()
-    assert len(paths) == MAX_RECTANGLES
-    assert f"largest {MAX_RECTANGLES:,} of {len(allocs):,} blocks" in fig.get_suptitle()
-    drawn = np.array([np.prod(p.vertices.max(axis=0) - p.vertices.min(axis=0)) for p in paths])
-    threshold = np.sort(score)[-MAX_RECTANGLES]
-    assert drawn.min() >= threshold * (1 - 1e-9)
-    assert elapsed < 2.0
+    image = drawn_image(fig)
+    assert image is not None
+    rgba = np.asarray(image.get_array())
+    fig.draw_without_rendering()
+    box = fig.axes[0].get_window_extent()
+    assert rgba.shape[:2] == (round(2 * box.height), round(2 * box.width))  # the plot, not the input
+    assert "largest" not in fig.get_suptitle()  # nothing left out
+    assert (rgba[..., 3] > 0).mean() > 0.5  # half the events are blocks, most still live
 
 
 # ---------------------------------------------------------------- hotspots
@@ -405,13 +484,78 @@ def test_step_indices_keep_every_bin_extreme_of_a_long_timeline() -> None:
     s = big_space(200_000)
     tl = s.timeline
     idx = step_indices(tl.time_ns, tl.global_frag)
-    assert len(idx) <= 4 * figures.TIME_BINS
+    assert len(idx) <= 4 * TIME_BINS
     assert idx[0] == 0 and idx[-1] == len(tl.time_ns) - 1
     assert tl.global_frag[idx].max() == tl.global_frag.max()
     assert tl.global_frag[idx].min() == tl.global_frag.min()
     assert np.argmax(tl.global_frag) in idx
     ax = only_axes(fragmentation_timeline(s))
     assert line(ax, "global frag").get_ydata().max() == tl.global_frag.max() * 100
+
+
+def with_failures(space: SpaceAnalysis, times_ns: list[int], peak_index: int) -> SpaceAnalysis:
+    empty = State(0, 0.0, 0.0, 0, 0, 0, 0)
+    ooms = tuple(Failure(dataclasses.replace(empty, time_ns=t), None, UNKNOWN) for t in times_ns)
+    return dataclasses.replace(space, ooms=ooms, peak_index=peak_index)
+
+
+@given(
+    n=st.integers(2, 400),
+    seed=st.integers(0, 2**32 - 1),
+    failures=st.integers(0, 6),
+    full=st.integers(1, 60),
+    bins=st.integers(1, 20),
+)
+@settings(max_examples=EXAMPLES, deadline=None)
+def test_drawn_points_keep_first_last_peak_failures_and_each_bin_extreme(
+    n: int, seed: int, failures: int, full: int, bins: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    time_ns = np.sort(rng.integers(0, 10 * S, n)).astype(np.int64)
+    values = rng.integers(0, 5, n).astype(np.float64)  # few values: ties everywhere
+    base = big_space(n)
+    space = dataclasses.replace(base, timeline=dataclasses.replace(base.timeline, time_ns=time_ns))
+    fail_at = rng.integers(-S, 11 * S, failures).tolist()
+    space = with_failures(space, fail_at, int(rng.integers(0, n)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(timeline_points, "FULL_RESOLUTION_EVENTS", full)
+        mp.setattr(timeline_points, "TIME_BINS", bins)
+        idx = drawn_indices(space, values)
+    kept = set(idx.tolist())
+    assert {0, n - 1, space.peak_index} <= kept
+    for t in fail_at:  # the state each failure happened in: the last point at or before it
+        at = np.flatnonzero(time_ns <= t)
+        assert len(at) == 0 or at[-1] in kept
+    assert len(idx) <= max(n if n <= full else 4 * bins, 0) + 3 + failures
+    if n > full:  # each bin's lowest and highest value are drawn
+        rel = (time_ns - time_ns[0]).astype(np.float64)
+        span = rel[-1] or 1.0
+        b = np.minimum((rel / span * bins).astype(np.int64), bins - 1)
+        for k in np.unique(b):
+            inside = b == k
+            drawn = values[[i for i in np.flatnonzero(inside) if i in kept]]
+            assert drawn.min() == values[inside].min() and drawn.max() == values[inside].max()
+    else:
+        assert len(idx) == n
+
+
+def test_failures_are_drawn_and_their_points_kept() -> None:
+    s = inference()
+    assert len(s.ooms) == 25
+    points = failure_points(s)
+    assert len(points) > 0
+    for name in ("fragmentation", "memory", "free_blocks"):
+        ax = only_axes(figure_builders[name](s))
+        lines = [c for c in ax.collections if str(c.get_label()).startswith("failed allocations")]
+        assert len(lines) == 1 and lines[0].get_label() == "failed allocations (25)"
+        drawn = np.array([float(seg[0, 0]) for seg in lines[0].get_segments()])
+        t0 = int(s.timeline.time_ns[0])
+        failed = np.array([(f.state.time_ns - t0) / 1e9 for f in s.ooms])
+        # One line per time bin that has failures: each failure is within a bin of a line.
+        assert len(drawn) <= len(failed) and set(drawn.tolist()) <= set(failed.tolist())
+        bin_s = failed.max() / TIME_BINS
+        assert all(np.abs(drawn - x).min() <= bin_s for x in failed)
+        assert len(drawn) > 20  # they are seconds apart, far more than a bin
 
 
 # ---------------------------------------------------------------- PNG files

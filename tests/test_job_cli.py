@@ -259,3 +259,26 @@ def test_scheduler_without_dask_says_how_to_install_it(job: tuple[Path, dict[str
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'nsysfrag[dask]'" in lines[0]
+
+
+def test_a_job_of_traces_loads_only_what_traces_need(tmp_path: Path) -> None:
+    # GIVEN a job of two nsys exports on the local pool (the coordinator loads the analysis
+    # before it forks the workers: all of that is the job's serial part)
+    # THEN it loaded neither the snapshot model nor SQLAlchemy, and the job is whole
+    for rank in (0, 1):
+        shutil.copyfile(SAMPLES / "training_loop.sqlite", tmp_path / f"rank{rank}.sqlite")
+    out = tmp_path / "job.json"
+    code = (
+        "import sys\n"
+        "from nsysfrag.cli import main\n"
+        "try:\n"
+        f"    main(['analyze', {str(tmp_path)!r}, '--jobs', '2', '-q', '--json', {str(out)!r}])\n"
+        "except SystemExit as done:\n"
+        "    assert done.code == 0, done.code\n"
+        "loaded = [m for m in sys.modules if m.startswith(('nsysfrag.models.segments', 'sqlalchemy'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    import subprocess
+
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    assert [r["rank"] for r in json.loads(out.read_text())["ranks"]] == [0, 1]

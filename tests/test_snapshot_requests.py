@@ -1,19 +1,40 @@
-"""The request stream from the columns is, array for array, what whatif builds from records."""
+"""What ``whatif`` reads from a snapshot's columns, against a plain reference on its records.
+
+``whatif`` builds each device's request stream (``models/segments/requests.py``) and its record
+of reserved memory (``whatif/capacity.py``: the reserved bytes after every entry, the runs of
+segment releases, the capacity an OOM implies, the program's own ``empty_cache()`` calls) from
+the columnar reader, in array code. The reference below does the same from the record reader's
+entries and the pure-Python window walk, one entry at a time, as simply as it can be written;
+both must agree array for array on every sample, every genuine snapshot in ../shared and random
+allocator workloads (some of them corrupted).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from nsysfrag.allocators import TorchConfig
-from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
-from nsysfrag.inputs.torch_snapshot.reader import read_snapshot
+from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, UNLIMITED
+from nsysfrag.inputs.torch_snapshot.columns import snapshot_columns
+from nsysfrag.inputs.torch_snapshot.reader import (
+    ACTION_KINDS,
+    HistoryEntry,
+    Snapshot,
+    parse_snapshot,
+)
+from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
 from nsysfrag.models.segments.requests import snapshot_requests
-from nsysfrag.whatif.capacity import read_record, replay_capacity
-from nsysfrag.whatif.streams import snapshot_streams
+from nsysfrag.models.segments.window import window_start
+from nsysfrag.whatif.capacity import recorded_devices, replay_capacity
+from nsysfrag.whatif.streams import stream_names
 from tests.conftest import REPO, SAMPLES
+from tests.test_segments_kernel import EXAMPLES, snapshots
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
 INPUTS = sorted(SAMPLES.glob("*.pickle")) + (
@@ -21,44 +42,174 @@ INPUTS = sorted(SAMPLES.glob("*.pickle")) + (
     if REAL_SNAPSHOTS.is_dir()
     else []
 )
+RELEASES = ("segment_free", "segment_unmap")
+NEW_SEGMENTS = ("segment_alloc", "segment_map")
 
 
-def _empty_cache_calls(path: Path, device: int, initial_reserved: int) -> list[int]:
-    """Where whatif says the program called empty_cache() (from its own record reading)."""
-    snap = read_snapshot(path)
+# ---------------------------------------------------------------- the reference
+
+
+@dataclass
+class Reference:
+    """One device as the reference reads it."""
+
+    kind: list[int] = field(default_factory=list)
+    request: list[int] = field(default_factory=list)
+    time_ns: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=list)
+    stream: list[int] = field(default_factory=list)
+    names: dict[int, int] = field(default_factory=dict)  # raw stream -> index, first seen first
+    unmatched: int = 0
+    reserved: list[int] = field(default_factory=list)
+    runs: list[tuple[int, int, int, str | None]] = field(default_factory=list)
+    oom_capacity: int | None = None
+
+    def alloc(self, size: int, raw: int, t: int) -> int:
+        self.size.append(size)
+        self.stream.append(self.names.setdefault(raw, len(self.names)))
+        self.event(ALLOC, len(self.size) - 1, t)
+        return len(self.size) - 1
+
+    def event(self, kind: int, request: int, t: int) -> None:
+        self.kind.append(kind)
+        self.request.append(request)
+        self.time_ns.append(t)
+
+
+def reference_record(ref: Reference, trace: list[HistoryEntry], initial: int) -> None:
+    """Reserved bytes after every entry; runs of releases (first entry, reserved before, the new
+    segment right after, the action after that); reserved + device free at the first OOM."""
+    r = initial
+    for e in trace:
+        r += e.size if e.action in NEW_SEGMENTS else -e.size if e.action in RELEASES else 0
+        ref.reserved.append(r)
+    j = 0
+    while j < len(trace):
+        if trace[j].action not in RELEASES:
+            j += 1
+            continue
+        first = j
+        while j < len(trace) and trace[j].action in RELEASES:
+            j += 1
+        k = j
+        while k < len(trace) and trace[k].action in NEW_SEGMENTS:
+            k += 1
+        new = trace[j].size if k > j else 0
+        before = ref.reserved[first - 1] if first > 0 else initial
+        ref.runs.append((first, before, new, trace[k].action if k < len(trace) else None))
+    for e, reserved in zip(trace, ref.reserved, strict=True):
+        if e.action == "oom" and e.device_free is not None:
+            ref.oom_capacity = reserved + e.device_free
+            break
+
+
+def reference_empty_cache_calls(ref: Reference, capacity: int, gc_threshold: float) -> list[int]:
+    """Release runs the allocator would not have made itself on a device of ``capacity``."""
+    out = []
+    for first, before, new, then in ref.runs:
+        if then == "oom":
+            continue
+        if then == "alloc" and new:
+            refused = before + new > capacity
+            collected = gc_threshold > 0 and before > gc_threshold * capacity
+            if refused or collected:
+                continue
+        out.append(first)
+    return out
+
+
+def reference_device(records: Snapshot, device: int, empty_at: list[int] | None) -> Reference:
+    """The request stream and the record of one device; ``empty_at``: the empty_cache() calls
+    to replay (None: the reference's own reading, on the capacity the columns' record implies)."""
+    final = [s for s in records.segments if s.device == device]
+    trace = records.histories.get(device, [])
+    start = window_start(final, trace)
+    stamps = [e.time_us for e in trace]
+    times = list(range(len(trace)))
+    if any(t is not None for t in stamps):
+        last = next(t for t in stamps if t is not None) * 1000
+        times = [last := max(last, t * 1000) if t is not None else last for t in stamps]
+    ref = Reference()
+    live: dict[int, int] = {}
+    for address, block in sorted(start.blocks.items()):
+        size = block.requested or block.size or 0
+        if size > 0:
+            seg = start.segments.find(address)
+            raw = start.segments.seg[seg].stream if seg is not None else 0
+            live[address] = ref.alloc(size, raw, times[0] if times else 0)
+    initial = sum(start.segments.seg[s].end - s for s in start.segments.starts)
+    reference_record(ref, trace, initial)
+    for j, (e, t) in enumerate(zip(trace, times, strict=True)):
+        if empty_at is not None and j in empty_at:
+            ref.event(EMPTY_CACHE, 0, t)
+        if e.action == "alloc" and e.size > 0:
+            if e.address in live:  # its free went missing
+                ref.event(FREE, live.pop(e.address), t)
+            live[e.address] = ref.alloc(e.size, e.stream, t)
+        elif e.action in ("free_completed", "free"):
+            request = live.pop(e.address, None)
+            if request is None:
+                ref.unmatched += 1
+            else:
+                ref.event(FREE, request, t)
+        elif e.action == "oom" and e.size > 0:
+            ref.event(FREE, ref.alloc(e.size, e.stream, t), t)
+    return ref
+
+
+# ---------------------------------------------------------------- the check
+
+
+def assert_same_reading(data: Any, name: str = "snapshot") -> None:
+    records = parse_snapshot(data, name)
+    columns = snapshot_columns(data, name)
     config = TorchConfig.from_settings(
-        snap.max_split_size, snap.roundup_power2_divisions, snap.expandable_segments,
-        snap.allocator_conf,
+        columns.max_split_size, columns.roundup_power2_divisions, columns.expandable_segments,
+        columns.allocator_conf,
     )  # fmt: skip
-    record = read_record(snap.histories.get(device, []), initial_reserved)
-    capacity, _ = replay_capacity(None, record)
-    return record.program_releases(capacity, config.garbage_collection_threshold)
+    for d in recorded_devices(columns):
+        where = f"{name} device {d.device}"
+        record = d.record
+        plain = reference_device(records, d.device, None)
+        assert record.reserved.tolist() == plain.reserved, where
+        runs = record.runs
+        got_runs = list(zip(runs.first.tolist(), runs.before.tolist(), runs.new_segment.tolist(),
+                            runs.then.tolist(), strict=True))  # fmt: skip
+        codes: dict[str | None, int] = {None: -1, **ACTION_KINDS}
+        assert got_runs == [(f, b, n, codes[t]) for f, b, n, t in plain.runs], where
+        assert record.oom_capacity == plain.oom_capacity, where
+        for capacity in (replay_capacity(None, record)[0], 1 << 30, UNLIMITED):
+            for gc in (0.0, 0.5):
+                assert record.program_releases(capacity, gc).tolist() == (
+                    reference_empty_cache_calls(plain, capacity, gc)
+                ), (where, capacity, gc)
+        capacity, _ = replay_capacity(None, record)
+        empty_at = record.program_releases(capacity, config.garbage_collection_threshold)
+        ref = reference_device(records, d.device, empty_at.tolist())
+        got = snapshot_requests(d.history, d.window, empty_at)
+        assert got.kind.tolist() == ref.kind, where
+        assert got.request.tolist() == ref.request, where
+        assert got.time_ns.tolist() == ref.time_ns, where
+        assert got.size.tolist() == ref.size, where
+        assert got.stream.tolist() == ref.stream, where
+        want_names = stream_names(np.array(list(ref.names), dtype=np.int64))
+        assert stream_names(got.stream_values) == want_names, where
+        assert got.unmatched_frees == ref.unmatched, where
+        assert record.peak == max([record.initial, *plain.reserved]), where
 
 
 @pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name[:50])
-def test_requests_from_columns_are_whatifs_request_streams(path: Path) -> None:
-    sources, _, _ = snapshot_streams(path, None)
-    columns = read_snapshot_columns(path)
-    by_device = {s.device: s for s in sources}
-    for device in columns.devices():
-        plain = snapshot_requests(columns, device)
-        initial = int((plain.window.segment_end - plain.window.segment_start).sum())
-        got = snapshot_requests(columns, device, _empty_cache_calls(path, device, initial))
-        if device not in by_device:
-            assert len(got.kind) == 0
-            continue
-        want = by_device[device].stream
-        assert np.array_equal(got.kind, want.kind)
-        assert np.array_equal(got.request, want.request)
-        assert np.array_equal(got.time_ns, want.time_ns)
-        assert np.array_equal(got.size, want.size)
-        assert np.array_equal(got.stream, want.stream)
-        names = tuple("default" if v == 0 else hex(v) for v in got.stream_values.tolist())
-        assert names == want.stream_names
-        warned = [w for w in by_device[device].warnings if "free(s) of blocks" in w]
-        expected = f"{got.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"
-        assert warned == ([expected] if got.unmatched_frees else [])
-        assert by_device[device].timestamps == got.timestamps
-        assert by_device[device].recorded_peak_reserved_bytes == max(
-            [initial, *got.recorded_reserved.tolist()]
-        )
+def test_requests_and_record_from_columns_match_the_reference(path: Path) -> None:
+    assert_same_reading(load_plain_pickle(path), path.name)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(corrupt=False))
+def test_requests_and_record_match_the_reference_on_allocator_workloads(snap: Any) -> None:
+    assert_same_reading(snap)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(corrupt=True))
+def test_requests_and_record_match_the_reference_on_corrupted_snapshots(snap: Any) -> None:
+    assert_same_reading(snap)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -20,7 +21,8 @@ from nsysfrag.allocators import Policy, parse_policy
 from nsysfrag.analysis import State
 from nsysfrag.analysis.metrics import Health
 from nsysfrag.cli import cli
-from nsysfrag.inputs.torch_snapshot.reader import read_snapshot
+from nsysfrag.events import SEGMENT_ALLOC, SEGMENT_MAP
+from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
 from nsysfrag.reporters.whatif.document import recommendation_document
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
@@ -32,6 +34,7 @@ from nsysfrag.whatif import (
     validate_snapshot,
     whatif,
 )
+from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.recommend import model_error
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
 from tests.snapshot_workloads import make_snapshots
@@ -418,10 +421,9 @@ def test_validation_detects_the_wrong_model() -> None:
     from nsysfrag.allocators import TorchConfig
     from nsysfrag.whatif.validate import _validate_device
 
-    snap = read_snapshot(SAMPLES / "inference_snapshot.pickle")
-    right = _validate_device(snap, 0, TorchConfig())
-    wrong = _validate_device(snap, 0, TorchConfig.parse("roundup_power2_divisions=2"))
-    assert right is not None and wrong is not None
+    (device,) = recorded_devices(read_snapshot_columns(SAMPLES / "inference_snapshot.pickle"))
+    right = _validate_device(device, TorchConfig())
+    wrong = _validate_device(device, TorchConfig.parse("roundup_power2_divisions=2"))
     assert right.segment_alloc_match == 1.0
     assert wrong.segment_alloc_match is not None and wrong.segment_alloc_match < right.segment_alloc_match
 
@@ -445,14 +447,14 @@ def test_an_oom_retry_is_reproduced_from_the_capacity_the_record_implies(tmp_pat
     ]  # fmt: skip
     path = snapshot(tmp_path, trace, segments=[segment(b, 50 * MiB, (b, 50 * MiB, "active_allocated"))])
     # WHEN the torch model replays it on the device the record implies (no recorded hint)
-    (d,) = validate_snapshot(read_snapshot(path)).devices
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
     # THEN the model takes the OOM path itself: the same segments, the same peak
     assert "OOM retries" in d.capacity_source and d.capacity_bytes == 88 * MiB
     assert d.matched_segment_allocs == d.recorded_segment_allocs == 2
     assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes == 50 * MiB
     assert d.recorded_oom_paths == d.simulated_oom_paths == 1 and d.empty_cache_calls == 0
     # AND with the capacity known to be larger, the same record means empty_cache() was called
-    (roomy,) = validate_snapshot(read_snapshot(path), capacity=1 * GiB).devices
+    (roomy,) = validate_snapshot(read_snapshot_columns(path), capacity=1 * GiB).devices
     assert roomy.capacity_bytes == 88 * MiB  # the record's evidence comes before --capacity
 
 
@@ -466,7 +468,7 @@ def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Pa
         event("free_completed", x, 10 * MiB, 7),
     ]  # fmt: skip
     path = snapshot(tmp_path, trace, segments=[segment(x, 10 * MiB, (x, 10 * MiB, "inactive"))])
-    (d,) = validate_snapshot(read_snapshot(path)).devices
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
     # THEN the replay calls empty_cache() there: the model ends where the run ended
     assert d.empty_cache_calls == 1 and d.recorded_oom_paths == 0
     assert "unlimited" in d.capacity_source and d.segment_alloc_match == 1.0
@@ -499,7 +501,7 @@ def test_an_expandable_oom_retry_is_reproduced_on_the_recorded_peak(tmp_path: Pa
     path = tmp_path / "expandable_retry.pickle"
     path.write_bytes(pickle.dumps(a.snapshot("expandable_segments:True"), protocol=4))
     # WHEN the torch model replays it on the capacity the record implies
-    (d,) = validate_snapshot(read_snapshot(path)).devices
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
     # THEN that capacity is the recorded peak (reserved + the retry's map, 1440 MiB, would let
     # the first attempt through), and the model takes the same OOM path to the same maps
     assert d.capacity_bytes == d.peak_reserved_recorded_bytes == 1040 * MiB
@@ -518,7 +520,7 @@ def test_snapshots_recorded_under_pressure_are_reproduced(name: str, paths: int)
     """GIVEN a sample recorded near the device limit (OOM retries; garbage collection; expandable
     segments unmapped on the OOM path) WHEN the torch model replays it on the capacity the
     record implies THEN it takes the same OOM paths and meets the validation target."""
-    v = validate_snapshot(read_snapshot(SAMPLES / name))
+    v = validate_snapshot(read_snapshot_columns(SAMPLES / name))
     (d,) = v.devices
     assert d.recorded_oom_paths >= paths and d.simulated_oom_paths == d.recorded_oom_paths
     assert v.segment_alloc_match is not None and v.segment_alloc_match >= 0.95
@@ -528,7 +530,7 @@ def test_snapshots_recorded_under_pressure_are_reproduced(name: str, paths: int)
 def test_garbage_collection_settings_come_from_the_snapshot() -> None:
     # GIVEN a run with garbage_collection_threshold:0.5, whose collector freed cached segments
     # before most of its cudaMallocs (and a memory fraction, which the snapshot does not record)
-    snap = read_snapshot(SAMPLES / "pressure_gc_snapshot.pickle")
+    snap = read_snapshot_columns(SAMPLES / "pressure_gc_snapshot.pickle")
     (d,) = validate_snapshot(snap).devices
     # THEN the model collects before the very same mallocs, and none of it is empty_cache()
     assert d.simulated_oom_paths == d.recorded_oom_paths > 200 and d.empty_cache_calls == 0
@@ -536,13 +538,14 @@ def test_garbage_collection_settings_come_from_the_snapshot() -> None:
     from nsysfrag.allocators import TorchConfig
     from nsysfrag.whatif.validate import _validate_device
 
-    no_gc = _validate_device(snap, 0, TorchConfig())
-    assert no_gc is not None and no_gc.simulated_oom_paths < d.simulated_oom_paths // 4
+    (device,) = recorded_devices(snap)
+    no_gc = _validate_device(device, TorchConfig())
+    assert no_gc.simulated_oom_paths < d.simulated_oom_paths // 4
 
 
 def _has_segment_events(path: Path) -> bool:
-    snap = read_snapshot(path)
-    return any(e.action in ("segment_alloc", "segment_map") for t in snap.histories.values() for e in t)
+    histories = read_snapshot_columns(path).histories.values()
+    return any(np.isin(h.action, (SEGMENT_ALLOC, SEGMENT_MAP)).any() for h in histories)
 
 
 @needs_real
@@ -550,7 +553,7 @@ def _has_segment_events(path: Path) -> bool:
 def test_real_snapshot_validates(path: Path) -> None:
     """The target: >= 95 % of recorded segment allocations reproduced in order and the peak
     reserved within 1 %, on every genuine snapshot with segment events."""
-    v = validate_snapshot(read_snapshot(path))
+    v = validate_snapshot(read_snapshot_columns(path))
     if not _has_segment_events(path):
         assert v.segment_alloc_match is None or v.recorded == 0
         return

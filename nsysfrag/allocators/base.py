@@ -3,7 +3,7 @@ after every event.
 
 A model replays a :class:`RequestStream` — allocations (size, stream) and frees of earlier
 allocations, in order — on a simulated device of ``capacity_bytes`` and reports, after every
-event, the figures SPEC §3 needs under the model's own definition of free memory:
+event, the figures analyze's metrics need under the model's own definition of free memory:
 ``F`` free bytes, ``L`` the largest free block, ``N`` free blocks, plus reserved, allocated
 (block) and requested (live) bytes. A request the model cannot place is a simulated OOM: it is
 recorded with the largest free block at that moment, stays unplaced, and its free is ignored.
@@ -11,9 +11,11 @@ recorded with the largest free block at that moment, stays unplaced, and its fre
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -29,6 +31,27 @@ KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 PAGE_BYTES = 2 * MiB  # GPU physical page (and kSmallBuffer): the unit reserved memory comes in
+
+# Every compiled function a model's kernel calls takes the model's state — a tuple of arrays — by
+# value. With numba's runtime on, each such call increments and decrements the reference count
+# of every array in the tuple on the way in and out: atomic operations that, at a few calls per
+# event, cost the replay a third of its time (bench_whatif). These functions run without the
+# runtime (numba's ``_nrt=False``): none of them allocates or returns a new array (one that
+# tried would not compile, which keeps them pure array code). Only the kernel Python calls, and
+# what builds the state, keep it.
+Function = TypeVar("Function", bound=Callable[..., Any])
+_WITHOUT_RUNTIME: dict[str, Any] = {"cache": True, "_nrt": False}  # _nrt: not in numba's stubs
+
+
+def kernel_step(fn: Function) -> Function:
+    """``fn`` compiled to run inside a kernel, without numba's runtime."""
+    return cast(Function, numba.njit(**_WITHOUT_RUNTIME)(fn))
+
+
+def kernel_step_inline(fn: Function) -> Function:
+    """``kernel_step`` for a few lines that every caller gets a copy of (numba inlines them)."""
+    return cast(Function, numba.njit(inline="always", **_WITHOUT_RUNTIME)(fn))
+
 
 # Event kinds of a request stream.
 ALLOC = 0

@@ -1,4 +1,4 @@
-"""``buddy``: a binary buddy allocator over the device (Knuth TAOCP 2.5; ALLOCATORS.md §5.1).
+"""``buddy``: a binary buddy allocator over the device (Knuth TAOCP 2.5).
 
 * The arena is ``[0, 2**K)`` with ``2**K >= C``; only ``[0, C)`` is usable, so it starts as the
   aligned power-of-two blocks that tile ``[0, C)``.
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.treap import (
@@ -68,7 +68,7 @@ class Buddy(NamedTuple):
     top_order: int
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _add_free(m: Buddy, b: int, address: int, order: int) -> bool:
     """File free block ``b``; False when the id space ran out."""
     if b >= len(m.free_ids):
@@ -78,20 +78,20 @@ def _add_free(m: Buddy, b: int, address: int, order: int) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _drop_free(m: Buddy, b: int) -> None:
     t_erase(m.by_order, b)
     t_erase(m.by_address, b)
     give_id(m.free_ids, m.counters[0], b)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _empty_cache(m: Buddy, event: int) -> int:
     """torch.cuda.empty_cache(): this model caches nothing, so nothing changes."""
     return 0
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _measure(m: Buddy, allocated: int) -> tuple[int, int, int, int]:
     """(F, L, N, reserved): the free blocks smaller than a page lie in pages that hold live
     blocks."""
@@ -100,7 +100,7 @@ def _measure(m: Buddy, allocated: int) -> tuple[int, int, int, int]:
     return reserved - allocated, max(0, largest), count, reserved
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _tile(m: Buddy, usable: int) -> bool:
     """The free blocks at the start: the aligned power-of-two blocks that tile [0, usable)."""
     a = 0
@@ -114,7 +114,7 @@ def _tile(m: Buddy, usable: int) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _place(m: Buddy, event: int, r: int, nbytes: int) -> int:
     k = max(MIN_ORDER, ceil_log2(nbytes))
     b = t_lower_bound(m.by_order, k, 0)
@@ -139,7 +139,7 @@ def _place(m: Buddy, event: int, r: int, nbytes: int) -> int:
     return 1 << k
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _release(m: Buddy, r: int) -> int:
     a = m.address[r]
     if a < 0:

@@ -1,7 +1,7 @@
 """``cuda-async``: a stream-ordered pool in the style of ``cudaMallocAsync``
 (PyTorch's ``PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync``).
 
-NVIDIA documents the pool's interface but not its placement policy (ALLOCATORS.md §3.2, §3.4),
+NVIDIA documents the pool's interface but not its placement policy,
 so this model rests on assumptions, each chosen to be what the documentation implies:
 
 * **One pool per device, one contiguous virtual range.** The pool reserves virtual address

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
-
-from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, I64, Outputs
+from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, I64, Outputs, kernel_step
 
 FAILED = -1
 OVERFLOW = -2
 
 
-@numba.njit(cache=True)
+@kernel_step
 def replay(
     kind: I64, request: I64, size: I64, state: Any, place: Any, release: Any, empty_cache: Any,
     measure: Any, out: Outputs, allocated: int, live: int,

@@ -1,6 +1,6 @@
 """``best-fit`` and ``first-fit``: one growable heap of capacity C, address-ordered, coalescing.
 
-The textbook policies (Wilson et al. 1995, ALLOCATORS.md §5.2–5.3) as a reference for what
+The textbook policies (Wilson et al. 1995) as a reference for what
 placement alone costs. The heap is one contiguous range ``[0, top)``:
 
 * a request (rounded up to 512 B) takes a free block (a *hole* below ``top``): best fit takes
@@ -27,7 +27,14 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import I64, PAGE_BYTES, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.base import (
+    I64,
+    PAGE_BYTES,
+    Outputs,
+    RequestStream,
+    SimResult,
+    kernel_step,
+)
 from nsysfrag.allocators.event_loop import FAILED, replay
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.treap import (
@@ -80,7 +87,7 @@ def new_heap(capacity_bytes: int, max_holes: int, mode: int) -> Heap:
     return Heap(new_treap(max_holes, seed=1), size_tree, counters, np.zeros(max_holes, np.int64))
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _add_hole(h: Heap, hole: int, address: int, size: int) -> None:
     c = h.counters[0]
     t_insert(h.by_address, hole, address, 0, size)
@@ -89,7 +96,7 @@ def _add_hole(h: Heap, hole: int, address: int, size: int) -> None:
     c.hole_bytes += size
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _drop_hole(h: Heap, hole: int) -> None:
     c = h.counters[0]
     t_erase(h.by_address, hole)
@@ -99,7 +106,7 @@ def _drop_hole(h: Heap, hole: int) -> None:
     give_id(h.free_ids, c, hole)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def heap_take(h: Heap, n: int) -> int:
     """Place ``n`` bytes; return the address, or -1 when the heap cannot grow that far."""
     c = h.counters[0]
@@ -121,7 +128,7 @@ def heap_take(h: Heap, n: int) -> int:
     return int(top)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def heap_give(h: Heap, address: int, n: int) -> None:
     """Free ``[address, address + n)``, coalescing with the holes beside it."""
     at = h.by_address
@@ -142,12 +149,12 @@ def heap_give(h: Heap, address: int, n: int) -> None:
         _add_hole(h, take_id(h.free_ids, h.counters[0]), start, end - start)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def heap_top(h: Heap) -> int:
     return int(h.counters[0].top)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def heap_state(h: Heap, reserved: int) -> tuple[int, int, int]:
     """(F, L, N) of the heap when ``reserved`` bytes (>= top) back it."""
     c = h.counters[0]
@@ -158,7 +165,7 @@ def heap_state(h: Heap, reserved: int) -> tuple[int, int, int]:
     return c.hole_bytes + slack, largest, t_count(h.by_address) + (1 if slack > 0 else 0)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def pages(n: int) -> int:
     """``n`` rounded up to whole 2 MiB pages."""
     return -(-n // PAGE_BYTES) * PAGE_BYTES
@@ -175,14 +182,14 @@ class HeapModel(NamedTuple):
     retain: bool  # keep the high-water reservation (cuda-async's pool)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _settle(m: HeapModel) -> None:
     """Reserved after an event: the pages under the top, or the high-water mark kept."""
     top = pages(heap_top(m.heap))
     m.reserved[0] = max(m.reserved[0], top) if m.retain else top
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _place(m: HeapModel, event: int, r: int, nbytes: int) -> int:
     rounded = -(-nbytes // GRANULARITY) * GRANULARITY
     a = heap_take(m.heap, rounded)
@@ -195,7 +202,7 @@ def _place(m: HeapModel, event: int, r: int, nbytes: int) -> int:
     return rounded
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _release(m: HeapModel, r: int) -> int:
     if m.address[r] < 0:
         return 0
@@ -205,7 +212,7 @@ def _release(m: HeapModel, r: int) -> int:
     return int(m.block[r])
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _empty_cache(m: HeapModel, event: int) -> int:
     """torch.cuda.empty_cache(): a pool that keeps its reservation trims it to the pages under
     its top (cudaMemPoolTrimTo); a plain heap holds nothing to give back."""
@@ -213,7 +220,7 @@ def _empty_cache(m: HeapModel, event: int) -> int:
     return 0
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _measure(m: HeapModel, allocated: int) -> tuple[int, int, int, int]:
     f, lg, nb = heap_state(m.heap, m.reserved[0])
     return f, lg, nb, m.reserved[0]

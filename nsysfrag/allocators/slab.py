@@ -1,5 +1,5 @@
 """``slab``: segregated size classes over 2 MiB slabs, large objects best fit
-(simple segregated storage; ALLOCATORS.md §5.4).
+(simple segregated storage; Wilson et al. 1995).
 
 * **Classes.** 512 B, 1 KiB, 1.5 KiB, 2 KiB, then four classes per doubling (jemalloc's
   spacing: ``b + b/4, b + b/2, b + 3b/4, 2b``) up to 1 MiB. A request of at most 1 MiB takes a
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult
+from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, replay
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.heap import (
@@ -106,13 +106,13 @@ class Slabs(NamedTuple):
     counters: Any  # one SLAB_COUNTERS record
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _empty_cache(m: Slabs, event: int) -> int:
     """torch.cuda.empty_cache(): this model caches nothing, so nothing changes."""
     return 0
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int]:
     reserved = pages(heap_top(m.heap))
     f, largest, n = heap_state(m.heap, reserved)
@@ -123,7 +123,7 @@ def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int]:
     return f + m.counters[0].free_slot_bytes, largest, n + t_count(nf), reserved
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _new_slab(m: Slabs, c: int) -> int:
     """A fresh slab of class ``c`` from the heap, or 0 when the heap is full."""
     a = heap_take(m.heap, SLAB_BYTES)
@@ -141,7 +141,7 @@ def _new_slab(m: Slabs, c: int) -> int:
     return int(s)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _place(m: Slabs, event: int, r: int, nbytes: int) -> int:
     c = m.klass[r]
     if c < 0:
@@ -176,7 +176,7 @@ def _place(m: Slabs, event: int, r: int, nbytes: int) -> int:
     return int(slot_bytes)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _release(m: Slabs, r: int) -> int:
     if m.request_address[r] < 0:
         return 0

@@ -14,7 +14,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import I64
+from nsysfrag.allocators.base import I64, kernel_step, kernel_step_inline
 
 K1, K2, LT, RT, VAL, AGG, CNT, PRI = range(8)
 ROWS = 8
@@ -29,12 +29,12 @@ def new_treap(capacity: int, seed: int = 0x5EED) -> I64:
     return t
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def t_root(t: I64) -> int:
     return int(t[0, K1])
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def _before(t: I64, a: int, k1: int, k2: int, kid: int) -> bool:
     """Is key(a) < (k1, k2, kid)?"""
     x = t[a, K1]
@@ -46,7 +46,7 @@ def _before(t: I64, a: int, k1: int, k2: int, kid: int) -> bool:
     return a < kid
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def _update(t: I64, a: int) -> None:
     left = t[a, LT]
     right = t[a, RT]
@@ -57,7 +57,7 @@ def _update(t: I64, a: int) -> None:
     t[a, CNT] = t[left, CNT] + t[right, CNT] + 1
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _split(t: I64, a: int, k1: int, k2: int, kid: int) -> tuple[int, int]:
     """(keys < (k1, k2, kid), keys >= it) of the subtree ``a``."""
     if a == 0:
@@ -73,7 +73,7 @@ def _split(t: I64, a: int, k1: int, k2: int, kid: int) -> tuple[int, int]:
     return left, a
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _merge(t: I64, a: int, b: int) -> int:
     """Join two subtrees, every key of ``a`` below every key of ``b``."""
     if a == 0:
@@ -89,7 +89,7 @@ def _merge(t: I64, a: int, b: int) -> int:
     return b
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _insert_at(t: I64, a: int, n: int) -> int:
     if a == 0:
         return n
@@ -107,7 +107,7 @@ def _insert_at(t: I64, a: int, n: int) -> int:
     return a
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _erase_at(t: I64, a: int, n: int) -> int:
     if a == 0:
         return 0  # not in the tree: the callers keep membership flags, so never reached
@@ -121,7 +121,7 @@ def _erase_at(t: I64, a: int, n: int) -> int:
     return a
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_insert(t: I64, n: int, k1: int, k2: int, val: int) -> None:
     t[n, K1] = k1
     t[n, K2] = k2
@@ -133,13 +133,13 @@ def t_insert(t: I64, n: int, k1: int, k2: int, val: int) -> None:
     t[0, K1] = _insert_at(t, t[0, K1], n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_erase(t: I64, n: int) -> None:
     """Remove node ``n`` (it must be in the tree, with the keys it was inserted with)."""
     t[0, K1] = _erase_at(t, t[0, K1], n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_lower_bound(t: I64, k1: int, k2: int) -> int:
     """The first node whose key is >= (k1, k2), or 0."""
     a = t[0, K1]
@@ -153,7 +153,7 @@ def t_lower_bound(t: I64, k1: int, k2: int) -> int:
     return best
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_before(t: I64, k1: int, k2: int, kid: int) -> int:
     """The last node whose key is < (k1, k2, kid), or 0."""
     a = t[0, K1]
@@ -167,7 +167,7 @@ def t_before(t: I64, k1: int, k2: int, kid: int) -> int:
     return best
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_next(t: I64, n: int) -> int:
     """The node right after ``n`` in key order, or 0."""
     a = t[0, K1]
@@ -183,13 +183,13 @@ def t_next(t: I64, n: int) -> int:
     return best
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_prev(t: I64, n: int) -> int:
     """The node right before ``n`` in key order, or 0."""
     return t_before(t, t[n, K1], t[n, K2], n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_last(t: I64) -> int:
     a = t[0, K1]
     if a == 0:
@@ -199,19 +199,19 @@ def t_last(t: I64) -> int:
     return int(a)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_max_value(t: I64) -> int:
     """The largest value in the tree, 0 when it is empty."""
     m = t[t[0, K1], AGG]
     return int(max(0, m))
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_count(t: I64) -> int:
     return int(t[t[0, K1], CNT])
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_first_value_at_least(t: I64, v: int) -> int:
     """The first node in key order whose value is >= v, or 0 (first fit)."""
     a = t[0, K1]
@@ -227,7 +227,7 @@ def t_first_value_at_least(t: I64, v: int) -> int:
             a = t[a, RT]
 
 
-@numba.njit(cache=True)
+@kernel_step
 def t_prefix(t: I64, k1: int) -> tuple[int, int]:
     """(count, max value) over the nodes whose K1 < k1."""
     a = t[0, K1]
@@ -269,7 +269,7 @@ def t_nodes(t: I64, out: I64) -> int:
     return k
 
 
-@numba.njit(cache=True)
+@kernel_step
 def ceil_log2(n: int) -> int:
     k = 0
     while (1 << k) < n:
@@ -282,7 +282,7 @@ def ceil_log2(n: int) -> int:
 # ``recycled`` (how many ids wait on the stack).
 
 
-@numba.njit(cache=True)
+@kernel_step
 def take_id(free_ids: I64, counters: Any) -> int:
     """A recycled id if one waits, else the next new one (which may be past the table's end:
     the caller checks)."""
@@ -293,7 +293,7 @@ def take_id(free_ids: I64, counters: Any) -> int:
     return int(counters.next_id)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def give_id(free_ids: I64, counters: Any, n: int) -> None:
     """Put id ``n`` back for reuse."""
     free_ids[counters.recycled] = n

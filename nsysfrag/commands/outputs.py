@@ -24,6 +24,7 @@ from rich.console import Console
 
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.files import stat_path
+from nsysfrag.inputs.nsys.export_file import SQLITE_MAGIC
 
 STDOUT = Path("-")
 
@@ -100,9 +101,9 @@ def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> 
 def history_kept(outputs: Sequence[Output], db: str | None = None) -> list[Kept]:
     """The SQLite history database (``--db``, ``$NSYSFRAG_DB`` or the default) as a file no
     output may replace, whether or not this run records; only looked up when an output file
-    already exists, since only then can it be the database."""
-    # os.path.exists: a name too long to look up is no database (check_destinations says why).
-    if not any(not o.to_stdout and os.path.exists(o.path) for o in outputs):
+    already exists and could be an SQLite database, since only then can it be the database
+    (a name too long to look up is none: check_destinations says why)."""
+    if not any(not o.to_stdout and _may_be_database(o.path) for o in outputs):
         return []
     from nsysfrag.history import database_file, database_url  # SQLAlchemy: only when needed
 
@@ -111,6 +112,21 @@ def history_kept(outputs: Sequence[Output], db: str | None = None) -> list[Kept]
     except InputError:  # a malformed $NSYSFRAG_DB matters only to --record, which says so
         return []
     return [] if path is None else [Kept("the history database", path)]
+
+
+def _may_be_database(path: Path) -> bool:
+    """Whether the file at ``path`` could be an SQLite database: where none could, the history
+    database is not looked up (that imports SQLAlchemy: a tenth of a second, at every rerun
+    that replaces its reports). A file too short to tell (SQLite creates an empty one) or that
+    cannot be read counts as one; a folder or a device cannot be one."""
+    if not os.path.isfile(path):  # missing, a folder, a device, a name too long to look up
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except OSError:
+        return True
+    return len(head) < len(SQLITE_MAGIC) or head == SQLITE_MAGIC
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -12,7 +12,7 @@ from matplotlib.ticker import PercentFormatter
 
 from nsysfrag.history.store import StoredRun
 from nsysfrag.history.trends import Series, is_ratio
-from nsysfrag.reporters.figures import (
+from nsysfrag.reporters.figure_axes import (
     CRITICAL_BAND,
     DPI,
     FIGSIZE_IN,

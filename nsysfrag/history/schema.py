@@ -70,7 +70,7 @@ run_tags = Table(
 
 @dataclass(frozen=True, slots=True)
 class SpaceField:
-    """One scalar of a SPEC §6 space: where it sits in the JSON and in ``run_spaces``."""
+    """One scalar of an analyze JSON space: where it sits in the JSON and in ``run_spaces``."""
 
     path: str  # e.g. "peak.global_frag"
     type: type[TypeEngine[Any]]
@@ -103,7 +103,7 @@ _COUNTS = (
     "other_kind_events",
 )
 
-# Every scalar of a space, in SPEC §6 order (plus device_name and process_name, which are
+# Every scalar of a space, in the JSON's order (plus device_name and process_name, which are
 # extra keys of the document). pid, device and model identify the space: a document may hold
 # one space under several models.
 SPACE_FIELDS: tuple[SpaceField, ...] = (

@@ -101,7 +101,7 @@ class RunRecord:
         capacity_override_bytes: int | None = None,
         rank: int | None = None,
     ) -> RunRecord:
-        """A record of a SPEC §6 document (``nsysfrag analyze --json``) of ``trace_path``."""
+        """A record of an analyze JSON document (``nsysfrag analyze --json``) of ``trace_path``."""
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
             raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
         model = document.get("model", {})
@@ -132,13 +132,13 @@ def sha256_file(path: Path) -> str:
 
 
 def flatten_space(space: Mapping[str, Any]) -> dict[str, Any]:
-    """A SPEC §6 space as ``{"peak.global_frag": 0.31, …}`` over SPACE_FIELDS."""
+    """An analyze JSON space as ``{"peak.global_frag": 0.31, …}`` over SPACE_FIELDS."""
     values: dict[str, Any] = {}
     for f in SPACE_FIELDS:
         node: Any = space
         for part in f.path.split("."):
             if not isinstance(node, Mapping) or part not in node:
-                if f.path == "model":  # SPEC §6 documents before models had names
+                if f.path == "model":  # JSON documents before models had names
                     node = MODEL_NAME
                     break
                 if f.path in OPTIONAL_FIELDS:
@@ -155,7 +155,7 @@ def flatten_space(space: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class StoredSpace:
-    """One space of a stored run: its SPEC §6 scalars by path (``peak.global_frag``)."""
+    """One space of a stored run: its JSON scalars by path (``peak.global_frag``)."""
 
     values: Mapping[str, Any]
 
@@ -175,7 +175,7 @@ class StoredSpace:
         return self.values.get(path)
 
     def document(self) -> dict[str, Any]:
-        """The scalars nested as in the SPEC §6 document."""
+        """The scalars nested as in the analyze JSON document."""
         doc: dict[str, Any] = {}
         for path, value in self.values.items():
             *parents, leaf = path.split(".")

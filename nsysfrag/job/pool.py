@@ -209,7 +209,7 @@ class _Pool:
 
     def run(self, tasks: Sequence[RankTask], progress: Progress | None) -> list[RankOutcome]:
         if self.context.get_start_method() == "fork":
-            _load_analysis()  # before forking, so every worker starts with it
+            _load_analysis(tasks)  # before forking, so every worker starts with it
         queue = deque(tasks)
         deaths: dict[int, int] = {}
         outcomes: list[RankOutcome] = []
@@ -314,16 +314,29 @@ def _context() -> BaseContext:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _load_analysis() -> None:
+def _load_analysis(tasks: Sequence[RankTask]) -> None:
     """Import the analysis and load its compiled code once, for every forked worker to share
-    (loading it takes each process ~0.3 s of CPU; a fork inherits it for nothing)."""
+    (loading it takes a process ~0.3 s of CPU; a fork inherits it for nothing). Only what the
+    job's inputs need: this runs before any worker starts, so all of it is the job's serial
+    part (a job of traces needs no snapshot model, and the other way round)."""
     from nsysfrag import analysis  # noqa: F401
     from nsysfrag.commands import analyze  # noqa: F401
-    from nsysfrag.inputs import formats
-    from nsysfrag.inputs.nsys import reader, spaces  # noqa: F401
-    from nsysfrag.inputs.torch_snapshot import spaces as snapshot_spaces  # noqa: F401
+    from nsysfrag.inputs import InputFormat, format_of
+    from nsysfrag.inputs.nsys import NSYS_EXPORT
+    from nsysfrag.inputs.torch_snapshot import TORCH_SNAPSHOT
 
-    for fmt in formats():
+    used: dict[str, InputFormat] = {}
+    for task in tasks:
+        # A format may read a file's first bytes to claim it: never here a FIFO's, which would
+        # block the job (the rank's worker says what is wrong with such an input).
+        if os.path.isfile(task.path):
+            fmt = format_of(Path(task.path))
+            used[fmt.name] = fmt
+    if NSYS_EXPORT.name in used:
+        from nsysfrag.inputs.nsys import reader, spaces  # noqa: F401
+    if TORCH_SNAPSHOT.name in used:
+        from nsysfrag.inputs.torch_snapshot import spaces as snapshot_spaces  # noqa: F401
+    for fmt in used.values():
         if fmt.warm_up is not None:
             fmt.warm_up()
 

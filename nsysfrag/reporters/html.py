@@ -34,8 +34,9 @@ output_file_extension = "html"
 TOP_HOTSPOTS = 20
 PINNED_BY_SHOWN = 5
 # A figure whose SVG is larger than this is embedded as a PNG instead (smaller, faster to draw).
-# With compacted paths the largest figure, an address map of figures.MAX_RECTANGLES blocks, is
-# about 2.6 MB, so in practice every figure stays vector and can be zoomed in the browser.
+# The figures are bounded whatever the input (reporters.timeline_points, reporters.address_map):
+# at a million events the largest, the memory timeline, is about 0.65 MB, so in practice every
+# figure stays SVG (the address map's blocks are an image inside it).
 MAX_SVG_BYTES = 3_000_000
 # Matplotlib writes a Dublin Core block with a date and its homepage; neither belongs in a
 # deterministic offline page.

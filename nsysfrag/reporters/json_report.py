@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import HealthBasis, size_class_label
 from nsysfrag.analysis.results import FRAGMENTATION, Failure
-from nsysfrag.models.segments import SnapshotSection
+
+if TYPE_CHECKING:  # a snapshot's figures; an nsys trace's document loads no snapshot model
+    from nsysfrag.models.segments import SnapshotSection
 
 SCHEMA = "nsysfrag/1"
 

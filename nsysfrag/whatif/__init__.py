@@ -2,12 +2,13 @@
 
 Data flows one way: an input (a PyTorch memory snapshot or an nsys export) becomes one
 :class:`~nsysfrag.allocators.base.RequestStream` per device (snapshot) or per (process, device)
-(nsys) — ``streams``, on a device of capacity C (``capacity``); every policy replays it (SPEC
-§8: the same request stream, the same metrics under the policy's name, the requests it could
+(nsys) — ``streams``, on a device of capacity C (``capacity``); every policy replays it (the
+same request stream, the same metrics under the policy's name, the requests it could
 not place are its allocation failures) and ``summary`` turns each replay into a
 :class:`PolicyOutcome`; ``ranking`` orders them and ``recommend`` picks what to change (data
 only: the words are the reporters'). ``validate`` checks the ``torch`` model against a
-snapshot's recorded segment events, from the layout ``layout`` rebuilds. ``run`` ties it
+snapshot's recorded segment events, from the layout at the window's start (``layout``). A
+snapshot is read once, into columns; everything here is array code over them. ``run`` ties it
 together: :func:`whatif`.
 """
 

@@ -28,28 +28,43 @@ exceeds the threshold times C).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from nsysfrag.allocators.base import UNLIMITED, GiB, MiB
-from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry
+from nsysfrag.events import (
+    ALLOC,
+    FAILED_ALLOC,
+    I8,
+    I64,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    SEGMENT_MAP,
+    SEGMENT_UNMAP,
+)
+from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, HistoryColumns, SnapshotColumns
+from nsysfrag.inputs.torch_snapshot.spaces import columns_events
+from nsysfrag.models.segments.compiled import WindowLayout, window_start
+from nsysfrag.models.segments.rules import AllocatorSettings
 
 DEFAULT_SNAPSHOT_CAPACITY = 80 * GiB
 PAGE = 2 * MiB
-_RELEASES = ("segment_free", "segment_unmap")
-_NEW_SEGMENTS = ("segment_alloc", "segment_map")
-SEGMENT_ACTIONS = _RELEASES + _NEW_SEGMENTS
+RELEASES = np.array([SEGMENT_FREE, SEGMENT_UNMAP], dtype=np.int8)
+NEW_SEGMENTS = np.array([SEGMENT_ALLOC, SEGMENT_MAP], dtype=np.int8)
+TRACE_ENDS = -1  # ReleaseRuns.then: nothing follows the run
 
 
 @dataclass(frozen=True)
-class ReleaseRun:
-    """Consecutive segment_free / segment_unmap entries."""
+class ReleaseRuns:
+    """The runs of consecutive segment_free / segment_unmap entries, one element each."""
 
-    first: int  # trace index of the first
-    before: int  # reserved bytes just before it
-    new_segment: int  # bytes of the segment_alloc / segment_map right after it, 0 for none
-    then: str | None  # the action after the run and any new segments (None: the trace ends)
-    unmapped: bool  # segment_unmap (expandable segments), where the retry maps another size
+    first: I64  # trace index of the run's first entry
+    before: I64  # reserved bytes just before it
+    new_segment: I64  # bytes of the segment_alloc / segment_map right after it, 0 for none
+    then: I8  # the action after the run and its new segments (TRACE_ENDS: the trace ends)
+    unmapped: npt.NDArray[np.bool_]  # segment_unmap (expandable): the retry maps another size
 
 
 @dataclass(frozen=True)
@@ -57,24 +72,25 @@ class Record:
     """One device's recorded history of reserved memory."""
 
     initial: int  # reserved bytes at the window's start
-    reserved: list[int]  # after each trace entry
-    runs: list[ReleaseRun]
+    reserved: I64  # after each trace entry
+    runs: ReleaseRuns
     oom_capacity: int | None  # reserved + device free at the first oom entry that says
 
     @property
     def peak(self) -> int:
-        return max([self.initial, *self.reserved])
+        return max(self.initial, int(self.reserved.max()) if len(self.reserved) else 0)
 
-    def retries(self) -> list[ReleaseRun]:
-        """The runs where a malloc released cached memory first and then got a new segment
-        that, added to the reserved memory before the release, exceeds the peak."""
-        peak = self.peak
-        return [r for r in self.runs if r.new_segment and r.before + r.new_segment > peak]
+    def retries(self) -> npt.NDArray[np.bool_]:
+        """Per run: a malloc released cached memory first and then got a new segment that,
+        added to the reserved memory before the release, exceeds the peak."""
+        asked = self.runs.before + self.runs.new_segment
+        return np.asarray((self.runs.new_segment > 0) & (asked > self.peak))
 
-    def refused(self) -> list[int]:
+    def refused(self) -> I64:
         """What the device refused the first time at each native retry: reserved + the
         segment, the same size the retry then got."""
-        return [r.before + r.new_segment for r in self.retries() if not r.unmapped]
+        asked = self.runs.before + self.runs.new_segment
+        return asked[self.retries() & ~self.runs.unmapped]
 
     def implied_capacity(self) -> tuple[int, str] | None:
         """The capacity the record implies, with how; None when the run never met a limit."""
@@ -83,66 +99,93 @@ class Record:
             return self.oom_capacity, (
                 "estimated from the recorded OOM: reserved + free device memory then"
             )
-        if any(r.unmapped for r in self.retries()):
+        if (self.retries() & self.runs.unmapped).any():
             return self.peak, (
                 "estimated from the recorded OOM retries of expandable segments: the recorded"
                 " peak reserved (the size the device refused is not recorded)"
             )
         refused = self.refused()
-        if refused:
+        if len(refused):
             # cudaMalloc refused reserved + the new segment there, and the run held `peak` at most.
-            return max(self.peak, min(refused) - PAGE), (
+            return max(self.peak, int(refused.min()) - PAGE), (
                 "estimated from the recorded OOM retries: just below the smallest reserved + new"
                 " segment the device refused"
             )
         return None
 
-    def program_releases(self, capacity: int, gc_threshold: float) -> list[int]:
+    def program_releases(self, capacity: int, gc_threshold: float) -> I64:
         """Trace indices where the program released memory itself (empty_cache()): the
         releases the allocator would not have made on a device of ``capacity``."""
-        out = []
-        for run in self.runs:
-            if run.then == "oom":
-                continue  # the failing malloc's own release
-            if run.then == "alloc" and run.new_segment:
-                refused = run.before + run.new_segment > capacity
-                collected = gc_threshold > 0 and run.before > gc_threshold * capacity
-                if refused or collected:
-                    continue  # the malloc's OOM retry or garbage collection
-            out.append(run.first)
-        return out
+        runs = self.runs
+        refused = runs.before + runs.new_segment > capacity
+        collected = (runs.before > gc_threshold * capacity) if gc_threshold > 0 else False
+        # The failing malloc's own release; the malloc's OOM retry or garbage collection.
+        allocator = (runs.then == FAILED_ALLOC) | (
+            (runs.then == ALLOC) & (runs.new_segment > 0) & (refused | collected)
+        )
+        return np.asarray(runs.first[~allocator], dtype=np.int64)
 
 
-def read_record(trace: Sequence[HistoryEntry], initial: int) -> Record:
-    reserved, r = [], initial
-    for e in trace:
-        if e.action in _NEW_SEGMENTS:
-            r += e.size
-        elif e.action in _RELEASES:
-            r -= e.size
-        reserved.append(r)
-    runs = []
-    j, n = 0, len(trace)
-    while j < n:
-        if trace[j].action not in _RELEASES:
-            j += 1
-            continue
-        first = j
-        while j < n and trace[j].action in _RELEASES:
-            j += 1
-        k = j
-        while k < n and trace[k].action in _NEW_SEGMENTS:
-            k += 1
-        new = trace[j].size if k > j else 0
-        before = reserved[first - 1] if first > 0 else initial
-        then = trace[k].action if k < n else None
-        unmapped = trace[first].action == "segment_unmap"
-        runs.append(ReleaseRun(first, before, new, then, unmapped))
-    oom = next(
-        (r + e.device_free for e, r in zip(trace, reserved, strict=True)
-         if e.action == "oom" and e.device_free is not None),
-        None,
-    )  # fmt: skip
+@dataclass(frozen=True)
+class RecordedDevice:
+    """What one device of a snapshot recorded: its history, the layout at the start of the
+    history's window (rebuilt backwards from the final segments), and its reserved memory."""
+
+    device: int
+    history: HistoryColumns
+    window: WindowLayout
+    record: Record
+
+    @property
+    def traced(self) -> bool:
+        return len(self.history) > 0
+
+
+def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
+    """Every device of the snapshot, ascending."""
+    settings = AllocatorSettings(
+        columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
+    )
+    out = []
+    for device in columns.devices():
+        history = columns.histories.get(device, EMPTY_HISTORY)
+        final = [s for s in columns.segments if s.device == device]
+        window = window_start(columns_events(columns, device)[0], final, settings)
+        initial = int((window.segment_end - window.segment_start).sum())
+        out.append(RecordedDevice(device, history, window, read_record(history, initial)))
+    return out
+
+
+def read_record(history: HistoryColumns, initial: int) -> Record:
+    """The reserved bytes after every entry of ``history`` (from ``initial``), its runs of
+    releases, and the capacity its first OOM entry implies."""
+    action, size = history.action, history.size
+    n = len(action)
+    grows = np.isin(action, NEW_SEGMENTS)
+    shrinks = np.isin(action, RELEASES)
+    change = np.where(grows, size, 0) - np.where(shrinks, size, 0)
+    reserved = (initial + np.cumsum(change)).astype(np.int64)
+    edges = np.diff(np.concatenate([[0], shrinks.astype(np.int8), [0]]))
+    first = np.flatnonzero(edges == 1)  # where each run starts
+    past = np.flatnonzero(edges == -1)  # the entry right after each run (n: none)
+    # The first entry at or after `past` that is not a new segment: what the run led to.
+    others = np.append(np.flatnonzero(~grows), n)
+    then_at = others[np.searchsorted(others, past)]
+    padded_size = np.append(size, 0)
+    padded_action = np.append(action, TRACE_ENDS).astype(np.int8)
+    padded_reserved = np.append(reserved, initial)  # index -1: before the first entry
+    runs = ReleaseRuns(
+        first=first.astype(np.int64),
+        before=padded_reserved[first - 1],
+        new_segment=np.where(then_at > past, padded_size[past], 0).astype(np.int64),
+        then=padded_action[then_at],
+        unmapped=action[first] == SEGMENT_UNMAP,
+    )
+    said = np.flatnonzero(history.oom_device_free >= 0)
+    oom = None
+    if len(said):
+        k = int(said[0])
+        oom = int(reserved[history.oom_rows[k]]) + int(history.oom_device_free[k])
     return Record(initial, reserved, runs, oom)
 
 

@@ -1,142 +1,172 @@
 """The torch model's state at the start of a snapshot's window, for validation: the segments
-and blocks :func:`nsysfrag.models.segments.window.window_start` rebuilds, as an
-:class:`~nsysfrag.allocators.torch.kernel.InitialLayout`; the blocks live then become requests
-of the replayed stream (already placed, so not events)."""
+and blocks the compiled backward walk rebuilds (a
+:class:`~nsysfrag.models.segments.compiled.WindowLayout`), as an
+:class:`~nsysfrag.allocators.torch.kernel.InitialLayout`.
+
+Each cudaMalloc segment is one segment of the model, tiled in address order by its live blocks
+and the free blocks between them. The expandable segments' mapped ranges of one pool become
+one expandable segment of the model: a virtual range from the lowest range on, the gaps between
+the ranges unmapped, and unmapped room after the last. A live block whose size the final state
+does not say (it was freed in the window) takes ``round_size`` of its request, or all of the
+free space after it where PyTorch would not have split that off. The live blocks become the
+replay's first requests (already placed, so not events), in the order the layout lists them.
+"""
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from nsysfrag.allocators import TorchConfig
+from nsysfrag.allocators.base import I64
+from nsysfrag.allocators.torch.compiled_rules import round_size_kernel, should_split_kernel
 from nsysfrag.allocators.torch.kernel import InitialLayout
 from nsysfrag.allocators.torch.state import EXPANDABLE
-from nsysfrag.models.segments.layout import SegmentSet
-from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER, round_size, should_split
-from nsysfrag.models.segments.window import WindowStart
-from nsysfrag.whatif.streams import StreamBuilder, segment_stream, stream_index
+from nsysfrag.models.segments.compiled import WindowLayout
+from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
 
 ES_VA_VALIDATION = 1 << 46  # an expandable segment's virtual size in a validation replay
+_UNMAPPED = -1  # InitialLayout.block_state of an unmapped range
 
 
-class _LiveBlock(Protocol):
-    """A block live at the window's start, as segments_model.window_start rebuilds it."""
+@dataclass(frozen=True)
+class StartLayout:
+    """The model's initial state and the window's live blocks it holds."""
 
-    size: int | None  # known for blocks still live at the snapshot
-    requested: int
-
-
-class _Columns:
-    """The layout as it is built: one list per column of :class:`InitialLayout`, and the
-    expandable segments' records."""
-
-    def __init__(self) -> None:
-        self.columns: dict[str, list[int]] = {
-            name: [] for name in InitialLayout._fields if name != "expandables"
-        }
-        self.expandables: list[tuple[int, int, int, int]] = []
-
-    def _add(self, table: str, **values: int) -> int:
-        for name, value in values.items():
-            self.columns[f"{table}_{name}"].append(value)
-        return len(self.columns[f"{table}_address"]) - 1
-
-    def segment(self, address: int, size: int, pool: int, expandable: int) -> int:
-        return self._add("segment", address=address, size=size, pool=pool, expandable=expandable)
-
-    def block(self, segment: int, address: int, size: int, state: int, request: int = -1) -> None:
-        self._add("block", segment=segment, address=address, size=size, state=state,
-                  request=request)  # fmt: skip
-
-    def expandable(self, base: int, va: int, page: int, pool: int) -> int:
-        self.expandables.append((base, va, page, pool))
-        return len(self.expandables) - 1
-
-    def build(self) -> InitialLayout:
-        columns = {name: np.asarray(v, dtype=np.int64) for name, v in self.columns.items()}
-        return InitialLayout(**columns, expandables=np.array(self.expandables, dtype=EXPANDABLE))
+    layout: InitialLayout
+    placed: I64  # index into the window's blocks of each placed block: request 0, 1, …
+    conflicts: int  # live blocks that overlap the block before them or have no room
 
 
-def layout_of(start: WindowStart, config: TorchConfig, names: dict[int, int], b: StreamBuilder
-              ) -> tuple[InitialLayout, dict[int, int], int]:  # fmt: skip
-    """The torch model's initial state from the rebuilt window start, the live blocks' request
-    ids by address, and how many blocks conflicted with their neighbours (skipped)."""
-    segs = start.segments
-    recreated = sorted(start.blocks.items())
-    addrs = [a for a, _ in recreated]
-    out = _Columns()
-    live: dict[int, int] = {}
-    conflicts = 0
-    expandable: dict[int, list[int]] = {}  # pool key -> segment starts
-    for s_start in segs.starts:
-        info = segs.seg[s_start]
-        size = info.end - s_start
-        small = info.small_pool
-        if small is None:
-            small = size % K_LARGE_BUFFER != 0 if info.expandable else size == K_SMALL_BUFFER
-        pk = 2 * stream_index(names, info.stream) + int(small)
-        if info.expandable:
-            expandable.setdefault(pk, []).append(s_start)
-            continue
-        index = out.segment(s_start, size, pk, -1)
-        conflicts += _fill(index, s_start, info.end, recreated, addrs, config, False,
-                           bool(small), names, segs, b, out, live)  # fmt: skip
-    for pk, starts in sorted(expandable.items()):
+def start_layout(window: WindowLayout, config: TorchConfig, stream_number: I64) -> StartLayout:
+    """The model's state from the rebuilt window start; ``stream_number`` numbers each of the
+    window's segments' streams (pool key = 2 × stream number + small pool)."""
+    start, end = window.segment_start, window.segment_end
+    size = end - start
+    expandable = window.segment_expandable
+    guessed = np.where(expandable, size % K_LARGE_BUFFER != 0, size == K_SMALL_BUFFER)
+    small = np.where(window.segment_small_pool >= 0, window.segment_small_pool == 1, guessed)
+    pool = 2 * stream_number + small
+    # cudaMalloc segments by address, then the expandable ones by pool and address.
+    plain = np.flatnonzero(~expandable)
+    ranges = np.flatnonzero(expandable)
+    ranges = ranges[np.lexsort((start[ranges], pool[ranges]))]
+    n_seg, n_blk = len(start), len(window.block_address)
+    segments = np.zeros((4, n_seg), dtype=np.int64)  # address, size, pool, expandable index
+    expandables = np.zeros((4, n_seg), dtype=np.int64)  # base, va, page, pool
+    blocks = np.zeros((5, 2 * n_blk + 3 * n_seg + 1), dtype=np.int64)  # segment … request
+    placed = np.zeros(n_blk, dtype=np.int64)
+    divisions = np.asarray(config.roundup_power2_divisions, dtype=np.int64)
+    counts = _tile(
+        plain, ranges, start, end, pool, small, window.block_address, window.block_size,
+        window.block_requested, divisions, config.max_split_size, ES_VA_VALIDATION, segments,
+        expandables, blocks, placed,
+    )  # fmt: skip
+    n_segments, n_expandables, n_blocks, n_placed, conflicts = (int(c) for c in counts)
+    table = np.zeros(n_expandables, dtype=EXPANDABLE)
+    for k, name in enumerate(("base", "va", "page", "pool")):
+        table[name] = expandables[k, :n_expandables]
+    seg = segments[:, :n_segments].copy()
+    blk = blocks[:, :n_blocks].copy()
+    layout = InitialLayout(
+        segment_address=seg[0], segment_size=seg[1], segment_pool=seg[2],
+        segment_expandable=seg[3], block_segment=blk[0], block_address=blk[1],
+        block_size=blk[2], block_state=blk[3], block_request=blk[4], expandables=table,
+    )  # fmt: skip
+    return StartLayout(layout, placed[:n_placed].copy(), conflicts)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tile(  # type: ignore[no-untyped-def]
+    plain, ranges, start, end, pool, small, address, size, requested, divisions, max_split,
+    extra_va, segments, expandables, blocks, placed,
+):  # fmt: skip
+    """Fill the layout's tables; returns (segments, expandables, blocks, placed, conflicts)."""
+    n = np.zeros(5, dtype=np.int64)  # the same counts, as they grow
+    for i in plain:
+        s = n[0]
+        segments[0, s], segments[1, s], segments[2, s], segments[3, s] = (
+            start[i], end[i] - start[i], pool[i], -1,
+        )  # fmt: skip
+        n[0] += 1
+        _fill(s, start[i], end[i], False, small[i], address, size, requested, divisions,
+              max_split, blocks, placed, n)  # fmt: skip
+    g = 0
+    while g < len(ranges):  # one expandable segment per pool: ranges[g:h]
+        h = g
+        mapped = 0
+        while h < len(ranges) and pool[ranges[h]] == pool[ranges[g]]:
+            mapped += end[ranges[h]] - start[ranges[h]]
+            h += 1
+        pk = pool[ranges[g]]
         page = K_SMALL_BUFFER if pk & 1 else K_LARGE_BUFFER
-        base = min(starts)
-        top = max(segs.seg[s].end for s in starts)
-        va = -(-(top - base) // page) * page + ES_VA_VALIDATION
-        e = out.expandable(base, va, page, pk)
-        mapped = sum(segs.seg[s].end - s for s in starts)
-        index = out.segment(base, mapped, pk, e)
+        base = start[ranges[g]]
+        top = end[ranges[h - 1]]
+        va = -(-(top - base) // page) * page + extra_va
+        e = n[1]
+        expandables[0, e], expandables[1, e], expandables[2, e], expandables[3, e] = (
+            base, va, page, pk,
+        )  # fmt: skip
+        n[1] += 1
+        s = n[0]
+        segments[0, s], segments[1, s], segments[2, s], segments[3, s] = base, mapped, pk, e
+        n[0] += 1
         cursor = base
-        for s in sorted(starts):
-            if s > cursor:
-                out.block(index, cursor, s - cursor, -1)
-            conflicts += _fill(index, s, segs.seg[s].end, recreated, addrs, config, True,
-                               bool(pk & 1), names, segs, b, out, live)  # fmt: skip
-            cursor = segs.seg[s].end
-        out.block(index, cursor, base + va - cursor, -1)
-    return out.build(), live, conflicts
+        for k in range(g, h):
+            i = ranges[k]
+            if start[i] > cursor:
+                _block(blocks, n, s, cursor, start[i] - cursor, _UNMAPPED, -1)
+            _fill(s, start[i], end[i], True, small[i], address, size, requested, divisions,
+                  max_split, blocks, placed, n)  # fmt: skip
+            cursor = end[i]
+        _block(blocks, n, s, cursor, base + va - cursor, _UNMAPPED, -1)
+        g = h
+    return n
 
 
-def _fill(
-    index: int, lo: int, hi: int, recreated: Sequence[tuple[int, _LiveBlock]], addrs: list[int],
-    config: TorchConfig, expandable: bool, small: bool, names: dict[int, int],
-    segs: SegmentSet, b: StreamBuilder, out: _Columns, live: dict[int, int],
-) -> int:  # fmt: skip
+@numba.njit(cache=True, nogil=True)
+def _block(blocks, n, segment, address, nbytes, state, request):  # type: ignore[no-untyped-def]
+    b = n[2]
+    blocks[0, b], blocks[1, b], blocks[2, b], blocks[3, b], blocks[4, b] = (
+        segment, address, nbytes, state, request,
+    )  # fmt: skip
+    n[2] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill(  # type: ignore[no-untyped-def]
+    segment, lo, hi, expandable, small, address, size, requested, divisions, max_split, blocks,
+    placed, n,
+):  # fmt: skip
     """Tile ``[lo, hi)`` with its live blocks and the free blocks between them."""
-    conflicts = 0
     cursor = lo
-    k = bisect.bisect_left(addrs, lo)
-    while k < len(addrs) and addrs[k] < hi:
-        address, r = recreated[k]
+    k = np.searchsorted(address, lo)
+    while k < len(address) and address[k] < hi:
+        a = address[k]
+        j = k
         k += 1
-        nxt = min(addrs[k], hi) if k < len(addrs) else hi
-        if address < cursor:
-            conflicts += 1
+        nxt = min(address[k], hi) if k < len(address) else hi
+        if a < cursor:
+            n[4] += 1
             continue
-        size = r.size
-        if size is None:
-            size = round_size(max(r.requested, 1), config.roundup_power2_divisions)
-            gap = nxt - (address + size)
+        nbytes = size[j]
+        if nbytes < 0:  # freed in the window: the final state does not say
+            nbytes = round_size_kernel(max(requested[j], 1), divisions)
+            gap = nxt - (a + nbytes)
             # A block PyTorch did not split keeps the tail.
-            if gap > 0 and not should_split(gap, size, small, expandable, config.max_split_size):
-                size += gap
-        size = min(size, nxt - address)
-        if size <= 0:
-            conflicts += 1
+            if gap > 0 and not should_split_kernel(gap, nbytes, small, expandable, max_split):
+                nbytes += gap
+        nbytes = min(nbytes, nxt - a)
+        if nbytes <= 0:
+            n[4] += 1
             continue
-        if address > cursor:
-            out.block(index, cursor, address - cursor, 0)
-        requested = r.requested or size
-        rid = b.new_request(requested, stream_index(names, segment_stream(segs, address)))
-        live[address] = rid
-        out.block(index, address, size, 1, rid)
-        cursor = address + size
+        if a > cursor:
+            _block(blocks, n, segment, cursor, a - cursor, 0, -1)
+        _block(blocks, n, segment, a, nbytes, 1, n[3])
+        placed[n[3]] = j
+        n[3] += 1
+        cursor = a + nbytes
     if cursor < hi:
-        out.block(index, cursor, hi - cursor, 0)
-    return conflicts
+        _block(blocks, n, segment, cursor, hi - cursor, 0, -1)

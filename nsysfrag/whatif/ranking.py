@@ -36,11 +36,8 @@ def rank_policies(
     stream = source.stream
     base = next((o for o in outcomes if o.baseline), None)
     recorded = source.recorded_peak_reserved_bytes
-    error = (
-        model_error(base.peak_reserved_bytes, recorded, replay_error)
-        if base is not None and source.validatable
-        else None
-    )
+    # A state-only snapshot's replay never frees: its peak is its end, the moment recorded.
+    error = model_error(base.peak_reserved_bytes, recorded, replay_error) if base else None
     return SpaceComparison(
         label=source.label,
         pid=source.pid,
@@ -54,7 +51,8 @@ def rank_policies(
         recorded_peak_reserved_bytes=source.recorded_peak_reserved_bytes,
         outcomes=outcomes,
         recommendation=recommend(
-            outcomes, source.capacity_bytes, source.segments_suspected, recorded, error
+            outcomes, source.capacity_bytes, source.segments_suspected, recorded, error,
+            source.error_basis,
         ),
         warnings=source.warnings,
         timestamps=source.timestamps,

@@ -3,7 +3,9 @@ numbers it follows from. The words are the reporters' (``reporters/whatif/words.
 
 The truth rule: the baseline is the run's own settings, simulated, and the model's error ``e``
 on this input is how far that simulation is from what the run recorded (see
-:func:`model_error`). A policy a PyTorch user can switch to (a ``torch`` setting or
+:func:`model_error`): its peak reserved where a trace recorded the run (``TRACE``), or, for a
+snapshot of the final state only (``STATE``), the reserved memory of its segments, which the
+replay of its live blocks must reproduce too. A policy a PyTorch user can switch to (a ``torch`` setting or
 ``cuda-async``; the reference models are quoted for scale only) is recommended only when it
 lowers peak reserved by more than ``max(e, 1 %)`` of the baseline's and has no more simulated
 OOMs than the baseline. Among those, policies within 1 % of the best peak count as equal, and a
@@ -23,6 +25,9 @@ NEAR_EQUAL = 0.01  # peaks within 1 % of each other are a tie among recommendabl
 SEGMENTS = "segments"  # the requests are a caching allocator's segments: nothing to say
 KEEP = "keep"  # keep the baseline
 SWITCH = "switch"  # switch to ``policy``
+TRACE = "trace"  # e: the simulated baseline's peak reserved against the traced run's
+STATE = "state"  # e: the baseline's reserved after replaying a state-only snapshot's live
+# blocks against its segments (the one moment such a snapshot records)
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,8 @@ class Recommendation:
     baseline_peak_reserved_bytes: int  # simulated
     recorded_peak_reserved_bytes: int | None  # what the run recorded, where it did
     baseline_ooms: int
-    model_error: float | None  # None: the input cannot check the model (nsys, no trace)
+    model_error: float | None  # None: the input records no reserved memory (nsys)
+    error_basis: str | None  # TRACE or STATE: what ``model_error`` compares; None with it
     threshold: float  # max(model_error, 1 %): what a saving must exceed
     capacity_bytes: int
     chosen: Candidate | None  # the recommended policy (SWITCH)
@@ -68,15 +74,15 @@ class Recommendation:
         return self.chosen.policy if self.chosen else None
 
 
-def model_error(baseline_peak: int, recorded_peak: int | None, replay_error: float | None
-                ) -> float | None:  # fmt: skip
+def model_error(simulated: int, recorded: int | None, replay_error: float | None) -> float | None:
     """The model's error on an input it can be checked against: the larger of the simulated
-    baseline's distance from the recorded peak reserved (``|simulated - recorded| /
-    recorded``) and the validation replay's (the same, replayed from the recorded state at
-    the window's start: ``replay_error``). None when there is no recorded peak."""
-    if recorded_peak is None or recorded_peak <= 0:
+    baseline's distance from the recorded reserved bytes (``|simulated - recorded| /
+    recorded``: the peak against the traced run's, or against a state-only snapshot's segments,
+    its one recorded moment) and the validation replay's (the same, replayed from the recorded state at the
+    window's start: ``replay_error``). None when nothing was recorded."""
+    if recorded is None or recorded <= 0:
         return None
-    e = abs(baseline_peak - recorded_peak) / recorded_peak
+    e = abs(simulated - recorded) / recorded
     return max(e, abs(replay_error)) if replay_error is not None else e
 
 
@@ -86,9 +92,11 @@ def recommend(
     segments_suspected: bool = False,
     recorded_peak: int | None = None,
     error: float | None = None,
+    error_basis: str = TRACE,
 ) -> Recommendation:
     """The policy to switch to under the truth rule, against the baseline (the run's own
-    settings, or PyTorch's defaults); ``error`` is the model's error on this input."""
+    settings, or PyTorch's defaults); ``error`` is the model's error on this input, measured
+    as ``error_basis`` says."""
     base = next((o for o in outcomes if o.baseline), outcomes[0])
     threshold = max(error or 0.0, MIN_SAVING)
     others = [_candidate(o, base) for o in sorted(outcomes, key=rank_key)
@@ -104,6 +112,7 @@ def recommend(
         recorded_peak_reserved_bytes=recorded_peak,
         baseline_ooms=base.simulated_ooms,
         model_error=error,
+        error_basis=error_basis if error is not None else None,
         threshold=threshold,
         capacity_bytes=capacity,
         chosen=chosen,

@@ -20,7 +20,7 @@ NSYS = "nsys-trace"
 
 @dataclass(frozen=True)
 class PolicyOutcome:
-    """One policy's replay of one request stream, in SPEC §3 terms plus the reserved figures."""
+    """One policy's replay of one request stream, in analyze's terms plus the reserved figures."""
 
     policy: Policy
     baseline: bool

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from nsysfrag.allocators import DEFAULT_POLICIES, Policy, parse_policy
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.torch_snapshot.reader import Snapshot
+from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
+from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
 from nsysfrag.whatif.streams import nsys_streams, snapshot_streams
-from nsysfrag.whatif.validate import validate_snapshot
+from nsysfrag.whatif.validate import Validation, validate_snapshot
 
 
 def whatif(
@@ -31,22 +32,24 @@ def whatif(
     if capacity is not None and capacity < 1:
         raise InputError("--capacity must be a positive number of bytes")
     snapshot = is_snapshot(path) if path.exists() else path.suffix.lower() in (".pickle", ".pkl")
-    snap: Snapshot | None = None
+    checked: Validation | None = None  # the model's own error on this input
     if validate and not snapshot:
         raise InputError(
             f"{path}: --validate needs a PyTorch memory snapshot (its recorded segment events are"
             " the ground truth); this looks like an nsys export"
         )
     if snapshot:
-        sources, notes, snap = snapshot_streams(path, capacity)
+        columns = read_snapshot_columns(path)
+        devices = recorded_devices(columns)
+        sources, notes = snapshot_streams(columns, devices, capacity)
+        # Every what-if of a snapshot quotes the model's error on it.
+        checked = validate_snapshot(columns, capacity, devices)
         kind = SNAPSHOT
         level = "tensor-level requests (the snapshot's alloc / free_completed)"
     else:
         sources, notes = nsys_streams(path, capacity)
         kind = NSYS
         level = "driver-level allocations (nsys CUDA memory events)"
-    # The model's own error on this input: every what-if of a snapshot quotes it.
-    checked = validate_snapshot(snap, capacity) if snap is not None else None
     validation = checked if validate else None
     if not sources:
         if validation is not None:

@@ -1,4 +1,4 @@
-"""A policy's replay in SPEC §3 terms — the peak, the final state, the maxima, health — plus the
+"""A policy's replay in analyze's terms — the peak, the final state, the maxima, health — plus the
 reserved figures a what-if compares: the one place a :class:`~nsysfrag.allocators.base.SimResult`
 becomes a :class:`~nsysfrag.whatif.results.PolicyOutcome`."""
 
@@ -18,7 +18,7 @@ TIMELINE_POINTS = 400
 def summarize(
     policy: Policy, r: SimResult, stream: RequestStream, capacity: int, baseline: bool, seconds: float
 ) -> PolicyOutcome:
-    """SPEC §3 figures of one replay, with the policy's own free memory as F (computed as for
+    """analyze's figures of one replay, with the policy's own free memory as F (computed as for
     every model: :func:`nsysfrag.analysis.summary.fragmentation`), and the reserved figures."""
     t = stream.time_ns
     f = fragmentation(r, t, capacity)

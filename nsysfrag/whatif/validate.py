@@ -2,8 +2,8 @@
 error every what-if of a snapshot quotes).
 
 ``validate_snapshot`` starts from the layout at the start of the recorded window (rebuilt by
-:func:`nsysfrag.models.segments.window.window_start`), replays the recorded requests with the
-snapshot's allocator settings on the device the record implies
+the compiled backward walk, laid out for the model by :mod:`nsysfrag.whatif.layout`), replays
+the recorded requests with the snapshot's allocator settings on the device the record implies
 (:mod:`nsysfrag.whatif.capacity`), and compares the ``segment_alloc`` (``segment_map`` for
 expandable segments) sizes and the peak reserved bytes with what the allocator recorded. The
 model meets the device's limit on its own and takes PyTorch's OOM path there (garbage
@@ -29,15 +29,23 @@ from nsysfrag.allocators.base import (
     LOG_SEGMENT_FREE,
     LOG_SEGMENT_MAP,
     LOG_SEGMENT_UNMAP,
+    RequestStream,
 )
 from nsysfrag.allocators.torch import simulate_torch
-from nsysfrag.inputs.torch_snapshot.reader import Snapshot
-from nsysfrag.models.segments.window import window_start
-from nsysfrag.whatif.capacity import read_record, replay_capacity
-from nsysfrag.whatif.layout import ES_VA_VALIDATION, layout_of
-from nsysfrag.whatif.streams import StreamBuilder, snapshot_times, stream_names, trace_events
+from nsysfrag.events import SEGMENT_ALLOC, SEGMENT_MAP
+from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
+from nsysfrag.models.segments.requests import (
+    PlacedBlocks,
+    first_seen,
+    segment_of,
+    snapshot_requests,
+)
+from nsysfrag.whatif.capacity import RecordedDevice, recorded_devices, replay_capacity
+from nsysfrag.whatif.layout import ES_VA_VALIDATION, start_layout
+from nsysfrag.whatif.streams import snapshot_config, stream_names
 
 VALIDATION_TARGET_MATCH = 0.95
+_NEW_SEGMENT = {"segment_alloc": SEGMENT_ALLOC, "segment_map": SEGMENT_MAP}
 VALIDATION_TARGET_PEAK = 0.01
 
 
@@ -140,44 +148,55 @@ def matched_in_order(recorded: Sequence[int], simulated: Sequence[int]) -> int:
     return sum(m.size for m in blocks.get_matching_blocks())
 
 
-def validate_snapshot(snap: Snapshot, capacity: int | None = None) -> Validation:
+def validate_snapshot(
+    columns: SnapshotColumns,
+    capacity: int | None = None,
+    devices: Sequence[RecordedDevice] | None = None,
+) -> Validation:
     """Replay each device's recorded requests through ``torch`` with the snapshot's settings,
     from the layout at the start of its window, and compare with the recorded segments.
-    ``capacity`` (--capacity) is the device when the record implies none."""
-    config = TorchConfig.from_settings(
-        snap.max_split_size, snap.roundup_power2_divisions,
-        snap.expandable_segments, snap.allocator_conf,
-    )  # fmt: skip
-    devices = [_validate_device(snap, d, config, capacity) for d in snap.devices()]
-    return Validation(config.conf_string() or "defaults", [d for d in devices if d is not None])
+    ``capacity`` (--capacity) is the device when the record implies none; ``devices``: the
+    snapshot's devices, where already read."""
+    config = snapshot_config(columns)
+    if devices is None:
+        devices = recorded_devices(columns)
+    checked = [_validate_device(d, config, capacity) for d in devices if d.traced]
+    return Validation(config.conf_string() or "defaults", checked)
 
 
 def _validate_device(
-    snap: Snapshot, device: int, config: TorchConfig, capacity: int | None = None
-) -> DeviceValidation | None:
-    final = [s for s in snap.segments if s.device == device]
-    trace = snap.histories.get(device, [])
-    if not trace:
-        return None
-    start = window_start(final, trace)
-    names: dict[int, int] = {}
-    b = StreamBuilder()
-    layout, live, _ = layout_of(start, config, names, b)
-    record = read_record(trace, layout.reserved_bytes)
+    d: RecordedDevice, config: TorchConfig, capacity: int | None = None
+) -> DeviceValidation:
+    window, record, history = d.window, d.record, d.history
+    start = start_layout(window, config, first_seen(window.segment_stream)[0])
+    layout = start.layout
     cap, cap_source = replay_capacity(capacity, record)
-    empty_at = set(record.program_releases(cap, config.garbage_collection_threshold))
-    times = snapshot_times(trace)
-    trace_events(b, trace, times, names, live, empty_at)
+    empty_at = record.program_releases(cap, config.garbage_collection_threshold)
+    k = start.placed
+    placed_size = layout.block_size[layout.block_state == 1]
+    requested = window.block_requested[k]
+    placed = PlacedBlocks(
+        window.block_address[k],
+        np.where(requested > 0, requested, placed_size),
+        window.segment_stream[segment_of(window, window.block_address[k])],
+    )
+    req = snapshot_requests(history, window, empty_at, placed, window.segment_stream)
     recorded_action = "segment_map" if config.expandable_segments else "segment_alloc"
     other = "segment_alloc" if config.expandable_segments else "segment_map"
-    if not any(e.action == recorded_action for e in trace) and any(e.action == other for e in trace):
+    count = {a: int((history.action == code).sum()) for a, code in _NEW_SEGMENT.items()}
+    if not count[recorded_action] and count[other]:
         recorded_action = other  # expandable segments were toggled at run time
-    recorded = [e.size for e in trace if e.action == recorded_action]
-    if not b.kind:
-        b.event(EMPTY_CACHE, 0, times[0] if times else 0)  # a no-op: keeps the arrays non-empty
-    if not b.size:
-        b.new_request(1, 0)  # EMPTY_CACHE events name request 0
-    stream = b.build(stream_names(names))
+    recorded = history.size[history.action == _NEW_SEGMENT[recorded_action]].tolist()
+    kind, request, time_ns = req.kind, req.request, req.time_ns
+    if not len(kind):  # a no-op keeps the arrays non-empty
+        kind, request = np.array([EMPTY_CACHE]), np.zeros(1, dtype=np.int64)
+        time_ns = req.entry_time_ns[:1] if len(req.entry_time_ns) else np.zeros(1, np.int64)
+    size, streams = req.size, req.stream
+    if not len(size):  # EMPTY_CACHE events name request 0
+        size, streams = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    stream = RequestStream.build(
+        kind, request, time_ns, size, streams, stream_names(req.stream_values)
+    )
     result = simulate_torch(stream, cap, config, layout, es_va_bytes=ES_VA_VALIDATION)
     log = result.segment_log
     kind_wanted = LOG_SEGMENT_MAP if recorded_action == "segment_map" else LOG_SEGMENT_ALLOC
@@ -190,7 +209,7 @@ def _validate_device(
     if not recorded:
         note = f"the trace has no {recorded_action} event to compare"
     return DeviceValidation(
-        device=device,
+        device=d.device,
         recorded_segment_allocs=len(recorded),
         simulated_segment_allocs=len(simulated),
         matched_segment_allocs=matched_in_order(recorded, simulated),
@@ -201,7 +220,7 @@ def _validate_device(
         requests=stream.n_requests,
         capacity_bytes=cap,
         capacity_source=cap_source,
-        recorded_oom_paths=len(record.runs) - len(empty_at),
+        recorded_oom_paths=len(record.runs.first) - len(empty_at),
         simulated_oom_paths=simulated_oom_paths,
         empty_cache_calls=len(empty_at),
         note=note,

@@ -94,6 +94,17 @@ def test_no_output_may_name_the_history_database(trace: Path, tmp_path: Path) ->
         assert out.returncode == 2 and "the history database" in out.stderr, argv
 
 
+def test_an_empty_history_database_is_still_the_history_database(trace: Path, tmp_path: Path) -> None:
+    # GIVEN a history database file that SQLite created but has not written yet (empty): the
+    # look-up that sees no SQLite header in an output skips SQLAlchemy, but not for this one
+    db = tmp_path / "history.sqlite"
+    db.write_bytes(b"")
+    out = run_nsysfrag(["analyze", trace, "-q", "--json", db], inputs=[trace, db],
+                       env={"NSYSFRAG_DB": str(db)})  # fmt: skip
+    assert out.returncode == 2 and "the history database" in out.stderr
+    assert db.read_bytes() == b""
+
+
 def test_two_outputs_naming_one_file_are_refused(trace: Path, tmp_path: Path) -> None:
     out = run_nsysfrag(
         ["analyze", trace, "--json", tmp_path / "r", "--csv", tmp_path / "r"], inputs=[trace]

@@ -1,5 +1,5 @@
 """``torch``: PyTorch's native CUDA caching allocator (``CUDACachingAllocator.cpp``), ported rule
-for rule from the source as ALLOCATORS.md §1 records it (@001074d, the 2.4/2.5 era):
+for rule from PyTorch's CUDACachingAllocator.cpp (@001074d, the 2.4/2.5 era):
 
 * ``round_size``: at least 512 B, a multiple of 512 B, or the next of
   ``roundup_power2_divisions`` steps between powers of two where configured (``d > 1`` and
@@ -31,7 +31,7 @@ the fraction to be set with C as the allowed maximum, or the option would do not
 pools, ``record_stream`` (deferred frees) and the free-memory callbacks are not modelled: a
 stream's lifetimes are ``alloc`` → ``free_completed``.
 
-Free memory for the SPEC metrics is what the allocator caches: ``F`` = reserved − allocated
+Free memory for the metrics is what the allocator caches: ``F`` = reserved − allocated
 (the free blocks inside segments or mapped pages), ``L`` the largest cached free block, ``N``
 their number.
 

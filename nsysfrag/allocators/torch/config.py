@@ -224,7 +224,7 @@ def _division_value(text: str, where: str) -> int:
 
 
 def _parse_divisions(v: str) -> tuple[int, ...]:
-    """A scalar for all intervals, or ``[k:v,…,>:v]`` with k in MB (ALLOCATORS.md §1.2)."""
+    """A scalar for all intervals, or ``[k:v,…,>:v]`` with k in MB (PyTorch's roundup_power2_divisions syntax)."""
     if not v.startswith("["):
         return (_division_value(v, v),) * DIVISION_INTERVALS
     if not v.endswith("]"):

@@ -2,7 +2,7 @@
 of :mod:`~nsysfrag.allocators.torch.state`, replayed by the shared event loop, and
 :func:`simulate_torch`, which sizes the tables and runs it.
 
-``malloc`` (ALLOCATORS.md §1.5): round the request, pick the pool, take the best cached block;
+``malloc`` (CUDACachingAllocator.cpp's): round the request, pick the pool, take the best cached block;
 failing that, run the garbage collector (with ``garbage_collection_threshold``), ask the device
 for a new segment, and on refusal release oversize blocks (``max_split_size``) and retry, then
 release every cached segment and retry once more; the request is a simulated OOM when that
@@ -18,12 +18,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag.allocators.base import (
-    I64,
-    Outputs,
-    RequestStream,
-    SimResult,
-)
+from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.torch.compiled_rules import (
     allocation_size_kernel,
@@ -63,7 +58,7 @@ class Model(NamedTuple):
     config: KernelConfig
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _malloc(st: TorchState, cfg: KernelConfig, r: int, orig: int) -> int:
     """The block for request ``r`` (``orig`` bytes), or 0 when even the OOM path fails."""
     size = round_size_kernel(orig, cfg.divisions)
@@ -103,7 +98,7 @@ def _malloc(st: TorchState, cfg: KernelConfig, r: int, orig: int) -> int:
     return n
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _place(m: Model, event: int, r: int, nbytes: int) -> int:
     st = m.state
     st.counters[0].event = event
@@ -115,7 +110,7 @@ def _place(m: Model, event: int, r: int, nbytes: int) -> int:
     return int(st.blocks[n].size)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _release(m: Model, r: int) -> int:
     st = m.state
     n = st.requests[r].block
@@ -131,14 +126,14 @@ def _release(m: Model, r: int) -> int:
     return OVERFLOW if st.counters[0].overflow != 0 else int(freed)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _empty_cache(m: Model, event: int) -> int:
     m.state.counters[0].event = event
     release_cached_blocks(m.state)
     return OVERFLOW if m.state.counters[0].overflow != 0 else 0
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _measure(m: Model, allocated: int) -> tuple[int, int, int, int]:
     c = m.state.counters[0]
     return c.free_bytes, largest_cached(m.state), c.free_blocks, c.reserved

@@ -7,10 +7,7 @@ with ``max_split_size``) and the garbage collector (``garbage_collection_thresho
 
 from __future__ import annotations
 
-import numba
-import numpy as np
-
-from nsysfrag.allocators.base import UNLIMITED
+from nsysfrag.allocators.base import UNLIMITED, kernel_step
 from nsysfrag.allocators.torch.config import KernelConfig
 from nsysfrag.allocators.torch.state import (
     LOG_ALLOC,
@@ -36,7 +33,7 @@ from nsysfrag.allocators.treap import K1, t_before, t_lower_bound, t_next, t_pre
 from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_ROUND_LARGE, K_SMALL_BUFFER
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _expandable_size(st: TorchState, n: int) -> int:
     """A block's size counting the unmapped range right after it."""
     b = st.blocks
@@ -44,7 +41,7 @@ def _expandable_size(st: TorchState, n: int) -> int:
     return int(b[n].size + (b[nx].size if nx != 0 and b[nx].mapped == 0 else 0))
 
 
-@numba.njit(cache=True)
+@kernel_step
 def get_free_block(st: TorchState, cfg: KernelConfig, pool: int, size: int) -> int:
     """Best fit in the pool (smallest size, then lowest address), or 0; the oversize rules of
     max_split_size refuse without trying the next candidate."""
@@ -76,7 +73,7 @@ def get_free_block(st: TorchState, cfg: KernelConfig, pool: int, size: int) -> i
     return n
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _release_block(st: TorchState, n: int) -> bool:
     """cudaFree a whole free segment."""
     b = st.blocks
@@ -89,7 +86,7 @@ def _release_block(st: TorchState, n: int) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _unmap_block(st: TorchState, n: int) -> None:
     """Unmap the whole free pages of a free expandable block."""
     b = st.blocks
@@ -140,17 +137,18 @@ def _unmap_block(st: TorchState, n: int) -> None:
         delete_block(st, n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def release_cached_blocks(st: TorchState) -> None:
     """Free every whole free segment; unmap the free pages of expandable segments."""
-    for n in candidates(st):
+    for k in range(candidates(st)):
+        n = st.scratch[k]
         if st.blocks[n].segment < 0:
             _release_block(st, n)
         else:
             _unmap_block(st, n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int, size: int
                                     ) -> bool:  # fmt: skip
     """Free oversize blocks (only with max_split_size): one that is large enough, else the
@@ -179,7 +177,7 @@ def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int
     return _release_block(st, n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
     """garbage_collect_cached_blocks: free whole large-pool segments of at least mean age."""
     b = st.blocks
@@ -187,11 +185,11 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
     if reserved <= cfg.gc_limit:
         return
     target = reserved - cfg.gc_limit
-    found = candidates(st)
-    blocks = np.empty(len(found), dtype=np.int64)
+    blocks = st.scratch  # the candidates, then (in place) the freeable ones; 0 once freed
     k = 0
     total_age = 0
-    for n in found:
+    for j in range(candidates(st)):
+        n = blocks[j]
         if b[n].segment < 0 and (b[n].pool & 1) == 0:
             blocks[k] = n
             total_age += st.gc_clock[b[n].pool] - b[n].gc_base
@@ -199,27 +197,26 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
     freeable = k
     if freeable == 0:
         return
-    alive = np.ones(k, dtype=np.bool_)
     reclaimed = 0
     freed = True
     while reclaimed < target and freed and freeable > 0:
         threshold = total_age / freeable
         freed = False
         for j in range(k):
-            if not alive[j]:
-                continue
             n = blocks[j]
+            if n == 0:
+                continue
             age = st.gc_clock[b[n].pool] - b[n].gc_base
             if age >= threshold:
                 freed = True
                 reclaimed += b[n].size
                 total_age -= age
                 freeable -= 1
-                alive[j] = False
+                blocks[j] = 0
                 _release_block(st, n)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _map_block(st: TorchState, cfg: KernelConfig, n: int, size: int) -> bool:
     """Map the pages under the first ``size`` bytes of unmapped range ``n``."""
     b = st.blocks
@@ -255,7 +252,7 @@ def _map_block(st: TorchState, cfg: KernelConfig, n: int, size: int) -> bool:
     return True
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _new_expandable_segment(st: TorchState, cfg: KernelConfig, pool: int) -> int:
     """Reserve a new expandable segment's virtual range: one unmapped block."""
     c = st.counters[0]
@@ -286,7 +283,7 @@ def _new_expandable_segment(st: TorchState, cfg: KernelConfig, pool: int) -> int
     return n
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _find_expandable_block(st: TorchState, cfg: KernelConfig, pool: int, size: int) -> int:
     """The lowest unmapped range that, with the free mapped block below it, holds ``size``."""
     b = st.blocks
@@ -308,7 +305,7 @@ def _find_expandable_block(st: TorchState, cfg: KernelConfig, pool: int, size: i
     return _new_expandable_segment(st, cfg, pool)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def _try_allocate_expandable_block(st: TorchState, cfg: KernelConfig, pool: int, size: int
                                    ) -> int:  # fmt: skip
     b = st.blocks
@@ -327,7 +324,7 @@ def _try_allocate_expandable_block(st: TorchState, cfg: KernelConfig, pool: int,
     return c
 
 
-@numba.njit(cache=True)
+@kernel_step
 def alloc_block(st: TorchState, cfg: KernelConfig, pool: int, size: int, alloc_size: int) -> int:
     """A new segment (cudaMalloc) or newly mapped pages holding ``size``; 0 when the device
     refuses (the capacity would be exceeded)."""

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
-from nsysfrag.allocators.base import I64
+from nsysfrag.allocators.base import I64, kernel_step, kernel_step_inline
 from nsysfrag.allocators.treap import (
     K1,
     VAL,
@@ -100,6 +99,7 @@ class TorchState(NamedTuple):
     gc_clock: I64  # per pool: get_free_block calls so far (the garbage collector's clock)
     log: Any  # LOG_ENTRY records, in call order
     requests: Any  # REQUEST records, per request of the stream
+    scratch: I64  # room for one list of block ids (the release candidates, as they are released)
 
 
 def _zeros(n: int) -> I64:
@@ -119,11 +119,11 @@ def new_state(
         blocks, counters, _zeros(max_blocks),
         new_treap(max_blocks, 11), new_treap(max_blocks, 12), new_treap(max_blocks, 13),
         np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(n_pools),
-        np.zeros(max_log, dtype=LOG_ENTRY), requests,
+        np.zeros(max_log, dtype=LOG_ENTRY), requests, _zeros(max_blocks),
     )  # fmt: skip
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def new_block(st: TorchState) -> int:
     """A fresh block id with every field cleared (mapped, not expandable), 0 on overflow."""
     c = st.counters[0]
@@ -148,12 +148,12 @@ def new_block(st: TorchState) -> int:
     return int(n)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def delete_block(st: TorchState, n: int) -> None:
     give_id(st.free_ids, st.counters[0], n)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def log_call(st: TorchState, kind: int, address: int, size: int) -> None:
     c = st.counters[0]
     k = c.log_length
@@ -168,7 +168,7 @@ def log_call(st: TorchState, kind: int, address: int, size: int) -> None:
         c.overflow = 1
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def _is_candidate(st: TorchState, n: int) -> bool:
     """Could release_cached_blocks return (part of) this free block to CUDA?"""
     b = st.blocks
@@ -177,7 +177,7 @@ def _is_candidate(st: TorchState, n: int) -> bool:
     return bool(b[n].size >= st.expandables[b[n].segment].page)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def _candidate_add(st: TorchState, n: int) -> None:
     b = st.blocks
     c = st.counters[0]
@@ -190,7 +190,7 @@ def _candidate_add(st: TorchState, n: int) -> None:
     b[n].flags |= IN_CANDIDATES
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def _candidate_remove(st: TorchState, n: int) -> None:
     b = st.blocks
     p = b[n].cand_prev
@@ -204,24 +204,22 @@ def _candidate_remove(st: TorchState, n: int) -> None:
     b[n].flags &= ~IN_CANDIDATES
 
 
-@numba.njit(cache=True)
-def candidates(st: TorchState) -> I64:
-    """The release candidates now, most recently cached first."""
+@kernel_step
+def candidates(st: TorchState) -> int:
+    """The release candidates now, most recently cached first, written to ``st.scratch``
+    (releasing them changes the list); returns how many."""
     b = st.blocks
+    out = st.scratch
     count = 0
     n = st.counters[0].candidates
     while n != 0:
+        out[count] = n
         count += 1
         n = b[n].cand_next
-    out = np.empty(count, dtype=np.int64)
-    n = st.counters[0].candidates
-    for k in range(count):
-        out[k] = n
-        n = b[n].cand_next
-    return out
+    return count
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def cache_block(st: TorchState, n: int) -> None:
     """Put a free mapped block into its pool's cached set (insert_into_blocks)."""
     b = st.blocks
@@ -237,7 +235,7 @@ def cache_block(st: TorchState, n: int) -> None:
         _candidate_add(st, n)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def uncache_block(st: TorchState, n: int) -> None:
     b = st.blocks
     c = st.counters[0]
@@ -250,20 +248,20 @@ def uncache_block(st: TorchState, n: int) -> None:
         _candidate_remove(st, n)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def add_unmapped(st: TorchState, n: int) -> None:
     b = st.blocks
     t_insert(st.unmapped, n, b[n].pool, b[n].address, b[n].size)
     b[n].flags |= IN_UNMAPPED
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def remove_unmapped(st: TorchState, n: int) -> None:
     t_erase(st.unmapped, n)
     st.blocks[n].flags &= ~IN_UNMAPPED
 
 
-@numba.njit(cache=True)
+@kernel_step
 def try_merge(st: TorchState, dst: int, src: int) -> int:
     """try_merge_blocks: absorb a free neighbour of the same mapping state into ``dst``."""
     b = st.blocks
@@ -288,7 +286,7 @@ def try_merge(st: TorchState, dst: int, src: int) -> int:
     return int(size)
 
 
-@numba.njit(cache=True)
+@kernel_step
 def splice_before(st: TorchState, n: int, after: int) -> None:
     """Link new block ``n`` right before ``after`` in its segment."""
     b = st.blocks
@@ -300,7 +298,7 @@ def splice_before(st: TorchState, n: int, after: int) -> None:
     b[after].prev = n
 
 
-@numba.njit(cache=True)
+@kernel_step
 def splice_after(st: TorchState, n: int, before: int) -> None:
     """Link new block ``n`` right after ``before`` in its segment."""
     b = st.blocks
@@ -313,13 +311,13 @@ def splice_after(st: TorchState, n: int, before: int) -> None:
     b[before].next = n
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def pool_of(st: TorchState, n: int) -> int:
     """The pool of a cached block, from its key in the free set."""
     return int(st.by_pool[n, K1] >> SIZE_SHIFT)
 
 
-@numba.njit(cache=True, inline="always")
+@kernel_step_inline
 def largest_cached(st: TorchState) -> int:
     last = t_last(st.by_size)
     return int(st.by_size[last, VAL]) if last != 0 else 0

@@ -4,7 +4,7 @@ opens it without ever writing, ``sqlite_tables`` and ``sqlite_columns`` read its
 a trace into one space per (process, device), and ``runner`` runs nsys itself to record or
 export.
 
-Only the reader loads on use, so recognising a path costs no import of SQLAlchemy.
+Only the reader loads on use: recognising a path imports none of it.
 """
 
 from __future__ import annotations

@@ -10,13 +10,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
 import numpy as np
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, ProgressCallback
@@ -71,13 +70,14 @@ def read_trace(
     path = Path(path)
     uri = export_file.database_uri(path, export_file.check_export_file(path))
     budget = export_file.WorkBudget(path)
-    engine = sa.create_engine(
-        "sqlite://", creator=lambda: budget.connect(uri), poolclass=sa.pool.NullPool
-    )
+
+    def connect() -> sqlite3.Connection:
+        return budget.connect(uri)
+
     try:
-        with engine.connect() as con:
-            return _read(engine, con, path, uri, require_memory_events, progress)
-    except (sa.exc.DBAPIError, sqlite3.Error) as err:
+        with closing(connect()) as con:
+            return _read(connect, con, path, uri, require_memory_events, progress)
+    except sqlite3.Error as err:
         if budget.exceeded:
             raise InputError(
                 f"{path}: reading it took more SQLite work than a file of its size can need"
@@ -88,19 +88,16 @@ def read_trace(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
             " re-export it with `nsys export --type sqlite --force-overwrite=true`"
         ) from None
-    finally:
-        engine.dispose()
 
 
-def _reason(err: Exception) -> str:
-    orig = err.orig if isinstance(err, sa.exc.DBAPIError) else err
-    lines = str(orig).splitlines()
-    return lines[0] if lines else type(orig).__name__
+def _reason(err: sqlite3.Error) -> str:
+    lines = str(err).splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def _read(
-    engine: sa.Engine,
-    con: Connection,
+    connect: Callable[[], sqlite3.Connection],
+    con: sqlite3.Connection,
     path: Path,
     uri: str,
     require_memory_events: bool,
@@ -127,18 +124,18 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, engine, lambda c: _read_api(c, tables, names, uri))
+        calls = pool.submit(_on_own_connection, connect, lambda c: _read_api(c, tables, names, uri))
         compiled = pool.submit(
-            _on_own_connection, engine, lambda c: query.compiled(c, uri, pool, progress)
+            _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress)
         )
         nvtx = _read_nvtx(con, tables)
         vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
         halves = compiled.result()
         if halves is None:
             positions = pool.submit(
-                _on_own_connection, engine, lambda c: query.positions(c, progress)
+                _on_own_connection, connect, lambda c: query.positions(c, progress)
             )
-            kinds = pool.submit(_on_own_connection, engine, query.kinds)
+            kinds = pool.submit(_on_own_connection, connect, query.kinds)
             try:
                 halves = positions.result(), kinds.result()
                 if len({len(a) for half in halves for a in half}) > 1:
@@ -170,8 +167,10 @@ def _read(
 T = TypeVar("T")
 
 
-def _on_own_connection(engine: sa.Engine, read: Callable[[Connection], T]) -> T:
-    with engine.connect() as con:
+def _on_own_connection(
+    connect: Callable[[], sqlite3.Connection], read: Callable[[sqlite3.Connection], T]
+) -> T:
+    with closing(connect()) as con:
         return read(con)
 
 
@@ -181,7 +180,7 @@ _NSYS_TABLE_PREFIXES = ("TARGET_INFO_", "META_DATA_", "EXPORT_META_DATA")
 
 
 def _no_memory_table_message(
-    con: Connection, tables: dict[str, str], path: Path, metadata: dict[str, str]
+    con: sqlite3.Connection, tables: dict[str, str], path: Path, metadata: dict[str, str]
 ) -> str:
     flags = [v for k, v in metadata.items() if k.endswith("COLLECT_GPU_MEMORY_USAGE")]
     if flags and all(v.lower() == "false" for v in flags):
@@ -195,7 +194,7 @@ def _no_memory_table_message(
     return f"{path}: {why}{calls}; record it again with: {RECORD_COMMAND}"
 
 
-def _api_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
+def _api_names(con: sqlite3.Connection, tables: dict[str, str]) -> dict[int, str]:
     """nameId -> API name without its version suffix, for the allocation and VMM calls (the
     only names we look for; the string table is small next to the runtime table)."""
     # Names are only looked for where they can be counted (_count_calls reads nameId).
@@ -214,7 +213,7 @@ def _api_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
 
 
 def _count_calls(
-    con: Connection, names: dict[int, str], groups: tuple[frozenset[str], ...]
+    con: sqlite3.Connection, names: dict[int, str], groups: tuple[frozenset[str], ...]
 ) -> list[int]:
     """How many runtime rows call a name of each group, in one scan."""
     sums = []
@@ -226,7 +225,7 @@ def _count_calls(
     return [int(v) for v in db.query(con, f"SELECT {', '.join(sums)} FROM {RUNTIME_TABLE}")[0]]
 
 
-def _enum_ids(con: Connection, tables: dict[str, str], table: str) -> dict[str, int]:
+def _enum_ids(con: sqlite3.Connection, tables: dict[str, str], table: str) -> dict[str, int]:
     if not db.has_columns(con, tables, table, "id", "name"):
         return {}
     # Ids go into SQL text and numpy arrays: only integers count.
@@ -248,7 +247,7 @@ class _MemoryQuery:
     free_op_id: int = DEFAULT_DEALLOCATION_ID
 
     @classmethod
-    def plan(cls, con: Connection, tables: dict[str, str]) -> _MemoryQuery:
+    def plan(cls, con: sqlite3.Connection, tables: dict[str, str]) -> _MemoryQuery:
         if MEMORY_TABLE not in tables:
             return cls(False, 0)
         kinds = _enum_ids(con, tables, "ENUM_CUDA_MEM_KIND")
@@ -275,7 +274,7 @@ class _MemoryQuery:
     def _correlation(self) -> str:
         return "coalesce(correlationId, -1)" if self.has_correlation else "-1"
 
-    def positions(self, con: Connection, progress: ProgressCallback | None = None) -> list[I64]:
+    def positions(self, con: sqlite3.Connection, progress: ProgressCallback | None = None) -> list[I64]:
         total = self.total_rows
 
         def loaded(rows: int) -> None:
@@ -287,14 +286,14 @@ class _MemoryQuery:
         columns = [*self._POSITIONS, self._correlation()]
         return db.int_columns(con, columns, MEMORY_TABLE, on_rows=loaded)
 
-    def kinds(self, con: Connection) -> list[I64]:
+    def kinds(self, con: sqlite3.Connection) -> list[I64]:
         if self.total_rows == 0:
             return []
         return db.int_columns(con, list(self._KINDS), MEMORY_TABLE)
 
     def compiled(
         self,
-        con: Connection,
+        con: sqlite3.Connection,
         uri: str,
         pool: ThreadPoolExecutor,
         progress: ProgressCallback | None,
@@ -346,7 +345,7 @@ class _MemoryQuery:
         arrays = list(shared)
         return arrays[:4], arrays[4:]
 
-    def filtered(self, con: Connection) -> tuple[list[I64], list[I64]]:
+    def filtered(self, con: sqlite3.Connection) -> tuple[list[I64], list[I64]]:
         """Both halves in one scan that skips rows with a NULL or non-integer where the replay
         needs a number: slower, so only for a trace that needs it."""
         valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
@@ -367,7 +366,7 @@ class _MemoryQuery:
             start, address, nbytes, corr, gpid, device, kind, op = (
                 a[keep] for a in (start, address, nbytes, corr, gpid, device, kind, op)
             )
-        # SPEC §1: events are ordered by start, ties by row order. A table scan returns rows in
+        # Events are ordered by start, ties by row order. A table scan returns rows in
         # rowid order, so a stable sort on start is enough, and none when nsys wrote them in
         # time order already (the usual case: no copy then).
         if np.any(start[1:] < start[:-1]):
@@ -414,7 +413,7 @@ _LITERAL_IDS = 20_000
 
 
 def _read_api(
-    con: Connection, tables: dict[str, str], names: dict[int, str], uri: str
+    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], uri: str
 ) -> ApiCalls:
     """The allocation calls (for failures and sites). Rows correlated with other memory events
     come from :func:`_read_correlated_api` once the memory events are known."""
@@ -425,7 +424,7 @@ def _read_api(
 
 
 def _read_correlated_api(
-    con: Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
+    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
     alloc_op_id: int, uri: str,
 ) -> ApiCalls:
     """Add the API rows of allocation events whose call is not an allocation call (static
@@ -463,7 +462,7 @@ def _read_correlated_api(
 
 
 def _api_rows(
-    con: Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
+    con: sqlite3.Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
 ) -> ApiCalls:
     columns = [
         "start",
@@ -496,7 +495,7 @@ def _api_rows(
     )
 
 
-def _read_nvtx(con: Connection, tables: dict[str, str]) -> NvtxRanges:
+def _read_nvtx(con: sqlite3.Connection, tables: dict[str, str]) -> NvtxRanges:
     cols = db.column_names(con, "NVTX_EVENTS") if "NVTX_EVENTS" in tables else set()
     if not {"start", "end", "eventType", "globalTid"} <= cols:
         empty = np.zeros(0, dtype=np.int64)

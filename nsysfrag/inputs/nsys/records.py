@@ -21,7 +21,7 @@ DEALLOCATION_OPERATION_NAME = "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION"
 DEFAULT_ALLOCATION_ID = 0
 DEFAULT_DEALLOCATION_ID = 1
 
-# SPEC §3: API calls whose non-zero return value is an allocation failure.
+# API calls whose non-zero return value is an allocation failure.
 ALLOCATION_CALLS = frozenset(
     {
         "cudaMalloc",
@@ -67,7 +67,7 @@ class MemoryEvents:
     address: U64  # unsigned: nsys stores addresses >= 2**63 as negative SQLite integers
     bytes: I64
     is_free: BoolArray
-    modelled: BoolArray  # device, array or device-static memory (SPEC §1)
+    modelled: BoolArray  # device, array or device-static memory (docs/metrics.md)
     correlation_id: I64  # -1 where the row has none
 
     def __len__(self) -> int:

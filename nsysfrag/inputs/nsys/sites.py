@@ -1,4 +1,4 @@
-"""Where each allocation ran: its NVTX site (SPEC §4).
+"""Where each allocation ran: its NVTX site (docs/metrics.md).
 
 A site is the stack of NVTX push/pop ranges enclosing the allocation's API call on the calling
 thread (``outer/inner``), else the innermost start/end range there, else ``(no range)``.

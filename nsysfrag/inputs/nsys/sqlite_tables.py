@@ -7,24 +7,24 @@ one is ``sqlite_columns``). Nothing here knows nsys.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy.engine import Connection
 
 from nsysfrag.events import I64
 
 
-def table_kinds(con: Connection) -> dict[str, str]:
+def table_kinds(con: sqlite3.Connection) -> dict[str, str]:
     """Table and view names -> "table" or "view": a view is as good a source to SELECT from."""
-    rows = con.exec_driver_sql(
+    rows = con.execute(
         "SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')"
     ).fetchall()
     return {name: kind for name, kind in rows if isinstance(name, str)}
 
 
-def row_order(con: Connection, table: str) -> str | None:
+def row_order(con: sqlite3.Connection, table: str) -> str | None:
     """The name under which ``table``'s rowid (its row order) reads, or None when it has none
     (a view, a WITHOUT ROWID table, or a table that declares all of rowid, _rowid_ and oid as
     columns of its own)."""
@@ -38,28 +38,28 @@ def row_order(con: Connection, table: str) -> str | None:
     return name
 
 
-def _table_sql(con: Connection, table: str) -> str:
+def _table_sql(con: sqlite3.Connection, table: str) -> str:
     found = query(con, "SELECT sql FROM sqlite_master WHERE name = ?", (table,))
     sql = found[0][0] if found else None
     return " ".join(sql.lower().split()) if isinstance(sql, str) else ""
 
 
-def order_by(con: Connection, table: str, alias: str = "") -> str:
+def order_by(con: sqlite3.Connection, table: str, alias: str = "") -> str:
     key = row_order(con, table)
     return f" ORDER BY {alias}{key}" if key is not None else ""
 
 
-def column_names(con: Connection, table: str) -> set[str]:
-    return {r[1] for r in con.exec_driver_sql(f"PRAGMA table_info('{table}')").fetchall()}
+def column_names(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info('{table}')").fetchall()}
 
 
-def has_columns(con: Connection, tables: dict[str, str], table: str, *wanted: str) -> bool:
+def has_columns(con: sqlite3.Connection, tables: dict[str, str], table: str, *wanted: str) -> bool:
     """Whether ``table`` exists with the ``wanted`` columns (a damaged export may lack either)."""
     return table in tables and set(wanted) <= column_names(con, table)
 
 
-def query(con: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    return list(con.exec_driver_sql(sql, tuple(params)).fetchall())
+def query(con: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    return list(con.execute(sql, tuple(params)).fetchall())
 
 
 class NotAllIntegers(Exception):
@@ -70,7 +70,7 @@ PAGE_ROWS = 250_000
 
 
 def int_columns(
-    con: Connection,
+    con: sqlite3.Connection,
     expressions: list[str],
     table: str,
     where: str = "1",
@@ -129,7 +129,7 @@ def int_columns(
 
 
 def _streamed_int_columns(
-    con: Connection,
+    con: sqlite3.Connection,
     expressions: list[str],
     table: str,
     where: str,
@@ -138,7 +138,7 @@ def _streamed_int_columns(
     """:func:`int_columns` for a source without rowids (a view): row tuples in scan order,
     slower but linear. SQLite marks every value that is not an integer as NULL."""
     checked = ", ".join(f"CASE WHEN typeof({e}) = 'integer' THEN {e} END" for e in expressions)
-    result = con.exec_driver_sql(f"SELECT {checked} FROM {table} WHERE {where}")
+    result = con.execute(f"SELECT {checked} FROM {table} WHERE {where}")
     blocks = []
     while chunk := result.fetchmany(PAGE_ROWS):
         block = np.array([tuple(r) for r in chunk], dtype=object).reshape(len(chunk), -1)
@@ -152,7 +152,7 @@ def _streamed_int_columns(
 
 
 def read_integers(
-    con: Connection,
+    con: sqlite3.Connection,
     expressions: list[str],
     table: str,
     where: str,

@@ -9,8 +9,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from sqlalchemy.engine import Connection
-
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import export_file
 from nsysfrag.inputs.nsys import sqlite_tables as db
@@ -52,7 +50,7 @@ def export_inputs(export: Path) -> list[str]:
         con.close()
 
 
-def read_metadata(con: Connection, tables: dict[str, str]) -> dict[str, str]:
+def read_metadata(con: sqlite3.Connection, tables: dict[str, str]) -> dict[str, str]:
     """Export and capture metadata; the export table was renamed in nsys 2023.3."""
     found: dict[str, str] = {}
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT", "META_DATA_CAPTURE"):
@@ -63,7 +61,7 @@ def read_metadata(con: Connection, tables: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
+def read_gpus(con: sqlite3.Connection, tables: dict[str, str]) -> dict[int, Gpu]:
     if "TARGET_INFO_GPU" not in tables or "id" not in db.column_names(con, "TARGET_INFO_GPU"):
         return {}
     cols = db.column_names(con, "TARGET_INFO_GPU")
@@ -78,7 +76,7 @@ def read_gpus(con: Connection, tables: dict[str, str]) -> dict[int, Gpu]:
     return gpus
 
 
-def read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[int, int], int]:
+def read_cuda_devices(con: sqlite3.Connection, tables: dict[str, str]) -> dict[tuple[int, int], int]:
     table = "TARGET_INFO_CUDA_DEVICE"
     if not db.has_columns(con, tables, table, "gpuId", "cudaId", "pid"):
         return {}
@@ -89,7 +87,7 @@ def read_cuda_devices(con: Connection, tables: dict[str, str]) -> dict[tuple[int
     return found
 
 
-def read_process_names(con: Connection, tables: dict[str, str]) -> dict[int, str]:
+def read_process_names(con: sqlite3.Connection, tables: dict[str, str]) -> dict[int, str]:
     if not db.has_columns(con, tables, "PROCESSES", "pid", "name"):
         return {}
     rows = db.query(con, "SELECT pid, name FROM PROCESSES")

@@ -3,8 +3,7 @@
 The only module that knows the snapshot's pickle layout. A snapshot is plain data (dicts, lists,
 strings, numbers, tuples), so it is read with an unpickler that refuses every global
 (``unpickle``): a pickle that asks to import anything (``os.system``, ``torch.Tensor``) is
-rejected before any of it runs, and torch is never needed. Layouts accepted (see ALLOCATORS.md
-§2):
+rejected before any of it runs, and torch is never needed. Layouts accepted:
 
 * the dict of ``torch.cuda.memory._snapshot()`` from PyTorch 2.1 to current: ``segments``,
   ``device_traces`` and, in newer versions, ``allocator_settings``;

@@ -134,7 +134,8 @@ def _unpickle(path: Path, source: Any) -> Any:
                 f"{path}: the pickle is truncated; copy or dump the snapshot again"
             ) from None
         raise InputError(
-            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt"
+            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt: copy or"
+            " dump the snapshot again"
         ) from None
     except RecursionError:
         raise InputError(f"{path}: the pickle nests too deeply to be a memory snapshot") from None
@@ -142,7 +143,8 @@ def _unpickle(path: Path, source: Any) -> Any:
         raise InputError(f"{path}: the pickle does not fit in memory") from None
     except Exception as err:  # noqa: BLE001 - any malformed opcode stream is the same user error
         raise InputError(
-            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt or truncated"
+            f"{path}: not a readable pickle ({_first_line(err)}); the file is corrupt or"
+            " truncated: copy or dump the snapshot again"
         ) from None
 
 

@@ -1,4 +1,4 @@
-"""The ``observed`` model (SPEC §2): blocks where the trace says they were.
+"""The ``observed`` model (docs/metrics.md): blocks where the trace says they were.
 
 A block's footprint is its size rounded up to the granularity G; the arena runs from the
 lowest allocated address B to E = max(B + C, the highest footprint end). The compiled replay

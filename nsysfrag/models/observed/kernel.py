@@ -1,4 +1,4 @@
-"""The observed address-space replay (SPEC §2 and §4): the hot path.
+"""The observed address-space replay (docs/metrics.md): the hot path.
 
 One compiled pass over a space's events keeps the live blocks and the free blocks between them
 and records the state after every event. Per-event cost is O(log n):

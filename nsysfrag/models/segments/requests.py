@@ -4,39 +4,31 @@ The blocks live at the window's start (rebuilt by the compiled backward walk) ar
 first, in address order, at the first entry's time; then every ``alloc`` is a request, freed by
 the ``free_completed`` (or legacy ``free``) of its address, or by the next ``alloc`` of that
 address when its free went missing; an ``oom`` is a request that lives no longer than its own
-entry (other policies get to try it). Times are the entries' ``time_us`` in ns (never
-decreasing), or entry numbers for a trace without times. This is, array for array, what
-``whatif.snapshot_sources`` builds from the record reader (``tests/test_snapshot_requests.py``).
+entry (other policies get to try it); where the program called ``empty_cache()`` (whatif reads
+where from the record), an EMPTY_CACHE event. Times are the entries' ``time_us`` in ns (never
+decreasing), or entry numbers for a trace without times. A validation replay starts instead
+from blocks already placed (``PlacedBlocks``), which are requests without events.
+``tests/test_snapshot_requests.py`` holds this to a plain reference over the record reader's
+entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.events import (
-    ALLOC,
-    FAILED_ALLOC,
-    FREE,
-    FREE_COMPLETED,
-    I64,
-    SEGMENT_ALLOC,
-    SEGMENT_FREE,
-    SEGMENT_MAP,
-    SEGMENT_UNMAP,
-)
-from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
-from nsysfrag.inputs.torch_snapshot.spaces import columns_events
-from nsysfrag.models.segments.compiled import WindowLayout, window_start
-from nsysfrag.models.segments.rules import AllocatorSettings
+from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, FREE_COMPLETED, I64
+from nsysfrag.inputs.torch_snapshot.columns import HistoryColumns
+from nsysfrag.inputs.torch_snapshot.spaces import history_times
+from nsysfrag.models.segments.compiled import WindowLayout
 
 EVENT_ALLOC = 0  # allocators.base.ALLOC
 EVENT_FREE = 1  # allocators.base.FREE
 EVENT_EMPTY_CACHE = 2  # allocators.base.EMPTY_CACHE
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -53,80 +45,93 @@ class SnapshotRequests:
     unmatched_frees: int  # frees of blocks the snapshot never shows
     entry_time_ns: I64  # per trace entry: its time as above
     timestamps: bool  # False: times are entry numbers
-    recorded_reserved: I64  # per trace entry: reserved bytes after it, from the segment entries
-    window: WindowLayout  # the layout at the window's start
+
+
+@dataclass(frozen=True)
+class PlacedBlocks:
+    """Blocks already in place before the first event (a validation replay's initial layout):
+    requests 0 .. n - 1, in this order, with no event of their own."""
+
+    address: I64
+    size: I64  # requested bytes
+    stream: I64  # raw cudaStream_t
 
 
 def snapshot_requests(
-    columns: SnapshotColumns, device: int, empty_cache_at: Iterable[int] = ()
+    history: HistoryColumns,
+    window: WindowLayout,
+    empty_cache_at: I64 = _NONE,
+    placed: PlacedBlocks | None = None,
+    streams_first: I64 = _NONE,
 ) -> SnapshotRequests:
-    """The request stream of ``device`` (empty arrays for a device without any);
-    ``empty_cache_at``: the history entries before which the program called empty_cache()
-    (an EMPTY_CACHE event, request 0, there)."""
-    history = columns.histories.get(device, EMPTY_HISTORY)
-    settings = AllocatorSettings(
-        columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
-    )
-    final = [s for s in columns.segments if s.device == device]
-    window = window_start(columns_events(columns, device)[0], final, settings)
+    """The request stream of a device with ``history`` whose window starts with ``window``
+    (empty arrays for a device without any). ``empty_cache_at``: the history entries before
+    which the program called empty_cache() (an EMPTY_CACHE event, request 0, there).
+    ``placed``: the blocks live at the start, already placed (default: the window's live
+    blocks, allocated by events at the first entry's time). ``streams_first``: raw streams
+    numbered before any request's (a validation replay's segments)."""
     action, address, size, stream = history.action, history.address, history.size, history.stream
-    times, timestamps = _times(history.time_us)
+    times, timestamps = history_times(history.time_us, 0)
+    if placed is None:
+        placed = _window_blocks(window)
+        announce = True
+    else:
+        announce = False
     # Addresses -> slots, so the kernel keys live requests by a dense index.
-    keys = np.unique(np.concatenate([window.block_address, address]))
-    initial_size = np.where(
-        window.block_requested > 0, window.block_requested, np.maximum(window.block_size, 0)
-    )
-    starts = window.segment_start
-    k = np.searchsorted(starts, window.block_address, side="right") - 1
-    inside = (k >= 0) & (window.block_address < window.segment_end[np.maximum(k, 0)])
-    initial_stream = np.where(inside, window.segment_stream[np.maximum(k, 0)], 0)
+    keys = np.unique(np.concatenate([placed.address, address]))
     n = len(action)
-    cap = len(window.block_address) + 3 * n + 1
+    cap = len(placed.address) + 3 * n + 1
     out = np.zeros((4, cap), np.int64)  # kind, request, time, entry
     req = np.zeros((2, cap), np.int64)  # size, raw stream
     empty_at = np.zeros(n, dtype=np.bool_)
-    empty_at[np.asarray(list(empty_cache_at), dtype=np.int64)] = True
+    empty_at[empty_cache_at] = True
     counts = _requests(
-        np.searchsorted(keys, window.block_address), initial_size, initial_stream,
+        np.searchsorted(keys, placed.address), placed.size, placed.stream, announce,
         times[0] if n else 0, action, np.searchsorted(keys, address), size, stream, times,
         empty_at, len(keys), out, req,
     )  # fmt: skip
     events, requests, unmatched = (int(c) for c in counts)
-    raw = req[1, :requests]
-    # Streams numbered by the first request on each, as whatif numbers them.
-    values, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
-    by_first = np.argsort(first, kind="stable")
-    rank = np.empty(len(values), np.int64)
-    rank[by_first] = np.arange(len(values))
-    initial_reserved = int((window.segment_end - window.segment_start).sum())
-    grows = np.isin(action, [SEGMENT_ALLOC, SEGMENT_MAP])
-    shrinks = np.isin(action, [SEGMENT_FREE, SEGMENT_UNMAP])
-    reserved = initial_reserved + np.cumsum(np.where(grows, size, 0) - np.where(shrinks, size, 0))
+    numbers, values = first_seen(np.concatenate([streams_first, req[1, :requests]]))
     return SnapshotRequests(
         kind=out[0, :events].astype(np.int8),
         request=out[1, :events].copy(),
         time_ns=out[2, :events].copy(),
         entry=out[3, :events].copy(),
         size=req[0, :requests].copy(),
-        stream=rank[inverse.reshape(-1)],
-        stream_values=values[by_first],
+        stream=numbers[len(streams_first) :],
+        stream_values=values,
         unmatched_frees=unmatched,
         entry_time_ns=times,
         timestamps=timestamps,
-        recorded_reserved=reserved.astype(np.int64),
-        window=window,
     )
 
 
-def _times(time_us: I64) -> tuple[I64, bool]:
-    """ns per entry, never decreasing (an entry without a time takes the one before it, the
-    first ones the first time there is); entry numbers when the trace has no times at all."""
-    present = time_us != NO_TIME
-    if not present.any():
-        return np.arange(len(time_us), dtype=np.int64), False
-    t = np.where(present, time_us, np.iinfo(np.int64).min)
-    t[0] = max(int(t[0]), int(time_us[np.argmax(present)]))
-    return np.maximum.accumulate(t) * 1000, True
+def first_seen(raw: I64) -> tuple[I64, I64]:
+    """Each value of ``raw`` numbered in the order values first appear: (numbers, the values
+    in that order)."""
+    values, first, inverse = np.unique(raw, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(values), np.int64)
+    rank[by_first] = np.arange(len(values))
+    return rank[inverse.reshape(-1)], values[by_first]
+
+
+def segment_of(window: WindowLayout, address: I64) -> I64:
+    """The index of the window's segment holding each address, -1 for none."""
+    k = np.searchsorted(window.segment_start, address, side="right") - 1
+    ends = np.append(window.segment_end, np.iinfo(np.int64).min)  # k = -1: no segment below
+    return np.where(address < ends[k], k, -1)
+
+
+def _window_blocks(window: WindowLayout) -> PlacedBlocks:
+    """The window's live blocks, in address order, with their requested bytes (or their size)
+    and their segment's stream (0 outside every segment)."""
+    size = np.where(
+        window.block_requested > 0, window.block_requested, np.maximum(window.block_size, 0)
+    )
+    streams = np.append(window.segment_stream, 0)  # index -1: outside every segment
+    stream = streams[segment_of(window, window.block_address)]
+    return PlacedBlocks(window.block_address, size, stream)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -138,7 +143,7 @@ def _event(out, i, kind, request, t, entry):  # type: ignore[no-untyped-def]
 
 @numba.njit(cache=True, nogil=True)
 def _requests(  # type: ignore[no-untyped-def]
-    initial_slot, initial_size, initial_stream, t0, action, slot, size, stream, times,
+    initial_slot, initial_size, initial_stream, announce, t0, action, slot, size, stream, times,
     empty_at, n_keys, out, req,
 ):  # fmt: skip
     live = np.full(n_keys, -1, dtype=np.int64)
@@ -149,7 +154,8 @@ def _requests(  # type: ignore[no-untyped-def]
         if initial_size[i] > 0:
             req[0, requests], req[1, requests] = initial_size[i], initial_stream[i]
             live[initial_slot[i]] = requests
-            events = _event(out, events, EVENT_ALLOC, requests, t0, -1)
+            if announce:
+                events = _event(out, events, EVENT_ALLOC, requests, t0, -1)
             requests += 1
     for j in range(len(action)):
         a = action[j]

@@ -84,7 +84,7 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
 
 
 def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
-    """SPEC's ``recommendation``: null, or the policy to switch to and what it saves."""
+    """The contract's ``recommendation``: null, or the policy to switch to and what it saves."""
     if rec.chosen is None:
         return None
     return {

@@ -171,7 +171,7 @@ def _html_space(s: SpaceComparison) -> str:
         )
     out.append("<h3>Policies, ranked</h3>")
     out.append('<p class="muted">Ranked by simulated OOMs, then peak reserved bytes. Every'
-               " figure is the named policy's own model of free memory (SPEC §8).</p>")  # fmt: skip
+               " figure is the named policy's own model of free memory.</p>")  # fmt: skip
     out.append(table(list(COLUMNS), rows))
     out.append(_bars(s))
     out.append(_lines(s))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
-from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, SWITCH, Candidate
+from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, STATE, SWITCH, Candidate
 
 VALIDATION_COLUMNS = (
     "device", "compared", "recorded", "simulated", "matched\nin order", "match",
@@ -63,6 +63,12 @@ def _checked(rec: Recommendation) -> str:
     """How the model's error on this input was measured, in words."""
     if rec.model_error is None or rec.recorded_peak_reserved_bytes is None:
         return "the input records no reserved memory to check the model against"
+    if rec.error_basis == STATE:
+        return (
+            f"the snapshot records its final state only: {rec.baseline}, given its live blocks,"
+            f" reserves {format_bytes(rec.baseline_peak_reserved_bytes)}, its segments hold"
+            f" {format_bytes(rec.recorded_peak_reserved_bytes)}"
+        )
     return (
         f"{rec.baseline} simulates {format_bytes(rec.baseline_peak_reserved_bytes)} of peak"
         f" reserved, the run recorded {format_bytes(rec.recorded_peak_reserved_bytes)}"
@@ -118,14 +124,16 @@ def baseline_text(rec: Recommendation) -> str:
     sim = format_bytes(rec.baseline_peak_reserved_bytes)
     if rec.recorded_peak_reserved_bytes is None:
         return f"{rec.baseline}: {sim} peak reserved simulated (nothing recorded to compare)"
-    error = (
-        "model error n/a: the snapshot has no trace to check the model against"
-        if rec.model_error is None
-        else f"model error {percent(rec.model_error)}"
-    )
+    if rec.model_error is None:
+        error = "model error n/a: nothing recorded to check the model against"
+    elif rec.error_basis == STATE:
+        error = f"model error {percent(rec.model_error)}, on the final state: no trace"
+    else:
+        error = f"model error {percent(rec.model_error)}"
+    recorded = "in the snapshot's segments" if rec.error_basis == STATE else "recorded"
     return (
         f"{rec.baseline}: {sim} peak reserved simulated,"
-        f" {format_bytes(rec.recorded_peak_reserved_bytes)} recorded ({error})"
+        f" {format_bytes(rec.recorded_peak_reserved_bytes)} {recorded} ({error})"
     )
 
 

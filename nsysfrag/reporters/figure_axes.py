@@ -1,0 +1,186 @@
+"""What every figure of a space shares: size, colours, health bands, byte and time axes,
+titles and legends. The figures themselves are in ``figures`` and ``address_map``.
+
+Time runs on an x axis of seconds since the space's first event: :func:`seconds_since_start`
+and :func:`time_axis` are the one place that choice is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import Formatter, Locator, MaxNLocator
+
+from nsysfrag.analysis import SpaceAnalysis
+from nsysfrag.analysis.metrics import F64, format_bytes
+from nsysfrag.models.observed import MODEL_NAME
+
+FIGSIZE_IN = (10.0, 4.5)
+DPI = 100
+MODEL_TITLE = f"{MODEL_NAME} address space"  # the history chart's runs are observed ones
+
+# One colour per quantity, the same in every figure.
+GLOBAL_COLOR = "#1f77b4"
+LOCAL_COLOR = "#ff7f0e"
+LIVE_COLOR = "#2ca02c"
+FREE_COLOR = "#9467bd"
+LARGEST_FREE_COLOR = "#17becf"
+FREE_BLOCKS_COLOR = "#3b3b3b"
+CAPACITY_COLOR = "#000000"
+COUNT_COLOR = "#5f6b7a"
+BYTES_COLOR = "#c9a227"
+HOLE_COLOR = "#c44e52"
+WARN_BAND = "#fff3b0"
+CRITICAL_BAND = "#ffd6d6"
+OTHER_SITES_COLOR = "#c8c8c8"
+# Sites: ColorBrewer Dark2 without its grey (kept for "other sites") plus two Paired tones, so
+# no site takes the global (blue) or local (orange) colour.
+SITE_COLORS = (
+    "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e",
+    "#e6ab02", "#a6761d", "#a6cee3", "#fb9a99",
+)  # fmt: skip
+
+# The health thresholds (docs/metrics.md, "Health"), in the units the figures draw.
+GLOBAL_WARN_PCT, GLOBAL_CRITICAL_PCT = 20.0, 40.0
+LOCAL_WARN_PCT, LOCAL_CRITICAL_PCT = 30.0, 60.0
+FREE_BLOCKS_WARN, FREE_BLOCKS_CRITICAL = 100, 500
+
+TOP_SITES = len(SITE_COLORS)
+TOP_HOTSPOT_SITES = 10
+SITE_LABEL_CHARS = 48
+
+_BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+# ---------------------------------------------------------------- axes helpers
+
+
+def _binary_unit(magnitude: float) -> tuple[float, str]:
+    """The largest binary unit not above ``magnitude`` (bytes for anything under 1 KiB)."""
+    scale, name = 1.0, _BINARY_UNITS[0]
+    for power, unit in enumerate(_BINARY_UNITS):
+        if magnitude >= float(1 << (10 * power)):
+            scale, name = float(1 << (10 * power)), unit
+    return scale, name
+
+
+def _view_unit(axis: object) -> tuple[float, str]:
+    vmin, vmax = axis.get_view_interval()  # type: ignore[attr-defined]
+    return _binary_unit(max(abs(float(vmin)), abs(float(vmax))))
+
+
+class BytesLocator(Locator):
+    """Round ticks in the binary unit of the axis range: 0, 20, 40 GiB rather than 21.47 GB."""
+
+    def __init__(self) -> None:
+        self._inner = MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10])
+
+    def __call__(self) -> Sequence[float]:
+        vmin, vmax = self.axis.get_view_interval()  # type: ignore[union-attr]
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin: float, vmax: float) -> Sequence[float]:
+        scale, _ = _binary_unit(max(abs(vmin), abs(vmax)))
+        self._inner.set_axis(self.axis)
+        ticks = [float(t) * scale for t in self._inner.tick_values(vmin / scale, vmax / scale)]
+        return self.raise_if_exceeds(ticks)
+
+
+class BytesFormatter(Formatter):
+    """Tick labels in the binary unit of the axis range: ``20 GiB``, ``512 MiB``."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        scale, unit = _view_unit(self.axis)
+        return f"{x / scale:.4g} {unit}"
+
+
+def bytes_axis(axis: object) -> None:
+    axis.set_major_locator(BytesLocator())  # type: ignore[attr-defined]
+    axis.set_major_formatter(BytesFormatter())  # type: ignore[attr-defined]
+
+
+def new_figure(ncols: int = 1) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=FIGSIZE_IN, dpi=DPI, layout="constrained")
+    fig.set_dpi(DPI)
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def space_label(space: SpaceAnalysis) -> str:
+    """``pid 3310 (python3) · device 0 (NVIDIA H100 80GB HBM3, 79.65 GiB)``."""
+    process = f" ({space.process_name})" if space.process_name else ""
+    label = (
+        f"pid {space.pid}{process} · device {space.device}"
+        f" ({space.device_name}, {format_bytes(space.capacity_bytes)})"
+    )
+    if space.span_mode:
+        label += " · span mode: addresses exceed device memory, free space over-stated"
+    return label
+
+
+def figure_title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None:
+    extra = f" · {note}" if note else ""
+    model = space.source.words.figure_title
+    fig.suptitle(f"{what} · {model}{extra}\n{space_label(space)}", fontsize=11)
+
+
+def seconds_since_start(space: SpaceAnalysis) -> F64:
+    t = space.timeline.time_ns
+    seconds: F64 = (t - t[0]).astype(np.float64) / 1e9
+    return seconds
+
+
+def _trace_time(ns: int) -> str:
+    return f"{ns / 1e9:.3f} s" if abs(ns) >= 1_000_000 else f"{ns / 1e3:.1f} µs"
+
+
+def time_axis(ax: Axes, space: SpaceAnalysis) -> None:
+    t = space.timeline.time_ns
+    span = float(int(t[-1]) - int(t[0])) / 1e9
+    ax.set_xlim(0.0, span if span > 0 else 1.0)
+    ax.set_xlabel(
+        f"time since the space's first event (s; that event is at {_trace_time(int(t[0]))}"
+        " of the trace)"
+    )
+
+
+def zoomed_top(highest: float, full: float) -> float:
+    """The y limit: a little above the highest value, so a flat line near 0 still shows its
+    shape; never above ``full``."""
+    return min(full, max(highest * 1.15, full / 50.0))
+
+
+def below_bands(ax: Axes, text: str) -> None:
+    # The bands are drawn but out of view: say so, or a zoomed-in plot looks alarming.
+    ax.text(
+        0.01, 0.97, f"ok: {text}", transform=ax.transAxes, ha="left", va="top", fontsize=8,
+        color="#2e7d32",
+        bbox={"boxstyle": "round,pad=0.25", "fc": "white", "ec": "#2e7d32", "alpha": 0.9},
+    )  # fmt: skip
+
+
+def say_empty(ax: Axes, text: str) -> None:
+    ax.text(
+        0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11,
+        color="#555555",
+    )  # fmt: skip
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def legend_right(ax: Axes, **kw: Any) -> None:
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, **kw)
+
+
+def count_of(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def short_site(site: str) -> str:
+    if len(site) <= SITE_LABEL_CHARS:
+        return site
+    return "…" + site[-(SITE_LABEL_CHARS - 1) :]
