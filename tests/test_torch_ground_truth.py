@@ -272,6 +272,25 @@ def test_whatif_predicts_what_expandable_segments_really_did() -> None:
     assert ooms["torch:expandable_segments=True"] == stat(expandable, "num_ooms")
 
 
+def test_whatif_tells_the_policy_that_removes_the_oom_without_recommending_it() -> None:
+    """GIVEN the fragmentation OOM, which PyTorch avoided under expandable segments at a slightly
+    higher peak reserved WHEN ``whatif`` ranks the policies THEN nothing is recommended (the
+    truth rule recommends savings only: the JSON recommendation is null) and the report still
+    names expandable segments as the setting with fewer simulated OOMs, with its cost."""
+    native, snapshot = recorded("fragmentation")
+    expandable, _ = recorded("expandable")
+    assert stat(native, "num_ooms") > stat(expandable, "num_ooms")
+    doc = _cli_json("whatif", str(snapshot))
+    (space,) = doc["spaces"]
+    assert space["recommendation"] is None
+    result = CliRunner().invoke(cli, ["whatif", str(snapshot)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "no policy beats the baseline" in text
+    assert "expandable_segments:True has 0 simulated OOM(s) against 1" in text
+    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if the run failed for memory" in text
+
+
 @pytest.mark.parametrize("name", FULL_TRACE)
 def test_validation_replays_pytorchs_segments_and_oom_paths(name: str) -> None:
     """GIVEN a real snapshot WHEN ``whatif --validate`` replays its requests through the torch
