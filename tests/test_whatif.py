@@ -37,6 +37,7 @@ from nsysfrag.whatif import (
 from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.recommend import model_error
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
+from tests.snapshot_workloads import make_snapshots
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
 REAL = (
@@ -479,6 +480,35 @@ def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Pa
     # AND the baseline is checked against the record even without --validate
     assert space.recommendation.model_error == 0.0
     assert space.recommendation.recorded_peak_reserved_bytes == 50 * MiB
+
+
+def test_an_expandable_oom_retry_is_reproduced_on_the_recorded_peak(tmp_path: Path) -> None:
+    # GIVEN expandable segments with 1184 MiB for the allocator: a 1 GiB tensor freed (1040 MiB
+    # mapped), 16 x 64 MiB carved from it, every other one freed, then 384 MiB asked for. The
+    # first attempt extends the free end (80 MiB) by 320 MiB: refused. The release unmaps the
+    # whole pages of every free block (400 MiB, the free end among them) and the retry maps
+    # 400 MiB: more than the device refused.
+    ms = make_snapshots()
+    a = ms.CachingAllocator(1184 * MiB, 0, expandable=True, va_base=0x7F00_0000_0000, faithful=True)
+    frames: list[dict[str, Any]] = []
+    a.free(a.malloc(1024 * MiB, frames))
+    blocks = [a.malloc(64 * MiB, frames) for _ in range(16)]
+    for b in blocks[1::2]:
+        a.free(b)
+    a.malloc(384 * MiB, frames)
+    maps = [e["size"] for e in a.trace if e["action"] == "segment_map"]
+    assert maps == [1040 * MiB, 400 * MiB]
+    path = tmp_path / "expandable_retry.pickle"
+    path.write_bytes(pickle.dumps(a.snapshot("expandable_segments:True"), protocol=4))
+    # WHEN the torch model replays it on the capacity the record implies
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN that capacity is the recorded peak (reserved + the retry's map, 1440 MiB, would let
+    # the first attempt through), and the model takes the same OOM path to the same maps
+    assert d.capacity_bytes == d.peak_reserved_recorded_bytes == 1040 * MiB
+    assert "expandable" in d.capacity_source
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 2
+    assert d.peak_reserved_simulated_bytes == 1040 * MiB
+    assert d.recorded_oom_paths == d.simulated_oom_paths == 1
 
 
 @pytest.mark.parametrize(

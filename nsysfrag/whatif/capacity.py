@@ -7,6 +7,18 @@ free memory then (C = reserved + free); and a malloc's OOM retry — a run of ``
 shows the device refusing reserved + that segment, so C is below it, while C is at least the
 peak the run reached. Without either the run never met the limit.
 
+With expandable segments the retry's map is not what the device refused: PyTorch's first
+attempt (``try_allocate_expandable_block``) extends the free block at the end of the mapped
+range by the pages the request still lacks; the release then unmaps that block's whole pages
+too, and the retry maps them again, more than the first attempt asked for. PyTorch 2.11 on an
+H200 (``sample_traces/torch_expandable_snapshot.pickle``): 1040 MiB mapped, 145 MiB free on the
+device, a 384 MiB request beside an 80 MiB free end lacks 16 pages (320 MiB): refused; 400 MiB
+of free pages unmapped, 400 MiB mapped. Reserved + the retry's map put C at 1438 MiB, where the
+first attempt fits, so the replay grew without the OOM path the run took (1 of 2 maps, peak
++31 %). The record states no refused size then, only that the run met the limit, so C is the
+lowest capacity the record allows, its peak: every recorded map fits in it, and every refused
+attempt exceeded the true C, which is at least the peak.
+
 A release the allocator does not make itself is the program's ``torch.cuda.empty_cache()``:
 a run of releases not followed by a new segment and an allocation (or an OOM), or followed by
 one the device had room for (reserved + the segment within C) and that no garbage collection
@@ -19,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from nsysfrag.allocators.base import UNLIMITED, GiB, MiB
 from nsysfrag.events import (
@@ -51,6 +64,7 @@ class ReleaseRuns:
     before: I64  # reserved bytes just before it
     new_segment: I64  # bytes of the segment_alloc / segment_map right after it, 0 for none
     then: I8  # the action after the run and its new segments (TRACE_ENDS: the trace ends)
+    unmapped: npt.NDArray[np.bool_]  # segment_unmap (expandable): the retry maps another size
 
 
 @dataclass(frozen=True)
@@ -66,11 +80,17 @@ class Record:
     def peak(self) -> int:
         return max(self.initial, int(self.reserved.max()) if len(self.reserved) else 0)
 
-    def refused(self) -> I64:
-        """Reserved + new segment where a malloc released cached memory first and then got
-        the segment: what the device refused the first time, where it exceeds the peak."""
+    def retries(self) -> npt.NDArray[np.bool_]:
+        """Per run: a malloc released cached memory first and then got a new segment that,
+        added to the reserved memory before the release, exceeds the peak."""
         asked = self.runs.before + self.runs.new_segment
-        return asked[(self.runs.new_segment > 0) & (asked > self.peak)]
+        return np.asarray((self.runs.new_segment > 0) & (asked > self.peak))
+
+    def refused(self) -> I64:
+        """What the device refused the first time at each native retry: reserved + the
+        segment, the same size the retry then got."""
+        asked = self.runs.before + self.runs.new_segment
+        return asked[self.retries() & ~self.runs.unmapped]
 
     def implied_capacity(self) -> tuple[int, str] | None:
         """The capacity the record implies, with how; None when the run never met a limit."""
@@ -78,6 +98,11 @@ class Record:
             # cudaMemGetInfo's free memory: the device's, even under a memory fraction.
             return self.oom_capacity, (
                 "estimated from the recorded OOM: reserved + free device memory then"
+            )
+        if (self.retries() & self.runs.unmapped).any():
+            return self.peak, (
+                "estimated from the recorded OOM retries of expandable segments: the recorded"
+                " peak reserved (the size the device refused is not recorded)"
             )
         refused = self.refused()
         if len(refused):
@@ -154,6 +179,7 @@ def read_record(history: HistoryColumns, initial: int) -> Record:
         before=padded_reserved[first - 1],
         new_segment=np.where(then_at > past, padded_size[past], 0).astype(np.int64),
         then=padded_action[then_at],
+        unmapped=action[first] == SEGMENT_UNMAP,
     )
     said = np.flatnonzero(history.oom_device_free >= 0)
     oom = None

@@ -68,6 +68,10 @@ class Recommendation:
     chosen: Candidate | None  # the recommended policy (SWITCH)
     best_other: Candidate | None  # KEEP: the best policy that did not make it, if any
     scale: Scale | None  # the reference models' best, for scale
+    # KEEP: the best-ranked policy with fewer simulated OOMs than the baseline, if any. The
+    # truth rule recommends savings only; a policy that removes the run's failures at a cost in
+    # peak reserved is still news to a user whose job died for memory, so the report says so.
+    fewer_ooms: Candidate | None = None
 
     @property
     def policy(self) -> str | None:
@@ -117,6 +121,9 @@ def recommend(
         capacity_bytes=capacity,
         chosen=chosen,
         best_other=max(others, key=lambda c: c.saving_bytes) if others and not chosen else None,
+        fewer_ooms=next((c for c in others if c.simulated_ooms < base.simulated_ooms), None)
+        if not chosen and not segments_suspected
+        else None,
         scale=None if segments_suspected else _scale(outcomes),
     )
 

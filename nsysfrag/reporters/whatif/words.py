@@ -116,6 +116,19 @@ def recommendation_text(rec: Recommendation) -> str:
                 f"; the best, {_label(other)}, lowers peak reserved by"
                 f" {percent(other.saving_ratio)}"
             )
+    fewer = rec.fewer_ooms
+    if fewer is not None:
+        conf = (
+            f"; set {conf_text(fewer.alloc_conf)} if the run failed for memory"
+            if fewer.alloc_conf
+            else ""
+        )
+        text += (
+            f". {_label(fewer)} has {fewer.simulated_ooms} simulated OOM(s) against"
+            f" {rec.baseline_ooms} at peak reserved"
+            f" {pair(rec.baseline_peak_reserved_bytes, fewer.peak_reserved_bytes)}"
+            f" ({signed_percent(-fewer.saving_ratio)}){conf}"
+        )
     return f"{text}. {error}."
 
 
