@@ -26,8 +26,9 @@ from nsysfrag.inputs.torch_snapshot.reader import Snapshot, parse_snapshot
 from nsysfrag.inputs.torch_snapshot.spaces import columns_events, device_events
 from nsysfrag.models.segments import compiled as segments_compiled
 from nsysfrag.models.segments import replay as segments_model
+from nsysfrag.models.segments.device_replay import DeviceReplay
 from nsysfrag.models.segments.layout import Layout
-from nsysfrag.models.segments.replay import DeviceReplay, _Replayer
+from nsysfrag.models.segments.replay import _Replayer
 from nsysfrag.models.segments.rules import AllocatorSettings
 from tests.conftest import REPO, SAMPLES
 from tests.snapshot_workloads import Op, merge, perturb, run_workload

@@ -19,7 +19,7 @@ import pytest
 from nsysfrag.inputs.torch_snapshot.reader import parse_snapshot
 from nsysfrag.inputs.torch_snapshot.spaces import device_events
 from nsysfrag.models.segments import compiled, replay
-from nsysfrag.models.segments.replay import DeviceReplay
+from nsysfrag.models.segments.device_replay import DeviceReplay
 from nsysfrag.models.segments.rules import AllocatorSettings
 from tests.test_spec_reference_truth import (  # the same generator and workloads
     WORKLOADS,

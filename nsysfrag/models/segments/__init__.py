@@ -20,9 +20,8 @@ from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.compiled import CompiledDevice
+from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.replay import (
-    DeviceReplay,
-    OomEvent,
     free_blocks_after,
     replay_device,
     stranded_after,

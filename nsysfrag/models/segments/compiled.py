@@ -31,6 +31,7 @@ from nsysfrag.events import (
     ProgressCallback,
 )
 from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment
+from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.kernel import (
     F_HOLE,
     F_OUT_OF_ORDER,
@@ -83,7 +84,7 @@ from nsysfrag.models.segments.kernel_layout import (
     T_PEAK_REQ,
     new_layout,
 )
-from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS, DeviceReplay, OomEvent
+from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS
 from nsysfrag.models.segments.rules import AllocatorSettings
 from nsysfrag.models.segments.window import _final_segments
 from nsysfrag.models.series import FreeBlocks, StrandedSegment

@@ -21,12 +21,12 @@ the low end of a free block, so it leaves no gap there): the replay is run again
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from nsysfrag.events import I64, AllocationEvents, BoolArray
 from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
+from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
     K_SMALL_BUFFER,
@@ -57,61 +57,6 @@ _SEGMENT_CODES = {
     "segment_map": SEGMENT_MAP,
     "segment_unmap": SEGMENT_UNMAP,
 }
-
-
-@dataclass(frozen=True)
-class OomEvent:
-    time_ns: int
-    device_free_bytes: int | None
-    requested_bytes: int  # rounded, as the allocator recorded it
-    largest_free_bytes: int
-    free_bytes: int
-    reserved_bytes: int
-    allocated_bytes: int
-    stream: int
-    site: str
-
-
-@dataclass
-class DeviceReplay:
-    """One device's timeline in the pytorch-segments model, one point per modelled event."""
-
-    time_ns: I64
-    event: np.ndarray  # replay outcome codes, plus SEGMENT_* and OOM
-    address: np.ndarray  # uint64
-    bytes: I64
-    free_bytes: I64
-    largest_free_bytes: I64
-    free_blocks: I64
-    live_bytes: I64
-    reserved_bytes: I64
-    allocated_bytes: I64
-    releasable_bytes: I64  # R (docs/metrics.md): wholly free segments, whole free expandable pages
-    out_of_order: BoolArray
-    hole: BoolArray
-    freed_alloc: I64
-    pin_left: I64
-    pin_right: I64
-    removed_at: I64
-    overlap: BoolArray
-    site: I64
-    site_names: list[str]
-    initial_blocks: int
-    initial_reserved_bytes: int
-    trace_entries: int
-    timestamps: bool  # False: times are entry numbers
-    conflicts: int  # the backward walk, plus frees of no live block found going forwards
-    final_mismatches: int  # segments or blocks the replay's end differs from the snapshot in
-    base_address: int
-    end_address: int
-    peak_allocated: tuple[int, int]  # (allocated, requested) at the first maximum of allocated
-    max_reserved_bytes: int
-    max_allocated_bytes: int
-    max_requested_bytes: int
-    ooms: list[OomEvent] = field(default_factory=list)
-    # Blocks live at the window's start whose inferred size an allocation showed too short:
-    # address -> the size they had (the replay above already uses them).
-    repairs: dict[int, int] = field(default_factory=dict)
 
 
 # How often the replay is repeated with repaired sizes at most: each round repairs every block
