@@ -100,6 +100,7 @@ def test_terminal_report_fits_80_columns(job: tuple[Path, dict[str, Any], bytes]
     assert re.search(r"nsysfrag job · 4 ranks: 4 analyzed, 0 failed", out)
     assert re.search(rf"worst rank: {doc['worst']['rank']} — peak global fragmentation", out)
     assert "skew across 4 ranks (max / median)" in out
+    assert not re.search(r"[│ ] s\s+[│ ]", out)  # no time split from its unit
     for rank in range(4):  # a row per rank, boxed or not (the layout drops borders to fit)
         assert re.search(rf"^[│ ]\s*{rank}\s+[│ ]\s*(OK|WARN|CRITICAL)", out, re.MULTILINE)
     # One input keeps the single-input report.

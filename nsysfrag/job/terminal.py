@@ -26,7 +26,6 @@ UNRECORDED = (
     " were added), so those cells are empty."
 )
 
-
 def seconds(ns: int) -> str:
     return f"{ns / 1e9:.3f} s"
 
@@ -40,7 +39,9 @@ def basis_text(s: RankSummary) -> str:
     value = s.health_basis.get("value")
     shown = f"{value:.1%}" if metric in _RATIOS and isinstance(value, float) else f"{value}"
     at = s.health_basis.get("time_ns")
-    return f"{metric} {shown}" + (f" at {seconds(int(at))}" if at is not None else "")
+    # "0.459s", unit attached: the table wraps cells at spaces, and a time must not lose its unit.
+    when = f" at {int(at) / 1e9:.3f}s" if at is not None else ""
+    return f"{metric.replace('_', ' ')} {shown}{when}"
 
 
 def oom_text(s: RankSummary) -> str:
