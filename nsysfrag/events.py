@@ -9,7 +9,7 @@ Each row is a change: the state it leads to holds until the next row.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,6 +50,24 @@ class SiteTable(Protocol):
         """The site codes of ``events`` (indices) and the names they index; code 0 is the
         input's word for "no site known"."""
         ...
+
+
+class NameCodes:
+    """Names numbered in the order first seen: a site's, a stack's or a range's text gets one
+    code however often it recurs, so per-event columns hold small integers, not strings."""
+
+    __slots__ = ("_codes", "names")
+
+    def __init__(self, names: Sequence[str] = ()) -> None:
+        self.names: list[str] = list(names)
+        self._codes = {name: code for code, name in enumerate(self.names)}
+
+    def code(self, name: str) -> int:
+        found = self._codes.get(name)
+        if found is None:
+            found = self._codes[name] = len(self.names)
+            self.names.append(name)
+        return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import I64
+from nsysfrag.events import I64, NameCodes
 from nsysfrag.inputs.nsys.records import ApiCalls, MemoryEvents, NvtxRanges
 
 NO_RANGE = "(no range)"
@@ -55,17 +55,13 @@ class _SiteTrie:
         self._length = [0]  # characters of the joined texts
         self._anchor = [_ROOT]  # deepest node on the path whose name fits in half the limit
         self._children: dict[tuple[int, int], int] = {}
-        self._text_id: dict[str, int] = {}
-        self.texts: list[str] = []
+        self._texts = NameCodes()
+        self.texts = self._texts.names
         self._names: dict[int, str] = {_ROOT: NO_RANGE}
         self._full: dict[int, str] = {}
 
     def text_id(self, text: str) -> int:
-        found = self._text_id.get(text)
-        if found is None:
-            found = self._text_id[text] = len(self.texts)
-            self.texts.append(text)
-        return found
+        return self._texts.code(text)
 
     def child(self, node: int, text: int) -> int:
         """The stack ``node`` with range text ``text`` pushed on top."""

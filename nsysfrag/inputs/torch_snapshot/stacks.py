@@ -26,7 +26,7 @@ from typing import cast
 
 import numpy as np
 
-from nsysfrag.events import I64
+from nsysfrag.events import I64, NameCodes
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, describe, site_of
 
@@ -40,8 +40,8 @@ class StackTable:
 
     def __init__(self, limit: ExpansionLimit | None) -> None:
         self.limit = limit
-        self.site_names: list[str] = [NO_STACK]
-        self._site_code: dict[str, int] = {NO_STACK: 0}
+        self._sites = NameCodes([NO_STACK])
+        self.site_names = self._sites.names
         self._stack_site: list[int] = [0]  # stack id -> site code
         # Frame identities of each distinct stack's first list -> its id. The lists stay alive
         # while the snapshot is parsed, so their ids (and their frames' ids) are stable.
@@ -122,11 +122,7 @@ class StackTable:
         return found
 
     def site_code(self, site: str) -> int:
-        code = self._site_code.get(site)
-        if code is None:
-            code = self._site_code[site] = len(self.site_names)
-            self.site_names.append(site)
-        return code
+        return self._sites.code(site)
 
 
 def frames_of(value: object) -> tuple[Frame, ...]:

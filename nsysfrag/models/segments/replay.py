@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nsysfrag.events import I64, AllocationEvents, BoolArray
+from nsysfrag.events import I64, AllocationEvents, BoolArray, NameCodes
 from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
@@ -62,19 +62,6 @@ _SEGMENT_CODES = {
 # How often the replay is repeated with repaired sizes at most: each round repairs every block
 # an allocation shows too short, so a second round settles any snapshot seen so far.
 MAX_REPAIR_ROUNDS = 8
-
-
-class _Sites:
-    def __init__(self) -> None:
-        self.names = [NO_STACK]
-        self.codes = {NO_STACK: 0}
-
-    def code(self, name: str) -> int:
-        c = self.codes.get(name)
-        if c is None:
-            c = self.codes[name] = len(self.names)
-            self.names.append(name)
-        return c
 
 
 def replay_device(
@@ -175,7 +162,7 @@ class _Replayer:
         self.times = times
         self.timestamps = timestamps
         self.start = start
-        self.sites = _Sites()
+        self.sites = NameCodes([NO_STACK])
         self.cols: dict[str, list[int]] = {k: [] for k in _COLUMNS}
         self.stack: list[_Block] = []
         self.removed: list[tuple[int, int]] = []  # (allocation point, point that removed it)
