@@ -19,6 +19,13 @@ from nsysfrag.testing.nsys_export import (
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 REAL_TRACES = REPO.parent / "shared" / "real_traces"
+REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
+# Every snapshot a test can read: the samples, then the genuine ones where they are beside us.
+SNAPSHOT_INPUTS = sorted(SAMPLES.glob("*.pickle")) + (
+    sorted(p for p in REAL_SNAPSHOTS.glob("*") if p.suffix in (".pickle", ".pkl"))
+    if REAL_SNAPSHOTS.is_dir()
+    else []
+)
 
 # Fuzz tests (tests/hostile) run FUZZ_CI_EXAMPLES examples in CI; `pytest --hypothesis-profile
 # fuzz` runs thousands (NSYSFRAG_FUZZ_EXAMPLES sets how many, with or without the profile).

@@ -26,14 +26,9 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     parse_snapshot,
 )
 from nsysfrag.inputs.torch_snapshot.stacks import StackTable
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import SAMPLES, SNAPSHOT_INPUTS
 
-REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
-INPUTS = sorted(SAMPLES.glob("*.pickle")) + (
-    sorted(p for p in REAL_SNAPSHOTS.glob("*") if p.suffix in (".pickle", ".pkl"))
-    if REAL_SNAPSHOTS.is_dir()
-    else []
-)
+INPUTS = SNAPSHOT_INPUTS
 S = 0x7F00_0000_0000
 
 

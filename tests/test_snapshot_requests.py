@@ -33,15 +33,10 @@ from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.segments.window import window_start
 from nsysfrag.whatif.capacity import recorded_devices, replay_capacity
 from nsysfrag.whatif.streams import stream_names
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import SNAPSHOT_INPUTS
 from tests.test_segments_kernel import EXAMPLES, snapshots
 
-REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
-INPUTS = sorted(SAMPLES.glob("*.pickle")) + (
-    sorted(p for p in REAL_SNAPSHOTS.glob("*") if p.suffix in (".pickle", ".pkl"))
-    if REAL_SNAPSHOTS.is_dir()
-    else []
-)
+INPUTS = SNAPSHOT_INPUTS
 RELEASES = ("segment_free", "segment_unmap")
 NEW_SEGMENTS = ("segment_alloc", "segment_map")
 
