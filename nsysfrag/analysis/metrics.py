@@ -74,6 +74,14 @@ class HealthBasis:
     point: int  # that moment's index in the state series
 
 
+def basis_words(metric: str, value: object) -> str:
+    """A health basis's metric and value as the reports write them: ``local frag 45.7%``,
+    ``free blocks 12`` (a ratio as a percentage, a count as it is)."""
+    name = metric.replace("_", " ")
+    ratio = metric != "free_blocks" and isinstance(value, (int, float))
+    return f"{name} {value:.1%}" if ratio else f"{name} {value}"
+
+
 def material(free_bytes: I64, capacity_bytes: int) -> BoolArray:
     """The moments where local_frag and free_blocks count toward health: free memory (everything
     free on the device) at least MATERIAL_SHARE of the device, boundary included."""

@@ -5,7 +5,7 @@ them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -64,10 +64,6 @@ class Fragmentation:
     global_frag: F64  # per event
     local_frag: F64
     peak_index: int  # the first event at which global_frag is at its maximum
-    max_global_frag: float
-    max_local_frag: float
-    max_free_blocks: int
-    max_live_bytes: int
     health: Health
     health_basis: HealthBasis | None
     growth_per_s: float
@@ -87,12 +83,23 @@ class Fragmentation:
         )
 
     @property
-    def peak(self) -> State:
-        return self.state(self.peak_index)
+    def max_live_bytes(self) -> int:
+        return int(self.states.live_bytes.max())
 
-    @property
-    def final(self) -> State:
-        return self.state(len(self.global_frag) - 1)
+    def headline(self) -> dict[str, Any]:
+        """The figures every summary of a series carries under the same names, as keyword
+        arguments: an analyzed space (:class:`SpaceAnalysis`) and a what-if policy's replay
+        (``PolicyOutcome``) both take them, so they are computed and named in one place."""
+        return {
+            "peak": self.state(self.peak_index),
+            "final": self.state(len(self.global_frag) - 1),
+            "max_global_frag": float(self.global_frag.max()),
+            "max_local_frag": float(self.local_frag.max()),
+            "max_free_blocks": int(self.states.free_blocks.max()),
+            "max_live_bytes": self.max_live_bytes,
+            "health": self.health,
+            "growth_per_s": self.growth_per_s,
+        }
 
 
 def pool_state(pool: PoolColumns, i: int) -> PoolState:
@@ -130,10 +137,6 @@ def fragmentation(
         global_frag=g,
         local_frag=loc,
         peak_index=int(np.argmax(g)),
-        max_global_frag=float(g.max()),
-        max_local_frag=float(loc.max()),
-        max_free_blocks=int(states.free_blocks.max()),
-        max_live_bytes=int(states.live_bytes.max()),
         health=health,
         health_basis=basis,
         growth_per_s=growth_per_second(time_ns, g) if timed else 0.0,
@@ -171,16 +174,9 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         span_mode=series.span_mode,
         counts=counts,
         alloc_failure_rate=failed / (failed + allocations) if failed + allocations else 0.0,
-        peak=f.peak,
+        **f.headline(),
         peak_index=f.peak_index,
-        final=f.final,
-        max_global_frag=f.max_global_frag,
-        max_local_frag=f.max_local_frag,
-        max_free_blocks=f.max_free_blocks,
-        max_live_bytes=f.max_live_bytes,
         internal_frag=(held - live_at_held) / held if held > 0 else 0.0,
-        growth_per_s=f.growth_per_s,
-        health=f.health,
         health_basis=f.health_basis,
         ooms=failures_of(
             space.events, series, f, lambda p: stranded_sites(run.stranded_after(p), series)

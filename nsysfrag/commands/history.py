@@ -9,13 +9,7 @@ from pathlib import Path
 import click
 
 from nsysfrag.commands.feedback import say
-from nsysfrag.commands.outputs import (
-    Output,
-    check_destinations,
-    history_kept,
-    report_console,
-    write_text,
-)
+from nsysfrag.commands.outputs import Output, check_destinations, report_console, write_text
 from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
@@ -124,7 +118,7 @@ def history_command(
     outputs = [Output("--json", json_path)] if json_path is not None else []
     if png_path is not None:
         outputs.append(Output("--png", png_path, stdout_ok=False))
-    check_destinations(outputs, history_kept(outputs, db))
+    check_destinations(outputs, db=db)
     trend = resolve_metric(trend_metric) if trend_metric is not None else None
     checked = [resolve_metric(m) for m in metrics or (DEFAULT_METRIC,)]
     query = RunQuery(tags=parse_tags(tags), label=label, since=since, until=until)

@@ -64,8 +64,13 @@ class Kept:
     path: Path
 
 
-def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> None:
-    """Raise InputError, before any work, for an output that breaks a rule of the module."""
+def check_destinations(
+    outputs: Sequence[Output], kept: Sequence[Kept] = (), db: str | None = None
+) -> None:
+    """Raise InputError, before any work, for an output that breaks a rule of the module. The
+    files in ``kept`` and the history database (``db`` as ``--db`` gives it) are never
+    replaced."""
+    kept = [*kept, *_history_kept(outputs, db)]
     for o in outputs:
         # A name the file system refuses to look up (over 255 bytes, say) fails every check.
         stat_path(o.path, f"choose a shorter name for {o.option}")
@@ -98,7 +103,7 @@ def check_destinations(outputs: Sequence[Output], kept: Sequence[Kept] = ()) -> 
         _check_writable_place(o)
 
 
-def history_kept(outputs: Sequence[Output], db: str | None = None) -> list[Kept]:
+def _history_kept(outputs: Sequence[Output], db: str | None = None) -> list[Kept]:
     """The SQLite history database (``--db``, ``$NSYSFRAG_DB`` or the default) as a file no
     output may replace, whether or not this run records; only looked up when an output file
     already exists and could be an SQLite database, since only then can it be the database

@@ -20,7 +20,6 @@ from nsysfrag.commands.outputs import (
     Kept,
     Output,
     check_destinations,
-    history_kept,
     report_console,
     write_text,
 )
@@ -182,7 +181,7 @@ def check_outputs(request: ReportRequest, source: Path) -> None:
     if request.baseline is not None:
         kept.append(Kept("the --baseline document", request.baseline))
     outputs = request.outputs()
-    check_destinations(outputs, kept + history_kept(outputs, request.db))
+    check_destinations(outputs, kept, request.db)
     if request.baseline is not None:
         load_document(request.baseline)  # fail now, not after a long analysis
 

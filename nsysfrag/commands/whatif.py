@@ -8,14 +8,7 @@ import click
 
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.commands.feedback import feedback, say
-from nsysfrag.commands.outputs import (
-    Kept,
-    Output,
-    check_destinations,
-    history_kept,
-    report_console,
-    write_text,
-)
+from nsysfrag.commands.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.commands.params import ByteSize
 from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
@@ -76,7 +69,7 @@ def whatif_command(
     json_out = Output("--json", json_path) if json_path is not None else None
     html_out = Output("--html", html_path) if html_path is not None else None
     outputs = [o for o in (json_out, html_out) if o is not None]
-    check_destinations(outputs, [Kept("the input", source), *history_kept(outputs)])
+    check_destinations(outputs, [Kept("the input", source)])
     if is_report(source):
         from nsysfrag.commands.analyze import export_report
 

@@ -118,7 +118,7 @@ def run_job(
 def _check_outputs(request: ReportRequest, inputs: Sequence[RankInput]) -> None:
     """No output may overwrite an input (or the export beside a report), the baseline or the
     history; checked before any work (commands.outputs)."""
-    from nsysfrag.commands.outputs import Kept, check_destinations, history_kept
+    from nsysfrag.commands.outputs import Kept, check_destinations
 
     kept = [Kept("the input trace", i.path) for i in inputs]
     kept += [
@@ -129,7 +129,7 @@ def _check_outputs(request: ReportRequest, inputs: Sequence[RankInput]) -> None:
     if request.baseline is not None:
         kept.append(Kept("the --baseline document", request.baseline))
     outputs = request.outputs()
-    check_destinations(outputs, kept + history_kept(outputs, request.db))
+    check_destinations(outputs, kept, request.db)
 
 
 def _execute(

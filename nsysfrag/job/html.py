@@ -15,7 +15,7 @@ from nsysfrag.job import heatmap, terminal
 from nsysfrag.job.document import RankSummary
 from nsysfrag.job.terminal import basis_text, hotspot_text, memory_text, oom_text, seconds
 from nsysfrag.reporters.html import CSS
-from nsysfrag.reporters.html_page import FOOTER, esc, page, table
+from nsysfrag.reporters.html_page import esc, page, table
 from nsysfrag.reporters.state_cells import percent
 
 TOP_HOTSPOTS = 5
@@ -183,4 +183,4 @@ def render(summaries: Sequence[RankSummary], document: dict[str, Any]) -> str:
             f'<figure class="heatmap">{heatmap.svg(rows, span, anchor="rank-{rank}")}</figure>',
         ]
     body += [_rank_section(entry, s) for entry, s in zip(document["ranks"], summaries)]
-    return page(f"nsysfrag — job of {len(summaries)} ranks", CSS + _EXTRA_CSS, [*body, FOOTER])
+    return page(f"nsysfrag — job of {len(summaries)} ranks", CSS + _EXTRA_CSS, body)

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.analysis.metrics import basis_words, format_bytes
 from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
 from nsysfrag.printable import printable
@@ -20,7 +20,6 @@ from nsysfrag.reporters import comparison_table
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
-_RATIOS = ("global_frag", "local_frag")
 UNRECORDED = (
     "The analyses of some ranks record no health basis or OOM verdicts (an nsysfrag before they"
     " were added), so those cells are empty."
@@ -35,13 +34,10 @@ def basis_text(s: RankSummary) -> str:
     nothing (ok, or a document from before the basis was recorded)."""
     if s.health_basis is None:
         return ""
-    metric = str(s.health_basis.get("metric", "?"))
-    value = s.health_basis.get("value")
-    shown = f"{value:.1%}" if metric in _RATIOS and isinstance(value, float) else f"{value}"
+    words = basis_words(str(s.health_basis.get("metric", "?")), s.health_basis.get("value"))
     at = s.health_basis.get("time_ns")
     # "0.459s", unit attached: the table wraps cells at spaces, and a time must not lose its unit.
-    when = f" at {int(at) / 1e9:.3f}s" if at is not None else ""
-    return f"{metric.replace('_', ' ')} {shown}{when}"
+    return f"{words} at {int(at) / 1e9:.3f}s" if at is not None else words
 
 
 def oom_text(s: RankSummary) -> str:
@@ -58,9 +54,7 @@ def memory_text(s: RankSummary) -> str:
 
 def hotspot_text(s: RankSummary) -> str:
     h = s.hotspot
-    if h is None:
-        return "—"
-    return f"{h.site} ({h.size_class}, holes {format_bytes(h.hole_bytes)})"
+    return "—" if h is None else f"{h.site} ({h.size_class}, holes {format_bytes(h.hole_bytes)})"
 
 
 def failure(path: str, error: str | None) -> str:

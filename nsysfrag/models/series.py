@@ -7,8 +7,8 @@ segment events, OOMs and the blocks already live when its window opens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -86,19 +86,19 @@ class StateSeries:
         return len(self.time_ns)
 
 
-# The per-point columns of a series, by the names the models' replays use for them too.
-REPLAY_COLUMNS = (
-    "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
-    "live_bytes", "overlap", "out_of_order", "hole", "freed_alloc", "pin_left", "pin_right",
-    "removed_at", "site", "site_names",
-)  # fmt: skip
+Figures = TypeVar("Figures", StateSeries, PoolColumns)
 
 
-def series_of(replayed: object, **rest: Any) -> StateSeries:
-    """A state series from the ``rest`` of the fields and, for the :data:`REPLAY_COLUMNS` not
-    among them, the attributes of that name of a replay's outputs."""
-    columns = {name: getattr(replayed, name) for name in REPLAY_COLUMNS if name not in rest}
-    return StateSeries(**columns, **rest)
+def from_replay(kind: type[Figures], replayed: object, **rest: Any) -> Figures:
+    """A state series (or its pool columns) from the ``rest`` of the fields and, for each other
+    field, the attribute of that name of a replay's outputs where it has one: the replays name
+    their per-point columns (and arena, initial blocks) as the series does."""
+    taken = {
+        f.name: getattr(replayed, f.name)
+        for f in fields(kind)
+        if f.name not in rest and hasattr(replayed, f.name)
+    }
+    return kind(**taken, **rest)
 
 
 @dataclass(frozen=True, slots=True)

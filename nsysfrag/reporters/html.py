@@ -26,15 +26,7 @@ from nsysfrag.reporters.failure_words import (
     unknown_note,
 )
 from nsysfrag.reporters.figures import figure_builders
-from nsysfrag.reporters.html_page import (
-    BASE_CSS,
-    FOOTER,
-    esc,
-    page,
-    rated_cell,
-    table,
-    warnings_box,
-)
+from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
 from nsysfrag.reporters.time_base import moment
 
@@ -453,7 +445,6 @@ def render(analysis: Analysis) -> str:
         body.append('<p class="empty">No device-memory allocations in this trace.</p>')
     body += [_space(s, i) for i, s in enumerate(analysis.spaces)]
     body.append(_definitions(analysis.source.words))
-    body.append(FOOTER)
     return page(f"nsysfrag — {name}", CSS, body)
 
 

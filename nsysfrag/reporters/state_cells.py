@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from nsysfrag.analysis import SpaceAnalysis, State
 from nsysfrag.analysis.metrics import (
     Health,
+    basis_words,
     format_bytes,
     free_blocks_health,
     global_frag_health,
@@ -51,8 +52,7 @@ def health_reason(space: SpaceAnalysis) -> str:
     b = space.health_basis
     if b is None:
         return "every rated metric stayed in range"
-    value = str(b.value) if b.metric == "free_blocks" else percent(b.value)
-    return f"{b.metric.replace('_', ' ')} {value} at {moment(space, b.time_ns)}"
+    return f"{basis_words(b.metric, b.value)} at {moment(space, b.time_ns)}"
 
 
 def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell]:

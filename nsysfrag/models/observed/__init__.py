@@ -30,7 +30,7 @@ from nsysfrag.models.series import (
     FreeBlocks,
     StateSeries,
     StrandedSegment,
-    series_of,
+    from_replay,
 )
 
 if TYPE_CHECKING:
@@ -70,7 +70,8 @@ class ObservedModel:
             site_codes[placed], site_names = space.events.sites.codes(rows[placed])
             out = replaying.result()
         fp, live_at_fp = (int(v) for v in out.peak_footprint)
-        series = series_of(
+        series = from_replay(
+            StateSeries,
             out,
             time_ns=events.time_ns,
             address=events.address,

@@ -33,7 +33,7 @@ from nsysfrag.models.series import (
     PoolColumns,
     StateSeries,
     StrandedSegment,
-    series_of,
+    from_replay,
 )
 
 if TYPE_CHECKING:
@@ -195,22 +195,16 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
     the largest request that succeeds without new memory, ``L_eff = max(L, D + R)`` (the
     allocator can release whole free segments and map a new one anywhere)."""
     device_free = np.maximum(capacity - r.reserved_bytes, 0)
-    return series_of(
+    return from_replay(
+        StateSeries,
         r,
         free_bytes=device_free + r.free_bytes,
         largest_free_bytes=np.maximum(r.largest_free_bytes, device_free + r.releasable_bytes),
         free_blocks=r.free_blocks + (device_free > 0),
-        pool=PoolColumns(
-            reserved_bytes=r.reserved_bytes,
-            allocated_bytes=r.allocated_bytes,
-            releasable_bytes=r.releasable_bytes,
-            device_free_bytes=device_free,
-            largest_block_bytes=r.largest_free_bytes,
+        pool=from_replay(
+            PoolColumns, r, device_free_bytes=device_free, largest_block_bytes=r.largest_free_bytes
         ),
         held_peak=r.peak_allocated,
-        base_address=r.base_address,
-        end_address=r.end_address,
-        initial_blocks=r.initial_blocks,
         failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
     )
 

@@ -44,6 +44,7 @@ from nsysfrag.models.segments.kernel_layout import (
     placed_below,
     refresh,
     seg_add,
+    seg_add_whole,
     seg_find,
     seg_map,
     seg_overlaps,
@@ -164,18 +165,7 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
             if size[j] == 0 or seg_overlaps(keys, seg, sfen, tot, x, end):
                 tot[T_CONFLICTS] += 1
             elif a == A_SEGMENT_FREE:
-                seg_add(
-                    seg,
-                    sfen,
-                    tot,
-                    k,
-                    end,
-                    stream[j],
-                    1 if size[j] == K_SMALL_BUFFER else 0,
-                    0,
-                    0,
-                    x,
-                )
+                seg_add_whole(seg, sfen, tot, k, x, end, stream[j])
             else:
                 seg_map(keys, seg, sfen, tot, k, slot_e[j], x, end, stream[j])
         elif a == A_SEGMENT_MAP and seg_unmap(keys, seg, sfen, tot, slot_e[j], x, end) < 0:
@@ -244,19 +234,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         k = initial[i]
         blk[k, B_POINT] = tot[T_POINTS]
         nbytes = blk[k, B_REQ] if blk[k, B_REQ] != 0 else blk[k, B_SIZE]
-        emit(
-            gap,
-            tot,
-            out_i64,
-            out_flags,
-            out_event,
-            record,
-            t0,
-            E_ALLOCATED,
-            keys[k],
-            nbytes,
-            rb[k, R_SITE],
-        )
+        emit(gap, tot, out_i64, out_flags, out_event, record, t0, E_ALLOCATED, keys[k], nbytes, rb[k, R_SITE])  # fmt: skip
         stack_point[depth], stack_slot[depth] = blk[k, B_POINT], k
         depth += 1
     if len(initial) == 0:  # the start of the window is a moment all the same: its segments, ...
@@ -322,20 +300,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                 place(keys, seg, blk, bfen, gap, share, tot, k, s)
             stack_point[depth], stack_slot[depth] = point, k
             depth += 1
-            emit(
-                gap,
-                tot,
-                out_i64,
-                out_flags,
-                out_event,
-                record,
-                t,
-                E_ALLOCATED,
-                x,
-                size[j],
-                site[j],
-                overlap,
-            )
+            emit(gap, tot, out_i64, out_flags, out_event, record, t, E_ALLOCATED, x, size[j], site[j], overlap)  # fmt: skip
         elif (a == A_FREE_COMPLETED or a == A_FREE) and blk[k, B_LIVE] == 0:
             tot[T_CONFLICTS] += 1
             emit(
@@ -366,18 +331,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
             if size[j] > 0 and not seg_overlaps(keys, seg, sfen, tot, x, end):
                 tot[T_RESERVED] += size[j]
                 if a == A_SEGMENT_ALLOC:
-                    seg_add(
-                        seg,
-                        sfen,
-                        tot,
-                        k,
-                        end,
-                        stream[j],
-                        1 if size[j] == K_SMALL_BUFFER else 0,
-                        0,
-                        0,
-                        x,
-                    )
+                    seg_add_whole(seg, sfen, tot, k, x, end, stream[j])
                     refresh(keys, seg, blk, bfen, gap, share, tot, 2 * k, k)
                 else:
                     base, joined = seg_map(keys, seg, sfen, tot, k, slot_e[j], x, end, stream[j])

@@ -135,6 +135,14 @@ def seg_add(seg, sfen, tot, slot, end, stream, small, exp, page, origin):  # typ
 
 
 @numba.njit(cache=True, nogil=True)
+def seg_add_whole(seg, sfen, tot, slot, start, end, stream):  # type: ignore[no-untyped-def]
+    """A segment cudaMalloc'd whole (not expandable), [start, end): of the small pool when it has
+    the small pool's buffer size."""
+    small = 1 if end - start == K_SMALL_BUFFER else 0
+    seg_add(seg, sfen, tot, slot, end, stream, small, 0, 0, start)
+
+
+@numba.njit(cache=True, nogil=True)
 def seg_remove(seg, sfen, tot, slot):  # type: ignore[no-untyped-def]
     seg[slot, S_ON] = 0
     _fenwick_add(sfen, slot, -1)

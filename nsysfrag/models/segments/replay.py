@@ -21,10 +21,11 @@ the low end of a free block, so it leaves no gap there): the replay is run again
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from nsysfrag.events import I64, AllocationEvents, BoolArray, NameCodes
+from nsysfrag.events import AllocationEvents, NameCodes
 from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
@@ -196,7 +197,7 @@ class _Replayer:
         """The layout right after timeline point ``point`` (replaying only that far)."""
         times, _, fold, _, _ = self._begin()
         for j, e in enumerate(self.entries):
-            if len(self.cols["time"]) > point:
+            if len(self.cols["time_ns"]) > point:
                 break
             self._apply(j, e, times[j], fold[j])
 
@@ -210,7 +211,7 @@ class _Replayer:
         initial = self._place_initial_blocks()
         self._track()
         for b, site in initial:
-            b.point = len(self.cols["time"])
+            b.point = len(self.cols["time_ns"])
             self._point(t0, ALLOCATED, b.address, b.requested or b.size, site=site)
             self.stack.append(b)
         fold = _folded(self.entries)
@@ -292,7 +293,7 @@ class _Replayer:
             end = e.address + e.size
             for b in layout.blocks_in(e.address, end):  # the trace missed their frees
                 self.conflicts += 1
-                self._drop(b, len(self.cols["time"]))
+                self._drop(b, len(self.cols["time_ns"]))
             base = layout.segs.find(e.address)
             if base is None or layout.segs.seg[base].end < end:
                 self.conflicts += 1
@@ -325,7 +326,7 @@ class _Replayer:
 
     def _alloc(self, j: int, e: HistoryEntry, t: int) -> None:
         layout = self.layout
-        point = len(self.cols["time"])
+        point = len(self.cols["time_ns"])
         overlap = False
         if e.address in layout.blocks:  # a second alloc of a live block: its free went missing
             overlap = True
@@ -394,7 +395,7 @@ class _Replayer:
             self.conflicts += 1
             self._point(t, UNMATCHED_FREE, e.address, e.size)
             return
-        i = len(self.cols["time"])
+        i = len(self.cols["time_ns"])
         stack = self.stack
         while stack and not stack[-1].live:
             stack.pop()
@@ -455,60 +456,39 @@ class _Replayer:
     ) -> None:
         layout = self.layout
         c = self.cols
-        c["time"].append(t)
+        c["time_ns"].append(t)
         c["event"].append(code)
         c["address"].append(address)
         c["bytes"].append(nbytes)
-        c["free"].append(layout.free_total)
-        c["largest"].append(layout.largest_free())
-        c["blocks"].append(len(layout.free_end))
-        c["live"].append(layout.requested)
-        c["reserved"].append(layout.reserved)
-        c["allocated"].append(layout.allocated)
-        c["releasable"].append(layout.releasable_total)
+        c["free_bytes"].append(layout.free_total)
+        c["largest_free_bytes"].append(layout.largest_free())
+        c["free_blocks"].append(len(layout.free_end))
+        c["live_bytes"].append(layout.requested)
+        c["reserved_bytes"].append(layout.reserved)
+        c["allocated_bytes"].append(layout.allocated)
+        c["releasable_bytes"].append(layout.releasable_total)
         c["site"].append(site)
         c["overlap"].append(overlap)
         c["out_of_order"].append(out_of_order)
         c["hole"].append(hole)
-        c["freed"].append(freed)
-        c["left"].append(left)
-        c["right"].append(right)
+        c["freed_alloc"].append(freed)
+        c["pin_left"].append(left)
+        c["pin_right"].append(right)
 
     def _result(self, initial: int, initial_reserved: int, timestamps: bool) -> DeviceReplay:
         c = self.cols
-        n = len(c["time"])
+        n = len(c["time_ns"])
         removed_at = np.full(n, NO_BLOCK, dtype=np.int64)
         for alloc_point, at in self.removed:
             if 0 <= alloc_point < n:
                 removed_at[alloc_point] = min(at, n - 1)
-
-        def i64(k: str) -> I64:
-            return np.asarray(c[k], dtype=np.int64)
-
-        def flag(k: str) -> BoolArray:
-            return np.asarray(c[k], dtype=np.bool_)
-
+        columns: dict[str, Any] = {
+            k: np.asarray(v, dtype=_DTYPES.get(k, np.int64)) for k, v in c.items()
+        }
         low = self.low if self.low is not None else 0
         return DeviceReplay(
-            time_ns=i64("time"),
-            event=np.asarray(c["event"], dtype=np.int8),
-            address=np.asarray(c["address"], dtype=np.uint64),
-            bytes=i64("bytes"),
-            free_bytes=i64("free"),
-            largest_free_bytes=i64("largest"),
-            free_blocks=i64("blocks"),
-            live_bytes=i64("live"),
-            reserved_bytes=i64("reserved"),
-            allocated_bytes=i64("allocated"),
-            releasable_bytes=i64("releasable"),
-            out_of_order=flag("out_of_order"),
-            hole=flag("hole"),
-            freed_alloc=i64("freed"),
-            pin_left=i64("left"),
-            pin_right=i64("right"),
+            **columns,
             removed_at=removed_at,
-            overlap=flag("overlap"),
-            site=i64("site"),
             site_names=self.sites.names,
             initial_blocks=initial,
             initial_reserved_bytes=initial_reserved,
@@ -535,10 +515,16 @@ class _Replayer:
         return len(want_ranges ^ got_ranges) + len(want_blocks ^ got_blocks)
 
 
+# The columns of each point, named as DeviceReplay's fields; int64 unless _DTYPES says.
 _COLUMNS = (
-    "time", "event", "address", "bytes", "free", "largest", "blocks", "live", "reserved",
-    "allocated", "releasable", "site", "overlap", "out_of_order", "hole", "freed", "left", "right",
+    "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
+    "live_bytes", "reserved_bytes", "allocated_bytes", "releasable_bytes", "site", "overlap",
+    "out_of_order", "hole", "freed_alloc", "pin_left", "pin_right",
 )  # fmt: skip
+_DTYPES = {
+    "event": np.int8, "address": np.uint64, "overlap": np.bool_, "out_of_order": np.bool_,
+    "hole": np.bool_,
+}  # fmt: skip
 
 
 def _folded(entries: Sequence[HistoryEntry]) -> list[bool]:

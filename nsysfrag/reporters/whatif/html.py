@@ -11,15 +11,7 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
-from nsysfrag.reporters.html_page import (
-    BASE_CSS,
-    FOOTER,
-    esc,
-    page,
-    rated_cell,
-    table,
-    warnings_box,
-)
+from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
 from nsysfrag.reporters.whatif import words
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
@@ -237,5 +229,4 @@ def render_html(report: WhatifReport) -> str:
     body += [_html_space(s) for s in report.spaces]
     if report.validation is not None:
         body.append(_html_validation(report.validation))
-    body.append(FOOTER)
     return page(f"nsysfrag what-if — {name}", _CSS, body)
