@@ -283,3 +283,19 @@ def test_a_job_of_traces_loads_only_what_traces_need(tmp_path: Path) -> None:
 
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
     assert [r["rank"] for r in json.loads(out.read_text())["ranks"]] == [0, 1]
+
+
+def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Path) -> None:
+    # caching_allocator.sqlite's first memory event is seconds into its nsys session: the job
+    # must count from there, as the rank's own report does, not from the session's start.
+    for name in ("caching_allocator.sqlite", "churn_anomalies.sqlite"):
+        shutil.copy(SAMPLES / name, tmp_path / name)
+    alone = run("analyze", "caching_allocator.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
+    doc = single("caching_allocator.sqlite", cwd=tmp_path)
+    assert doc["trace"]["first_event_ns"] > 10**9
+    at = f"{(doc['spaces'][0]['peak']['time_ns'] - doc['trace']['first_event_ns']) / 1e9:.3f} s"
+    assert re.search(rf"\bpeak\s+│?\s*{re.escape(at)}", alone.stdout), alone.stdout
+    job = run("analyze", "caching_allocator.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
+              env={"COLUMNS": "200"})  # fmt: skip
+    assert job.returncode == 0, job.stderr
+    assert re.search(rf"worst rank: 0 — .* at {re.escape(at)}\)", job.stdout), job.stdout

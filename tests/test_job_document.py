@@ -122,3 +122,39 @@ def test_heatmap_cells_are_the_highest_value_of_the_step_function_in_each_slice(
     assert row_rects.count("4") == 3 and row_rects.count("18") == 3
     assert heatmap.colour(0.5) == heatmap.COLOURS[-1] and heatmap.colour(0.0) == heatmap.COLOURS[0]
     assert heatmap.colour(0.2) == heatmap.COLOURS[4]  # 20 % (warn) starts a band
+
+
+def test_a_rank_s_times_count_from_its_input_s_first_event_as_in_its_own_report() -> None:
+    space = _space(
+        4, [2_000_000_000, 2_500_000_000, 3_000_000_000], [0.1, 0.5, 0.2], health="critical",
+        health_basis={"metric": "global_frag", "value": 0.5, "time_ns": 2_500_000_000},
+        ooms=[{"time_ns": 2_750_000_000, "verdict": "unknown"}],
+    )  # fmt: skip
+    recorded = _doc(space)
+    recorded["trace"]["first_event_ns"] = 1_900_000_000  # another space's event came first
+    s = RankSummary.of({"rank": 0, "path": "r0", "analysis": recorded})
+    assert (s.origin_ns, terminal.basis_text(s)) == (1_900_000_000, "global frag 50.0% at 0.600s")
+    # A document from before the key: its timelines' earliest point, each space's first event.
+    older = RankSummary.of({"rank": 0, "path": "r0", "analysis": _doc(space)})
+    assert (older.origin_ns, terminal.basis_text(older)) == (2_000_000_000, "global frag 50.0% at 0.500s")
+
+    document = job_document([_outcome(0, recorded)])
+    console = Console(width=160, record=True)
+    terminal.render(summaries_of(document), document, console)
+    assert "at 0.600 s); health" in console.export_text()  # the worst rank's peak
+    page = html.render(summaries_of(document), document)
+    assert "at 0.600 s); health" in page
+    assert '<td class="n">0.850 s</td>' in page  # the OOM
+    assert "2.500" not in console.export_text() + page  # never the input's own clock
+    rows, span = heatmap.heat_rows(document["ranks"])
+    assert span == 1_100_000_000 and rows[0].cells[0] is None  # nothing before the rank's first point
+
+
+def test_a_snapshot_without_times_tells_entries_not_seconds() -> None:
+    space = _space(0, [0, 7, 9], [0.1, 0.5, 0.2], health="critical",
+                   health_basis={"metric": "global_frag", "value": 0.5, "time_ns": 7})  # fmt: skip
+    entries = _doc(space)
+    entries["trace"].update(first_event_ns=0, timestamps=False)
+    s = RankSummary.of({"rank": 0, "path": "r0", "analysis": entries})
+    assert terminal.basis_text(s) == "global frag 50.0% at entry 7"
+    assert terminal.at(s, s.peak_time_ns) == "entry 7"

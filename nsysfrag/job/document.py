@@ -53,6 +53,10 @@ class RankSummary:
     verdicts: tuple[tuple[str, int], ...] = ()  # (verdict, count), from `ooms[].verdict`
     hotspot: Hotspot | None = None
     warnings: int = 0
+    # What the rank's own reports count time from, and whether its times are timestamps
+    # (False: entry numbers), so the job says "at 2.028 s" where the rank's report does.
+    origin_ns: int = 0
+    timestamps: bool = True
 
     @property
     def ok(self) -> bool:
@@ -65,12 +69,15 @@ class RankSummary:
             return cls(rank, path, error=str(entry.get("error") or "not analyzed"))
         doc = entry["analysis"]
         spaces: list[dict[str, Any]] = doc["spaces"]
+        trace = doc.get("trace", {})
         summary = cls(
             rank,
             path,
             model=str(doc.get("model", {}).get("name", "observed")),
             spaces=len(spaces),
-            warnings=len(doc.get("trace", {}).get("warnings", [])),
+            warnings=len(trace.get("warnings", [])),
+            origin_ns=time_origin(doc),
+            timestamps=bool(trace.get("timestamps", True)),
         )
         if not spaces:
             return summary
@@ -109,7 +116,20 @@ class RankSummary:
             verdicts=tuple(sorted(verdicts.items())),
             hotspot=max(hotspots, key=lambda h: (h.hole_bytes, h.out_of_order_frees), default=None),
             warnings=summary.warnings,
+            origin_ns=summary.origin_ns,
+            timestamps=summary.timestamps,
         )
+
+
+def time_origin(doc: dict[str, Any]) -> int:
+    """A rank's time origin: its input's first event, ``trace.first_event_ns``; for a document
+    from before that key, the earliest point of its timelines (each holds its space's first
+    event)."""
+    recorded = doc.get("trace", {}).get("first_event_ns")
+    if recorded is not None:
+        return int(recorded)
+    firsts = [s["timeline"]["time_ns"][0] for s in doc["spaces"] if s["timeline"]["time_ns"]]
+    return int(min(firsts, default=0))
 
 
 def _peak_memory(space: dict[str, Any]) -> tuple[int, str]:

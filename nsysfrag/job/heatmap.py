@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from nsysfrag.job.document import time_origin
+
 # Colour by global fragmentation: the upper bounds of each band (the last is open), YlOrRd;
 # 20 % and 40 % are the warn and critical thresholds, so they are band edges.
 BANDS = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30, 0.40, 0.50)
@@ -46,17 +48,16 @@ def heat_rows(entries: Sequence[dict[str, Any]], columns: int = COLUMNS) -> tupl
             for s in entry["analysis"]["spaces"]
             if s["timeline"]["time_ns"]
         ]  # fmt: skip
-        series.append((int(entry["rank"]), timelines))
+        series.append((int(entry["rank"]), time_origin(entry["analysis"]), timelines))
     span = max(
-        (max(int(t[-1]) for t, _ in tl) - min(int(t[0]) for t, _ in tl) for _, tl in series if tl),
+        (max(int(t[-1]) for t, _ in tl) - origin for _, origin, tl in series if tl),
         default=0,
     )
     rows = []
-    for rank, timelines in series:
+    for rank, origin, timelines in series:
         cells: list[float | None] = [None] * columns
         peak = 0.0
         if timelines:
-            origin = min(int(t[0]) for t, _ in timelines)
             for times, values in timelines:
                 _fill(cells, times - origin, values, span, columns)
                 peak = max(peak, float(values.max()))

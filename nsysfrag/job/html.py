@@ -13,7 +13,7 @@ from typing import Any
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.job import heatmap, terminal
 from nsysfrag.job.document import RankSummary
-from nsysfrag.job.terminal import basis_text, hotspot_text, memory_text, oom_text, seconds
+from nsysfrag.job.terminal import at, basis_text, hotspot_text, memory_text, oom_text
 from nsysfrag.reporters.html import CSS
 from nsysfrag.reporters.html_page import esc, page, table
 from nsysfrag.reporters.state_cells import percent
@@ -61,7 +61,7 @@ def _overview(summaries: Sequence[RankSummary], document: dict[str, Any]) -> str
         out.append(
             f'<p><strong>Worst rank: <a href="#{anchor(s.rank)}">{s.rank}</a></strong> — peak'
             f" global fragmentation {percent(s.peak_global_frag)} (pid {s.peak_pid}, device"
-            f" {s.peak_device}, at {seconds(s.peak_time_ns)}); health {_health(s.health)}"
+            f" {s.peak_device}, at {at(s, s.peak_time_ns)}); health {_health(s.health)}"
             f" {esc(basis_text(s))}</p>"
         )
     skew = document["skew"]
@@ -82,9 +82,9 @@ def _ratio(value: float | None) -> str:
     return "n/a (median 0)" if value is None else f"{value:.2f}×"
 
 
-def _state_row(label: str, state: dict[str, Any]) -> str:
+def _state_row(s: RankSummary, label: str, state: dict[str, Any]) -> str:
     cells = [
-        seconds(int(state["time_ns"])) if "time_ns" in state else "",
+        at(s, int(state["time_ns"])) if "time_ns" in state else "",
         percent(state["global_frag"]),
         percent(state["local_frag"]),
         str(state["free_blocks"]),
@@ -94,7 +94,7 @@ def _state_row(label: str, state: dict[str, Any]) -> str:
     return f"<tr><th>{label}</th>" + "".join(f'<td class="n">{c}</td>' for c in cells) + "</tr>"
 
 
-def _space(space: dict[str, Any]) -> str:
+def _space(s: RankSummary, space: dict[str, Any]) -> str:
     process = f" ({space['process_name']})" if space.get("process_name") else ""
     title = (
         f"pid {space['pid']}{process} · device {space['device']}"
@@ -103,14 +103,14 @@ def _space(space: dict[str, Any]) -> str:
     )
     states = table(
         ["", "at", "global frag", "local frag", "free blocks", "largest free", "live"],
-        [_state_row("peak", space["peak"]), _state_row("final", space["final"]),
-         _state_row("max", space["max"])],
+        [_state_row(s, "peak", space["peak"]), _state_row(s, "final", space["final"]),
+         _state_row(s, "max", space["max"])],
         numeric={1, 2, 3, 4, 5, 6},
     )  # fmt: skip
     out = [f"<h3>{esc(title)} {_health(space['health'])}</h3>", states]
     if space.get("ooms"):
         rows = [
-            f'<tr><td class="n">{seconds(int(o["time_ns"]))}</td>'
+            f'<tr><td class="n">{at(s, int(o["time_ns"]))}</td>'
             f'<td class="n">{"—" if o.get("requested_bytes") is None else format_bytes(o["requested_bytes"])}</td>'
             f'<td class="n">{format_bytes(o["largest_free_bytes"]) if "largest_free_bytes" in o else ""}</td>'
             f"<td>{esc(o.get('verdict', 'unknown'))}</td></tr>"
@@ -150,7 +150,7 @@ def _rank_section(entry: dict[str, Any], s: RankSummary) -> str:
         out.append(f'<div class="warnings"><strong>Warnings</strong><ul>{items}</ul></div>')
     if not doc["spaces"]:
         out.append('<p class="empty">No device-memory allocations in this input.</p>')
-    out += [_space(space) for space in doc["spaces"]]
+    out += [_space(s, space) for space in doc["spaces"]]
     out.append(f'<p class="sub">Its full report: <code>nsysfrag analyze {esc(s.path)}'
                " --html PAGE.html</code></p></section>")
     return "".join(out)

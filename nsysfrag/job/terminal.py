@@ -18,6 +18,7 @@ from nsysfrag.job.document import RankSummary
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
+from nsysfrag.reporters.time_base import moment_since
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 UNRECORDED = (
@@ -25,8 +26,10 @@ UNRECORDED = (
     " were added), so those cells are empty."
 )
 
-def seconds(ns: int) -> str:
-    return f"{ns / 1e9:.3f} s"
+def at(s: RankSummary, time_ns: int) -> str:
+    """A moment of rank ``s`` as its own report tells it: seconds since its input's first event
+    (``2.028 s``), or ``entry 17`` for a snapshot without times."""
+    return moment_since(time_ns, s.origin_ns, s.timestamps)
 
 
 def basis_text(s: RankSummary) -> str:
@@ -35,9 +38,12 @@ def basis_text(s: RankSummary) -> str:
     if s.health_basis is None:
         return ""
     words = basis_words(str(s.health_basis.get("metric", "?")), s.health_basis.get("value"))
-    at = s.health_basis.get("time_ns")
+    time_ns = s.health_basis.get("time_ns")
+    if time_ns is None:
+        return words
     # "0.459s", unit attached: the table wraps cells at spaces, and a time must not lose its unit.
-    return f"{words} at {int(at) / 1e9:.3f}s" if at is not None else words
+    when = at(s, int(time_ns)).replace(" s", "s")
+    return f"{words} at {when}"
 
 
 def oom_text(s: RankSummary) -> str:
@@ -132,7 +138,7 @@ def _worst(summaries: Sequence[RankSummary], document: dict[str, Any], console: 
     line.append(f"{s.rank}", style="bold")
     line.append(
         f" — peak global fragmentation {s.peak_global_frag:.1%} (pid {s.peak_pid}, device"
-        f" {s.peak_device}, at {seconds(s.peak_time_ns)}); health "
+        f" {s.peak_device}, at {at(s, s.peak_time_ns)}); health "
     )
     line.append(printable(s.health), style=HEALTH_STYLE.get(s.health, ""))
     basis = basis_text(s)

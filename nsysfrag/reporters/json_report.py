@@ -162,6 +162,10 @@ def document(analysis: Analysis) -> dict[str, Any]:
             "vmm_calls": counts.vmm_calls,
             "unattributed_failed_allocations": counts.unattributed_failures,
             "unassigned_other_kind_events": counts.unassigned_other_kind_events,
+            # The origin of every time the human reports show (seconds since it), and whether
+            # times are timestamps at all (False: a snapshot without times, entry numbers).
+            "first_event_ns": analysis.source.first_event_ns,
+            "timestamps": all(s.timestamps for s in analysis.spaces),
             "warnings": analysis.warnings,
         },
         "model": {"name": analysis.model, "granularity_bytes": analysis.granularity_bytes},

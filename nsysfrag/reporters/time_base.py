@@ -9,10 +9,13 @@ instead; its moments are told as entry numbers.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag.analysis import SpaceAnalysis
+if TYPE_CHECKING:  # a job's reports use moment_since without loading the analysis
+    from nsysfrag.analysis import SpaceAnalysis
 
 F64 = npt.NDArray[np.float64]
 
@@ -36,9 +39,15 @@ def since_start_array(space: SpaceAnalysis, time_ns: npt.NDArray[np.int64]) -> F
 
 def moment(space: SpaceAnalysis, time_ns: int) -> str:
     """``1.234 s`` since the input's first event, or ``entry 17`` without timestamps."""
-    if not space.timestamps:
-        return f"entry {int(time_ns) - space.source.first_event_ns}"
-    return f"{since_start_s(space, time_ns):.3f} s"
+    return moment_since(time_ns, space.source.first_event_ns, space.timestamps)
+
+
+def moment_since(time_ns: int, origin_ns: int, timestamps: bool = True) -> str:
+    """:func:`moment` from its parts, for a report that has a JSON document rather than the
+    analysis (a job's rank: ``trace.first_event_ns``, ``trace.timestamps``)."""
+    if not timestamps:
+        return f"entry {int(time_ns) - origin_ns}"
+    return f"{(int(time_ns) - origin_ns) / 1e9:.3f} s"
 
 
 def axis_label(space: SpaceAnalysis) -> str:
