@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from hypothesis import strategies as st
+
 from tests.conftest import SAMPLES
 
 MiB = 1 << 20
@@ -117,4 +119,55 @@ def perturb(snap: dict[str, Any], edits: list[tuple[int, int, int]]) -> dict[str
             trace[i], trace[i + 1] = trace[i + 1], trace[i]
         elif kind == 5 and "addr" in e:
             e["addr"] = max(0, e["addr"] + 512 * (value % 5 - 2))
+    return snap
+
+
+# ------------------------------------------------------------------ hypothesis strategies
+
+
+@st.composite
+def ops(draw: st.DrawFn) -> list[Op]:
+    n = draw(st.integers(1, 90))
+    out = []
+    for _ in range(n):
+        k = draw(st.integers(0, 19))
+        if k < 9:
+            pool = draw(st.integers(0, 9))
+            if pool < 6:  # small pool: up to 1 MiB
+                size = draw(st.integers(1, MiB))
+            elif pool < 9:  # 1-10 MiB: carved from 20 MiB segments
+                size = draw(st.integers(MiB + 1, 10 * MiB))
+            else:
+                size = draw(st.integers(10 * MiB, 60 * MiB))
+            out.append(Op("malloc", size=size, site=draw(st.integers(0, 4))))
+        elif k < 16:
+            out.append(Op("free", pick=draw(st.integers(0, 1000))))
+        elif k < 19:
+            out.append(Op("free_side", pick=draw(st.integers(0, 1000))))
+        else:
+            out.append(Op("empty_cache"))
+    return out
+
+
+@st.composite
+def snapshots(draw: st.DrawFn, corrupt: bool) -> dict[str, Any]:
+    workload = draw(ops())
+    capacity = draw(st.sampled_from([48 * MiB, 96 * MiB, 1 << 30]))
+    expandable = draw(st.booleans())
+    snap = run_workload(
+        workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400)),
+        gc=draw(st.booleans()),
+    )  # fmt: skip
+    if draw(st.integers(0, 4)) == 0:
+        other = run_workload(draw(ops()), expandable=not expandable, capacity=capacity,
+                             keep=draw(st.integers(0, 400)), device=1)  # fmt: skip
+        snap = merge(snap, other)
+    if corrupt:
+        edits = draw(
+            st.lists(
+                st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 100)),
+                max_size=6,
+            )
+        )
+        snap = perturb(snap, edits)
     return snap

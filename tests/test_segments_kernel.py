@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from nsysfrag.inputs.torch_snapshot.columns import snapshot_columns
 from nsysfrag.inputs.torch_snapshot.reader import Snapshot, parse_snapshot
@@ -31,7 +30,7 @@ from nsysfrag.models.segments.layout import Layout
 from nsysfrag.models.segments.replay import _Replayer
 from nsysfrag.models.segments.rules import AllocatorSettings
 from tests.conftest import REPO, SAMPLES
-from tests.snapshot_workloads import Op, merge, perturb, run_workload
+from tests.snapshot_workloads import snapshots
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "40"))
 MiB = 1 << 20
@@ -99,54 +98,6 @@ def _compare(want: DeviceReplay, got: DeviceReplay, where: str) -> None:
 
 
 # ---------------------------------------------------------------- random workloads
-
-
-@st.composite
-def ops(draw: st.DrawFn) -> list[Op]:
-    n = draw(st.integers(1, 90))
-    out = []
-    for _ in range(n):
-        k = draw(st.integers(0, 19))
-        if k < 9:
-            pool = draw(st.integers(0, 9))
-            if pool < 6:  # small pool: up to 1 MiB
-                size = draw(st.integers(1, MiB))
-            elif pool < 9:  # 1-10 MiB: carved from 20 MiB segments
-                size = draw(st.integers(MiB + 1, 10 * MiB))
-            else:
-                size = draw(st.integers(10 * MiB, 60 * MiB))
-            out.append(Op("malloc", size=size, site=draw(st.integers(0, 4))))
-        elif k < 16:
-            out.append(Op("free", pick=draw(st.integers(0, 1000))))
-        elif k < 19:
-            out.append(Op("free_side", pick=draw(st.integers(0, 1000))))
-        else:
-            out.append(Op("empty_cache"))
-    return out
-
-
-@st.composite
-def snapshots(draw: st.DrawFn, corrupt: bool) -> dict[str, Any]:
-    workload = draw(ops())
-    capacity = draw(st.sampled_from([48 * MiB, 96 * MiB, 1 << 30]))
-    expandable = draw(st.booleans())
-    snap = run_workload(
-        workload, expandable=expandable, capacity=capacity, keep=draw(st.integers(0, 400)),
-        gc=draw(st.booleans()),
-    )  # fmt: skip
-    if draw(st.integers(0, 4)) == 0:
-        other = run_workload(draw(ops()), expandable=not expandable, capacity=capacity,
-                             keep=draw(st.integers(0, 400)), device=1)  # fmt: skip
-        snap = merge(snap, other)
-    if corrupt:
-        edits = draw(
-            st.lists(
-                st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 100)),
-                max_size=6,
-            )
-        )
-        snap = perturb(snap, edits)
-    return snap
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
