@@ -384,6 +384,8 @@ def _replay_once(
     settings: Settings,
     known: dict[int, int],
 ) -> tuple[DeviceResult, dict[int, int]]:
+    final = _final_layout(segments)
+    recorded = _recorded_sizes(final, trace)
     layout = _final_layout(segments)
     _undo(layout, trace)
     _size_initial_blocks(layout, settings, known)
@@ -397,11 +399,11 @@ def _replay_once(
     # (QUESTIONS.md Q8).
     raw_moments = [(times[0] if times else 0, _raw_state(layout, settings))]
     ooms = []
-    for e, t in zip(trace, times):
+    for i, (e, t) in enumerate(zip(trace, times)):
         action = e["action"]
         addr = e.get("addr")
         if action == "alloc":
-            _apply_alloc(layout, settings, addr, e["size"], counts)
+            _apply_alloc(layout, settings, addr, e["size"], counts, recorded.get(i))
         elif action in ("free_completed", "free"):
             if addr in layout.live:
                 layout.drop_block(addr)
@@ -433,15 +435,38 @@ def _replay_once(
             raw_moments.append((t, raw))
             if action == "oom":
                 ooms.append((t, e, raw))
-    mismatches = _compare_final(layout, _final_layout(segments))
+    mismatches = _compare_final(layout, final)
     result = DeviceResult(
         raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks
     )
     return result, layout.repairs
 
 
+def _recorded_sizes(final: Layout, trace: list[dict[str, Any]]) -> dict[int, int]:
+    """README: "a block still live at the snapshot has its recorded size". For each ``alloc``
+    entry whose block is still live at the snapshot (no later entry frees or allocates that
+    address, and the final segments hold a block there): entry index -> the recorded size."""
+    out: dict[int, int] = {}
+    settled: set[int] = set()
+    for i in range(len(trace) - 1, -1, -1):
+        e = trace[i]
+        addr = e.get("addr")
+        if e["action"] not in ("alloc", "free_completed", "free") or addr in settled:
+            continue
+        settled.add(addr)
+        block = final.live.get(addr)
+        if e["action"] == "alloc" and block is not None and block.size is not None:
+            out[i] = block.size
+    return out
+
+
 def _apply_alloc(
-    layout: Layout, settings: Settings, addr: int, requested: int, counts: dict[str, int]
+    layout: Layout,
+    settings: Settings,
+    addr: int,
+    requested: int,
+    counts: dict[str, int],
+    recorded: int | None = None,
 ) -> None:
     if requested == 0:
         counts["zero_size_allocs"] += 1
@@ -468,7 +493,7 @@ def _apply_alloc(
     else:  # inside a live block
         counts["overlaps"] += 1
         layout.conflicts += 1
-    size = settings.block_size(requested, room_end - addr, seg.expandable)
+    size = recorded or settings.block_size(requested, room_end - addr, seg.expandable)
     for a in layout.blocks_in(seg.address, addr + size):
         b = layout.live[a]
         if a + (b.size or 0) > addr:

@@ -181,9 +181,13 @@ class SnapshotParts:
         return "PyTorch snapshot without timestamps (2.0/2.1)"
 
     def expandable(self) -> bool:
-        return bool(self.settings.get("expandable_segments")) or any(
-            s.expandable for s in self.segments
-        )
+        """Whether the allocator ran with expandable segments: as ``allocator_settings`` records
+        it; a snapshot without that record (before PyTorch 2.5) tells by its segments. The
+        setting can be toggled at run time, so a recorded ``False`` beside expandable segments
+        is no contradiction: those segments still split as expandable ones, the others do not."""
+        if "expandable_segments" in self.settings:
+            return bool(self.settings["expandable_segments"])
+        return any(s.expandable for s in self.segments)
 
     def divisions(self) -> dict[int, int]:
         divisions, _ = _divisions(self.settings.get("roundup_power2_divisions"))
