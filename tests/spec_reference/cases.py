@@ -232,13 +232,16 @@ SEG = 0x7F10_0000_0000
 class _Snapshot:
     """A PyTorch 2.6-shaped snapshot: final segments written by hand, traces entry by entry."""
 
-    def __init__(self, expandable: bool = False) -> None:
+    def __init__(self, expandable: bool = False, setting: bool | None = None) -> None:
         self.segments: list[dict[str, Any]] = []
         self.traces: dict[int, list[dict[str, Any]]] = {}
-        self.expandable = expandable
+        self.expandable = expandable  # the segments' is_expandable
+        # allocator_settings' expandable_segments (toggled at run time when it differs)
+        self.setting = expandable if setting is None else setting
         self.clock_us = 1_757_000_000_000_000
 
-    def segment(self, device: int, address: int, pool: str, blocks: list[tuple[str, int, int]]) -> None:
+    def segment(self, device: int, address: int, pool: str, blocks: list[tuple[str, int, int]],
+                expandable: bool | None = None) -> None:
         """blocks: (state, size, requested) in address order."""
         out, addr = [], address
         for state, size, requested in blocks:
@@ -251,7 +254,8 @@ class _Snapshot:
             "active_size": sum(b["size"] for b in out if b["state"] != "inactive"),
             "requested_size": sum(b["requested_size"] for b in out if b["state"] != "inactive"),
             "stream": 0, "segment_type": pool, "segment_pool_id": (0, 0),
-            "is_expandable": self.expandable, "frames": [], "blocks": out,
+            "is_expandable": self.expandable if expandable is None else expandable,
+            "frames": [], "blocks": out,
         })  # fmt: skip
 
     def entry(self, device: int, action: str, addr: int, size: int) -> int:
@@ -273,13 +277,13 @@ class _Snapshot:
 
     def write(self, path: Path) -> Path:
         n = max([*self.traces, *(s["device"] for s in self.segments)]) + 1
-        conf = "expandable_segments:True" if self.expandable else ""
+        conf = "expandable_segments:True" if self.setting else ""
         data = {
             "segments": sorted(self.segments, key=lambda s: s["address"]),
             "device_traces": [self.traces.get(d, []) for d in range(n)],
             "allocator_settings": {
                 "PYTORCH_CUDA_ALLOC_CONF": conf, "max_split_size": -1,
-                "garbage_collection_threshold": 0.0, "expandable_segments": self.expandable,
+                "garbage_collection_threshold": 0.0, "expandable_segments": self.setting,
                 "roundup_power2_divisions": {str(1 << k): 0 for k in range(16)},
             },
             "external_annotations": [],
@@ -522,11 +526,67 @@ def window_opens_on_an_empty_device(tmp: Path) -> Case:
                 expect={(0, 0): expect})  # fmt: skip
 
 
+def native_device_beside_expandable_one(tmp: Path) -> Case:
+    """GIVEN a snapshot recorded with expandable segments off (allocator_settings), whose
+    device 1 holds a 20 MiB expandable range (the setting was on for a while) and whose device 0
+    a native 20 MiB large-pool segment;
+    WHEN device 0 allocates 19.5 MiB there and frees it inside the window,
+    THEN the block took the whole segment (large pool, setting off: PyTorch splits only when
+    more than 1 MiB remains, ALLOCATORS.md §1.5): nothing is ever stranded, global and local
+    fragmentation stay 0, where the 512-byte rule of expandable segments would strand a 512 KiB
+    sliver beside the block: device 1's segments do not decide how device 0 splits (found by
+    test_spec_differential)."""
+    snap = _Snapshot(setting=False)
+    snap.entry(0, "segment_alloc", SEG, 20 * MiB)
+    snap.entry(0, "alloc", SEG, 20 * MiB - 512 * KiB)
+    snap.free(0, SEG, 20 * MiB - 512 * KiB)
+    snap.segment(0, SEG, "large", [("inactive", 20 * MiB, 0)])
+    other = SEG + (1 << 32)
+    snap.entry(1, "segment_map", other, 20 * MiB)
+    snap.entry(1, "alloc", other, 4 * MiB)
+    snap.segment(1, other, "large", [("active_allocated", 4 * MiB, 4 * MiB), ("inactive", 16 * MiB, 0)],
+                 expandable=True)  # fmt: skip
+    expect = {
+        "max.global_frag": 0.0,
+        "max.local_frag": 0.0,
+        "max.live_bytes": 20 * MiB - 512 * KiB,
+        "final.releasable_bytes": 20 * MiB,
+    }
+    return Case("native_device_beside_expandable_one", native_device_beside_expandable_one.__doc__ or "",
+                snap.write(tmp / "mixed.pickle"), capacity=100 * MiB, expect={(0, 0): expect})  # fmt: skip
+
+
+def live_block_keeps_its_recorded_size(tmp: Path) -> Case:
+    """GIVEN a snapshot recorded with expandable segments on (allocator_settings) whose only
+    segment is a native 20 MiB large-pool one (made while the setting was off), and a trace that
+    allocates 19.5 MiB there, still live at the snapshot, recorded as the whole 20 MiB block;
+    WHEN it is analyzed (100 MiB device),
+    THEN the block has its recorded size from its allocation on (README: "a block still live at
+    the snapshot has its recorded size"): 20 MiB allocated, nothing free in the segment, the
+    replay ends on the snapshot's own layout (no final mismatch); the split rule of the current
+    setting would have left a 512 KiB sliver that the snapshot does not have (found by
+    test_spec_differential)."""
+    snap = _Snapshot(setting=True)
+    snap.entry(0, "segment_alloc", SEG, 20 * MiB)
+    snap.entry(0, "alloc", SEG, 20 * MiB - 512 * KiB)
+    snap.segment(0, SEG, "large", [("active_allocated", 20 * MiB, 20 * MiB - 512 * KiB)],
+                 expandable=False)  # fmt: skip
+    expect = {
+        "final.allocated_bytes": 20 * MiB,
+        "final.stranded_bytes": 0,
+        "final.free_blocks": 1,
+        "window.final_mismatches": 0,
+    }
+    return Case("live_block_keeps_its_recorded_size", live_block_keeps_its_recorded_size.__doc__ or "",
+                snap.write(tmp / "recorded.pickle"), capacity=100 * MiB, expect={(0, 0): expect})  # fmt: skip
+
+
 BUILDERS: list[Callable[[Path], Case]] = [
     nearly_full_small_holes, basis_global, basis_local, basis_free_blocks,
     failures_at_their_moment, oom_verdicts, cached_memory, expandable_pages,
     snapshot_nearly_full, initial_block_not_split, window_opens_on_cached_segments,
-    window_opens_on_an_empty_device,
+    window_opens_on_an_empty_device, native_device_beside_expandable_one,
+    live_block_keeps_its_recorded_size,
 ]  # fmt: skip
 
 
