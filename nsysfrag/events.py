@@ -122,6 +122,9 @@ class Words:
     # What "free" and "largest free" mean in the rated metrics, for the reports' legends.
     free_meaning: str = "free"
     largest_meaning: str = "largest free block"
+    # The rated metrics' formulas in a figure's legend (the glossary defines the symbols).
+    global_formula: str = "(F − L) / C"
+    local_formula: str = "1 − L / F"
     # Whether the input has memory kinds it does not model (nsys: pinned, managed, ...), whose
     # events the reports count.
     other_kinds: bool = True

@@ -23,6 +23,7 @@ from matplotlib.patches import Patch
 from nsysfrag.analysis import Analysis, SpaceAnalysis, Timeline, analyze
 from nsysfrag.analysis.metrics import format_bytes, size_class_label
 from nsysfrag.analysis.results import UNKNOWN, Failure, State
+from nsysfrag.inputs import open_input
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
 from nsysfrag.reporters import figure_axes as figures
@@ -218,6 +219,30 @@ def test_memory_lines_are_the_byte_timelines_and_capacity_is_drawn() -> None:
     assert list(cap.get_ydata()) == [s.capacity_bytes] * 2
     assert format_bytes(s.capacity_bytes) in cap.get_label()
     assert any(t.get_text().startswith("device capacity") for t in ax.texts)
+
+
+def test_a_snapshot_s_memory_is_reserved_allocated_and_requested() -> None:
+    """A caching allocator's space is drawn in PyTorch's figures, the cached memory between
+    reserved and allocated shaded, and the rated metrics' legends use the glossary's symbols."""
+    (s,) = analyze(open_input(SAMPLES / "pressure_gc_snapshot.pickle")).spaces
+    pool = s.timeline.pool
+    assert pool is not None and int(pool.reserved_bytes.max()) > int(pool.reserved_bytes.min())
+    ax = only_axes(memory_timeline(s))
+    reserved, allocated = line(ax, "reserved"), line(ax, "allocated")
+    x = reserved.get_xdata()
+    # Steps drawn from the points timeline_points keeps: every drawn value is the value then.
+    at = np.searchsorted(seconds(s), np.asarray(x, dtype=np.float64), side="right") - 1
+    np.testing.assert_array_equal(reserved.get_ydata(), pool.reserved_bytes[at])
+    assert max(reserved.get_ydata()) == pool.reserved_bytes.max()
+    assert max(allocated.get_ydata()) == pool.allocated_bytes.max()
+    assert line(ax, "requested").get_ydata().max() == s.max_live_bytes
+    assert line(ax, "largest usable request (L_eff)").get_ydata().max() <= s.capacity_bytes
+    labels = [str(c.get_label()) for c in ax.collections]
+    assert "cached (reserved − allocated)" in labels
+    every = [str(h) for h in [*labels, *(ln.get_label() for ln in ax.get_lines())]]
+    assert not any(label.startswith(("live bytes", "free bytes (F)")) for label in every)
+    frag = [ln.get_label() for ln in only_axes(fragmentation_timeline(s)).get_lines()]
+    assert "global frag = (free − L_eff) / C" in frag and "local frag = 1 − L_eff / free" in frag
 
 
 def test_memory_axis_ticks_are_round_binary_units(make_trace: MakeTrace) -> None:

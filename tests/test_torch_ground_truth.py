@@ -283,6 +283,12 @@ def test_whatif_tells_the_policy_that_removes_the_oom_without_recommending_it() 
     doc = _cli_json("whatif", str(snapshot))
     (space,) = doc["spaces"]
     assert space["recommendation"] is None
+    fewer = space["fewer_ooms"]  # the same news as data, beside the null recommendation
+    assert fewer["policy"] == "torch:expandable_segments=True"
+    assert fewer["alloc_conf"] == "expandable_segments:True"
+    assert (fewer["simulated_ooms"], fewer["baseline_ooms"]) == (0, 1)
+    peaks = {p["policy"]: p["peak_reserved_bytes"] for p in space["policies"]}
+    assert fewer["cost_bytes"] == fewer["peak_reserved_bytes"] - peaks["torch"] > 0
     result = CliRunner().invoke(cli, ["whatif", str(snapshot)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())

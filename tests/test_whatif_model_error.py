@@ -111,3 +111,13 @@ def test_every_real_snapshot_quotes_its_error_and_recommends_only_beyond_it(path
         rec = space["recommendation"]
         if rec is not None:
             assert rec["model_error"] == e and rec["saving_ratio"] > max(e, 0.01)
+
+
+def test_the_json_says_what_the_error_was_measured_on(tmp_path: Path) -> None:
+    (state,) = whatif_json(state_only(tmp_path, cached=0))["spaces"]
+    (traced,) = whatif_json(SAMPLES / "training_snapshot.pickle")["spaces"]
+    (nsys,) = whatif_json(SAMPLES / "training_loop.sqlite")["spaces"]
+    assert (state["model_error_basis"], traced["model_error_basis"]) == ("state", "trace")
+    assert nsys["model_error"] is None and nsys["model_error_basis"] is None
+    # A recommendation (state) or no OOM to remove: no fewer_ooms news.
+    assert state["recommendation"] is not None and state["fewer_ooms"] is None

@@ -12,6 +12,7 @@ from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.models.series import PoolColumns
 
 TIMELINE_POINTS = 2000
 
@@ -121,6 +122,7 @@ class Timeline:
     removed_at: I64  # allocations: index of the event that freed or evicted the block, or -1
     site: I64  # allocations: code into site_names; 0 (no site) for other events
     site_names: list[str]
+    pool: PoolColumns | None = None  # a caching allocator's reserved, allocated, ... per point
 
     def sample_indices(self, peak_index: int, points: int = TIMELINE_POINTS) -> I64:
         """At most ``points`` evenly spread indices, always with the first, peak and last."""

@@ -200,6 +200,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
             removed_at=series.removed_at,
             site=series.site,
             site_names=series.site_names,
+            pool=series.pool,
         ),
         caching_allocator_suspected=source.driver_allocations and _looks_like_segments(block_sizes),
         source=source,

@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from nsysfrag.analysis import Bucket, SpaceAnalysis
 from nsysfrag.analysis.metrics import format_bytes, size_class_label
+from nsysfrag.models.series import PoolColumns
 from nsysfrag.reporters.address_map import address_map
 from nsysfrag.reporters.figure_axes import (
     BYTES_COLOR,
@@ -94,6 +95,18 @@ def _time_series_done(fig: Figure, ax: Axes, ylabel: str, what: str, space: Spac
     return fig
 
 
+def _capacity_line(ax: Axes, space: SpaceAnalysis) -> None:
+    """The device's capacity, dashed and labelled at the right, and the time axis."""
+    cap = space.capacity_bytes
+    ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", linewidth=1.0,
+               label=f"device capacity (C) {format_bytes(cap)}")  # fmt: skip
+    time_axis(ax, space)
+    ax.text(
+        0.995, cap, f"device capacity {format_bytes(cap)}", transform=ax.get_yaxis_transform(),
+        ha="right", va="bottom", fontsize=8, color=CAPACITY_COLOR,
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------- the figures
 
 
@@ -111,10 +124,11 @@ def fragmentation_timeline(space: SpaceAnalysis) -> Figure:
     local = ((LOCAL_WARN_PCT, "local warn / critical (30 %, > 60 %)"), (LOCAL_CRITICAL_PCT, None))
     for pct, label in local:
         ax.axhline(pct, color=LOCAL_COLOR, linestyle=":", linewidth=0.9, alpha=0.8, label=label)
+    words = space.source.words
     _step(ax, space, tl.local_frag, 100.0, color=LOCAL_COLOR, linewidth=1.1,
-          label="local frag = 1 − L / F")  # fmt: skip
+          label=f"local frag = {words.local_formula}")  # fmt: skip
     _step(ax, space, tl.global_frag, 100.0, color=GLOBAL_COLOR, linewidth=1.6,
-          label="global frag = (F − L) / C")  # fmt: skip
+          label=f"global frag = {words.global_formula}")  # fmt: skip
 
     peak_x = since_start_s(space, space.peak.time_ns)
     peak_y = space.peak.global_frag * 100.0
@@ -148,7 +162,10 @@ def fragmentation_timeline(space: SpaceAnalysis) -> Figure:
 
 
 def memory_timeline(space: SpaceAnalysis) -> Figure:
-    """Live bytes, free bytes and the largest free block over time, with device capacity."""
+    """Live bytes, free bytes and the largest free block over time, with device capacity; a
+    caching allocator's space in its own figures (:func:`_pool_memory`)."""
+    if space.timeline.pool is not None:
+        return _pool_memory(space, space.timeline.pool)
     fig, (ax,) = new_figure()
     tl = space.timeline
     idx = drawn_indices(space, tl.free_bytes, tl.largest_free_bytes)
@@ -170,15 +187,37 @@ def memory_timeline(space: SpaceAnalysis) -> Figure:
     largest = format_bytes(peak.largest_free_bytes)
     _step(ax, space, tl.largest_free_bytes, color=LARGEST_FREE_COLOR, linewidth=1.2,
           label=f"largest free block (L) · {largest} at peak frag")  # fmt: skip
-    cap = space.capacity_bytes
-    ax.axhline(cap, color=CAPACITY_COLOR, linestyle="--", linewidth=1.0,
-               label=f"device capacity (C) {format_bytes(cap)}")  # fmt: skip
-    time_axis(ax, space)
-    ax.text(
-        0.995, cap, f"device capacity {format_bytes(cap)}", transform=ax.get_yaxis_transform(),
-        ha="right", va="bottom", fontsize=8, color=CAPACITY_COLOR,
+    _capacity_line(ax, space)
+    top = max(space.capacity_bytes, int(tl.free_bytes.max()), int(tl.live_bytes.max()))
+    ax.set_ylim(0, top * 1.08)
+    bytes_axis(ax.yaxis)
+    return _time_series_done(fig, ax, "device memory (bytes, binary units)", "Memory over time", space)
+
+
+def _pool_memory(space: SpaceAnalysis, pool: PoolColumns) -> Figure:
+    """What a PyTorch user reads memory by: reserved (the segments), allocated and requested,
+    the cached memory between reserved and allocated shaded, and the largest usable request."""
+    fig, (ax,) = new_figure()
+    tl = space.timeline
+    idx = drawn_indices(space, pool.reserved_bytes, pool.allocated_bytes)
+    ax.fill_between(
+        seconds_since_start(space)[idx], pool.allocated_bytes[idx], pool.reserved_bytes[idx],
+        step="post", color=FREE_COLOR, alpha=0.15, linewidth=0,
+        label="cached (reserved − allocated)",
     )  # fmt: skip
-    top = max(cap, int(tl.free_bytes.max()), int(tl.live_bytes.max()))
+    peak = space.peak
+    reserved_peak = format_bytes(int(pool.reserved_bytes.max()))
+    _step(ax, space, pool.reserved_bytes, color=FREE_COLOR, linewidth=1.4,
+          label=f"reserved · max {reserved_peak}")  # fmt: skip
+    _step(ax, space, pool.allocated_bytes, color=LIVE_COLOR, linewidth=1.4,
+          label=f"allocated · max {format_bytes(int(pool.allocated_bytes.max()))}")  # fmt: skip
+    _step(ax, space, tl.live_bytes, color=LIVE_COLOR, linewidth=0.9, linestyle=":",
+          label=f"requested · max {format_bytes(space.max_live_bytes)}")  # fmt: skip
+    _step(ax, space, tl.largest_free_bytes, color=LARGEST_FREE_COLOR, linewidth=1.1,
+          label=f"largest usable request (L_eff) · {format_bytes(peak.largest_free_bytes)}"
+          " at peak frag")  # fmt: skip
+    _capacity_line(ax, space)
+    top = max(space.capacity_bytes, int(pool.reserved_bytes.max()), int(tl.largest_free_bytes.max()))
     ax.set_ylim(0, top * 1.08)
     bytes_axis(ax.yaxis)
     return _time_series_done(fig, ax, "device memory (bytes, binary units)", "Memory over time", space)

@@ -71,8 +71,10 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "baseline": rec.baseline,
         "baseline_peak_reserved_bytes": rec.baseline_peak_reserved_bytes,
         "model_error": rec.model_error,
+        "model_error_basis": rec.error_basis,
         "ranking": [o.name for o in s.outcomes],
         "recommendation": recommendation_document(rec),
+        "fewer_ooms": fewer_ooms_document(rec),
         "advice": {
             "text": recommendation_text(rec),
             "alloc_conf": rec.chosen.alloc_conf if rec.chosen else None,
@@ -92,6 +94,24 @@ def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
         "saving_bytes": rec.chosen.saving_bytes,
         "saving_ratio": rec.chosen.saving_ratio,
         "model_error": rec.model_error,
+    }
+
+
+def fewer_ooms_document(rec: Recommendation) -> dict[str, Any] | None:
+    """Nothing recommended, but a policy a user can switch to has fewer simulated OOMs than the
+    baseline: which, and what it costs in peak reserved (not a ``recommendation``: the truth
+    rule recommends savings only)."""
+    c = rec.fewer_ooms
+    if c is None or rec.chosen is not None:
+        return None
+    return {
+        "policy": c.policy,
+        "alloc_conf": c.alloc_conf,
+        "simulated_ooms": c.simulated_ooms,
+        "baseline_ooms": rec.baseline_ooms,
+        "peak_reserved_bytes": c.peak_reserved_bytes,
+        "cost_bytes": -c.saving_bytes,
+        "cost_ratio": -c.saving_ratio,
     }
 
 
