@@ -282,6 +282,8 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                     sz = block_size(
                         keys, seg, s, x, fs, fe, size[j], divisions, max_split, expandable_all
                     )
+                if sz > seg[s, S_END] - x:  # the block would cross its segment's end: the
+                    tot[T_CONFLICTS] += 1  # trace does not fit (e.g. its segment_map came later)
                 sz = max(min(sz, seg[s, S_END] - x), 1)
                 if fe <= fs or fe < x + sz:  # the trace missed the frees of what is there
                     overlap = True

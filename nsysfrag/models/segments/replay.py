@@ -341,6 +341,8 @@ class _Replayer:
                 self._repair(span[0], e.address)
             if size is None:
                 size = self._block_size(e, seg, seg_start)
+            if size > seg.end - e.address:  # the block would cross its segment's end: the
+                self.conflicts += 1  # trace does not fit (e.g. its segment_map came later)
             size = max(min(size, seg.end - e.address), 1)
             span = layout.free_containing(e.address)
             if span is None or span[1] < e.address + size:
