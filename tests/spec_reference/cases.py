@@ -581,12 +581,34 @@ def live_block_keeps_its_recorded_size(tmp: Path) -> Case:
                 snap.write(tmp / "recorded.pickle"), capacity=100 * MiB, expect={(0, 0): expect})  # fmt: skip
 
 
+def time_never_runs_backwards(tmp: Path) -> Case:
+    """GIVEN a 20 MiB segment holding two 8 MiB blocks on a 40 MiB device (--capacity), and a
+    trace whose last entry, the first block's free_completed, is stamped before the entries it
+    follows (an edited trace: PyTorch stamps a device's entries in order);
+    WHEN it is analyzed,
+    THEN that entry takes the time of the one before it (QUESTIONS.md Q21): the final state
+    (8 MiB stranded beside the live block, 4 MiB at the tail, the device's 20 MiB: 3 free
+    blocks) is at the free_requested's time, not at the earlier stamp."""
+    snap = _Snapshot()
+    snap.entry(0, "segment_alloc", SEG, 20 * MiB)
+    snap.entry(0, "alloc", SEG, 8 * MiB)
+    snap.entry(0, "alloc", SEG + 8 * MiB, 8 * MiB)
+    t_request = snap.entry(0, "free_requested", SEG, 8 * MiB)
+    snap.entry(0, "free_completed", SEG, 8 * MiB)
+    snap.traces[0][-1]["time_us"] = snap.traces[0][1]["time_us"]  # stamped back in time
+    snap.segment(0, SEG, "large", [("inactive", 8 * MiB, 0), ("active_allocated", 8 * MiB, 8 * MiB),
+                                   ("inactive", 4 * MiB, 0)])  # fmt: skip
+    expect = {"final.time_ns": t_request, "final.free_blocks": 3, "final.stranded_bytes": 12 * MiB}
+    return Case("time_never_runs_backwards", time_never_runs_backwards.__doc__ or "",
+                snap.write(tmp / "backwards.pickle"), capacity=40 * MiB, expect={(0, 0): expect})  # fmt: skip
+
+
 BUILDERS: list[Callable[[Path], Case]] = [
     nearly_full_small_holes, basis_global, basis_local, basis_free_blocks,
     failures_at_their_moment, oom_verdicts, cached_memory, expandable_pages,
     snapshot_nearly_full, initial_block_not_split, window_opens_on_cached_segments,
     window_opens_on_an_empty_device, native_device_beside_expandable_one,
-    live_block_keeps_its_recorded_size,
+    live_block_keeps_its_recorded_size, time_never_runs_backwards,
 ]  # fmt: skip
 
 

@@ -529,6 +529,8 @@ def analyze_snapshot(path: str | Path, capacity: int | None = None) -> dict[str,
         trace = traces[device] if device < len(traces) else []
         if origin is not None:
             times = [(e["time_us"] - origin) * 1000 for e in trace]
+            for i in range(1, len(times)):  # never backwards (QUESTIONS.md Q21)
+                times[i] = max(times[i], times[i - 1])
         else:  # no times (before PyTorch 2.1): entries 1 ns apart (QUESTIONS.md Q14)
             times = list(range(len(trace)))
         result = _replay([s for s in segments if s["device"] == device], trace, times, settings)
