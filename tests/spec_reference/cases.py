@@ -603,12 +603,30 @@ def time_never_runs_backwards(tmp: Path) -> Case:
                 snap.write(tmp / "backwards.pickle"), capacity=40 * MiB, expect={(0, 0): expect})  # fmt: skip
 
 
+def unfollowed_segment_map_is_a_moment(tmp: Path) -> Case:
+    """GIVEN expandable segments on a 100 MiB device (--capacity) and a trace that ends on a
+    segment_map of 20 MiB that no allocation follows (an edited trace: PyTorch maps for the
+    malloc it records next), the snapshot holding that empty range;
+    WHEN it is analyzed,
+    THEN the segment_map belongs to no allocation, so it is a moment of its own (QUESTIONS.md
+    Q9): the final state has the 20 MiB reserved and releasable, as the snapshot records, and
+    two free blocks (the range and the device's 80 MiB)."""
+    snap = _Snapshot(expandable=True)
+    snap.entry(0, "segment_map", SEG, 20 * MiB)
+    snap.segment(0, SEG, "large", [("inactive", 20 * MiB, 0)])
+    expect = {"final.reserved_bytes": 20 * MiB, "final.releasable_bytes": 20 * MiB,
+              "final.free_blocks": 2, "max.free_blocks": 2}  # fmt: skip
+    return Case("unfollowed_segment_map_is_a_moment", unfollowed_segment_map_is_a_moment.__doc__ or "",
+                snap.write(tmp / "unfollowed.pickle"), capacity=100 * MiB, expect={(0, 0): expect})  # fmt: skip
+
+
 BUILDERS: list[Callable[[Path], Case]] = [
     nearly_full_small_holes, basis_global, basis_local, basis_free_blocks,
     failures_at_their_moment, oom_verdicts, cached_memory, expandable_pages,
     snapshot_nearly_full, initial_block_not_split, window_opens_on_cached_segments,
     window_opens_on_an_empty_device, native_device_beside_expandable_one,
     live_block_keeps_its_recorded_size, time_never_runs_backwards,
+    unfollowed_segment_map_is_a_moment,
 ]  # fmt: skip
 
 

@@ -399,6 +399,17 @@ def _replay_once(
     # (QUESTIONS.md Q8).
     raw_moments = [(times[0] if times else 0, _raw_state(layout, settings))]
     ooms = []
+    # README: a segment_alloc/segment_map "is part of the allocation that follows it"; one that
+    # no allocation follows (the next entry that maps nothing is not an alloc) is a moment of
+    # its own (QUESTIONS.md Q9).
+    unfollowed: set[int] = set()
+    next_is_alloc = False
+    for i in range(len(trace) - 1, -1, -1):
+        if trace[i]["action"] in ("segment_alloc", "segment_map"):
+            if not next_is_alloc:
+                unfollowed.add(i)
+        else:
+            next_is_alloc = trace[i]["action"] == "alloc"
     for i, (e, t) in enumerate(zip(trace, times)):
         action = e["action"]
         addr = e.get("addr")
@@ -430,7 +441,7 @@ def _replay_once(
         elif action == "oom":
             counts["failed_allocations"] += 1
         peak_reserved = max(peak_reserved, layout.reserved)
-        if action in MOMENT_ACTIONS:
+        if action in MOMENT_ACTIONS or i in unfollowed:
             raw = _raw_state(layout, settings)
             raw_moments.append((t, raw))
             if action == "oom":
