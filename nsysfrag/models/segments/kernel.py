@@ -215,6 +215,8 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                 if sz < 0:
                     req = max(rb[k, R_REQ], 1)
                     sz = block_size(keys, seg, s, x, x, limit, req, divisions, max_split, expandable_all)  # fmt: skip
+            if sz > limit - x:  # it would reach into the next block or past its segment's
+                tot[T_CONFLICTS] += 1  # end: the trace does not fit its segments
             sz = max(min(sz, limit - x), 0)
         elif sz < 0:
             sz = round_size(max(rb[k, R_REQ], 1), divisions)

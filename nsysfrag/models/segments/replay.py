@@ -246,6 +246,8 @@ class _Replayer:
                     size = self.known_initial.get(address)
                     if size is None:
                         size = self._carve(max(r.requested, 1), limit - address, seg, seg_start)
+                if size > limit - address:  # it would reach into the next block or past its
+                    self.conflicts += 1  # segment's end: the trace does not fit its segments
                 size = max(min(size, limit - address), 0)
             elif size is None:
                 size = round_size(max(r.requested, 1), self.settings.roundup_power2_divisions)
