@@ -310,3 +310,24 @@ def test_validation_replays_pytorchs_segments_and_oom_paths(name: str) -> None:
     assert device["peak_reserved_recorded_bytes"] == stat(truth, "reserved_bytes.all.peak")
     assert device["peak_reserved_simulated_bytes"] == device["peak_reserved_recorded_bytes"]
     assert device["simulated_oom_paths"] == device["recorded_oom_paths"]
+
+
+def test_an_oom_is_told_with_the_program_s_path_to_it(tmp_path: Path) -> None:
+    """GIVEN PyTorch's own OOM WHEN it is reported THEN its JSON ``stack`` is the request's path
+    through the program, innermost first, starting at its ``site`` and leaving through the
+    recording script's entry point; the terminal names the first callers, the HTML every one."""
+    _, snapshot = recorded("capacity")
+    (space,) = _cli_json("analyze", str(snapshot))["spaces"]
+    (oom,) = space["ooms"]
+    stack = oom["stack"]
+    assert stack[0] == oom["site"] and len(stack) >= 3
+    assert all("make_torch_snapshots.py:" in frame for frame in stack)  # no torch/ frame
+    assert stack[-1].endswith("<module>")
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["analyze", str(snapshot), "--html", str(page)],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"called from {stack[1]} ← {stack[2]}" in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert all(f"<li>{frame.replace('<', '&lt;').replace('>', '&gt;')}</li>" in html
+               for frame in stack[1:])  # fmt: skip

@@ -298,7 +298,7 @@ def site_of(frames: object) -> str:
             continue
         if first_python is None:
             first_python = frame
-        if not _TORCH_DIR.search(filename):
+        if outside_torch(filename):
             return _frame_text(frame)
     if first_python is not None:
         return _frame_text(first_python)
@@ -311,10 +311,20 @@ def site_of(frames: object) -> str:
 
 
 def _frame_text(frame: dict[str, Any]) -> str:
-    # The last two path components: enough to tell model.py files apart, short enough to read.
-    parts = re.split(r"[\\/]", str(frame.get("filename", "")))
-    name = "/".join(p for p in parts[-2:] if p)
-    return f"{name}:{_plain(frame.get('line', '?'))} {_plain(frame.get('name', '?'))}"
+    return frame_text(str(frame.get("filename", "")), _plain(frame.get("line", "?")),
+                      _plain(frame.get("name", "?")))  # fmt: skip
+
+
+def frame_text(filename: str, line: str, name: str) -> str:
+    """``dir/file.py:line function``: the last two path components, enough to tell model.py
+    files apart, short enough to read."""
+    parts = re.split(r"[\\/]", filename)
+    return f"{'/'.join(p for p in parts[-2:] if p)}:{line} {name}"
+
+
+def outside_torch(filename: str) -> bool:
+    """A Python frame of the program (not of torch/ itself)."""
+    return filename.endswith(".py") and not _TORCH_DIR.search(filename)
 
 
 def _plain(value: object) -> str:
