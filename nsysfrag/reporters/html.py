@@ -60,6 +60,8 @@ ul.advice { list-style: none; padding: 0; }
 .failures h3 { color: var(--critical); }
 td.verdict { font-weight: 600; white-space: nowrap; }
 .failures table { font-size: .88rem; }
+.failures th.n { white-space: normal; }
+.failures th, .failures td { padding: .25rem .45rem; }
 ul.oom { padding-left: 1.2rem; }
 ul.oom li { margin: .5rem 0; }
 ul.oom p { margin: .2rem 0; }
