@@ -27,7 +27,9 @@ test skips only when its scenario's files are absent.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -240,6 +242,28 @@ def test_peaks_and_final_state_are_pytorchs(name: str) -> None:
     assert space["allocated_bytes_peak"] == stat(truth, "allocated_bytes.all.peak")
     assert space["reserved_bytes_final"] == stat(truth, "reserved_bytes.all.current")
     assert space["allocated_bytes_final"] == stat(truth, "allocated_bytes.all.current")
+
+
+@pytest.mark.parametrize("name", FULL_TRACE)
+def test_the_csv_timeline_carries_pytorchs_reserved_and_allocated(name: str) -> None:
+    """GIVEN a whole-run snapshot WHEN its timeline is written as CSV THEN each row has the
+    allocator's figures after that event: their maxima and last values are memory_stats' peaks
+    and current figures, and stranded is reserved - allocated - releasable."""
+    truth, snapshot = recorded(name)
+    result = CliRunner().invoke(cli, ["analyze", str(snapshot), "--csv", "-"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+
+    def column(key: str) -> list[int]:
+        return [int(r[key]) for r in rows]
+
+    reserved, allocated = column("reserved_bytes"), column("allocated_bytes")
+    assert max(reserved) == stat(truth, "reserved_bytes.all.peak")
+    assert max(allocated) == stat(truth, "allocated_bytes.all.peak")
+    assert (reserved[-1], allocated[-1]) == (
+        stat(truth, "reserved_bytes.all.current"), stat(truth, "allocated_bytes.all.current"))
+    assert all(int(r["stranded_bytes"]) == int(r["reserved_bytes"]) - int(r["allocated_bytes"])
+               - int(r["releasable_bytes"]) >= 0 for r in rows)  # fmt: skip
 
 
 def test_a_window_that_opens_mid_run_is_rebuilt_without_conflict() -> None:
