@@ -92,6 +92,9 @@ class AllocationEvents:
     sites: SiteTable
     stream: I64 | None = None  # the CUDA stream, where the input records one
     device_free_bytes: I64 | None = None  # FAILED_ALLOC: what the driver had free, -1 unknown
+    # Per FAILED_ALLOC event, in order: the request's stack, innermost frame first, where the
+    # input records one (a snapshot's OOM entries).
+    failure_stacks: tuple[tuple[str, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.time_ns)

@@ -30,6 +30,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     site_of,
 )
 from nsysfrag.inputs.torch_snapshot.spaces import recording_of
+from nsysfrag.inputs.torch_snapshot.stacks import MAX_STACK_FRAMES, frames_of, program_stack
 from nsysfrag.models.observed.kernel import ALLOCATED, FREED
 from nsysfrag.models.segments import MODEL_NAME
 from nsysfrag.models.segments.rules import round_size
@@ -474,6 +475,16 @@ def test_sites_name_the_innermost_python_frame_outside_torch() -> None:
     )
     assert site_of(USER[:1]) == NO_PYTHON_FRAME
     assert site_of([]) == NO_STACK
+
+
+def test_an_oom_s_stack_is_the_program_s_frames_innermost_first() -> None:
+    frames = frames_of(USER)
+    assert program_stack(frames) == ("proj/model.py:42 forward", "proj/train.py:7 main")
+    # Only torch's own Python frames: those, as the site falls back to them; C++ frames never.
+    assert program_stack(frames_of(USER[:2])) == ("modules/linear.py:125 forward",)
+    assert program_stack(frames_of(USER[:1])) == () and program_stack(()) == ()
+    deep = frames_of([{"filename": "a.py", "line": i, "name": "f"} for i in range(1000)])
+    assert len(program_stack(deep)) == MAX_STACK_FRAMES
 
 
 def test_timeline_is_consistent_for_figures_and_csv(tmp_path: Path) -> None:

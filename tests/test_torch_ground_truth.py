@@ -27,7 +27,9 @@ test skips only when its scenario's files are absent.
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -242,6 +244,28 @@ def test_peaks_and_final_state_are_pytorchs(name: str) -> None:
     assert space["allocated_bytes_final"] == stat(truth, "allocated_bytes.all.current")
 
 
+@pytest.mark.parametrize("name", FULL_TRACE)
+def test_the_csv_timeline_carries_pytorchs_reserved_and_allocated(name: str) -> None:
+    """GIVEN a whole-run snapshot WHEN its timeline is written as CSV THEN each row has the
+    allocator's figures after that event: their maxima and last values are memory_stats' peaks
+    and current figures, and stranded is reserved - allocated - releasable."""
+    truth, snapshot = recorded(name)
+    result = CliRunner().invoke(cli, ["analyze", str(snapshot), "--csv", "-"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+
+    def column(key: str) -> list[int]:
+        return [int(r[key]) for r in rows]
+
+    reserved, allocated = column("reserved_bytes"), column("allocated_bytes")
+    assert max(reserved) == stat(truth, "reserved_bytes.all.peak")
+    assert max(allocated) == stat(truth, "allocated_bytes.all.peak")
+    assert (reserved[-1], allocated[-1]) == (
+        stat(truth, "reserved_bytes.all.current"), stat(truth, "allocated_bytes.all.current"))
+    assert all(int(r["stranded_bytes"]) == int(r["reserved_bytes"]) - int(r["allocated_bytes"])
+               - int(r["releasable_bytes"]) >= 0 for r in rows)  # fmt: skip
+
+
 def test_a_window_that_opens_mid_run_is_rebuilt_without_conflict() -> None:
     """GIVEN a 20-entry trace whose ring buffer dropped the first allocations WHEN analyzed THEN
     the window opens with blocks live, replays without a conflict onto the snapshot's segments,
@@ -310,3 +334,24 @@ def test_validation_replays_pytorchs_segments_and_oom_paths(name: str) -> None:
     assert device["peak_reserved_recorded_bytes"] == stat(truth, "reserved_bytes.all.peak")
     assert device["peak_reserved_simulated_bytes"] == device["peak_reserved_recorded_bytes"]
     assert device["simulated_oom_paths"] == device["recorded_oom_paths"]
+
+
+def test_an_oom_is_told_with_the_program_s_path_to_it(tmp_path: Path) -> None:
+    """GIVEN PyTorch's own OOM WHEN it is reported THEN its JSON ``stack`` is the request's path
+    through the program, innermost first, starting at its ``site`` and leaving through the
+    recording script's entry point; the terminal names the first callers, the HTML every one."""
+    _, snapshot = recorded("capacity")
+    (space,) = _cli_json("analyze", str(snapshot))["spaces"]
+    (oom,) = space["ooms"]
+    stack = oom["stack"]
+    assert stack[0] == oom["site"] and len(stack) >= 3
+    assert all("make_torch_snapshots.py:" in frame for frame in stack)  # no torch/ frame
+    assert stack[-1].endswith("<module>")
+    page = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["analyze", str(snapshot), "--html", str(page)],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"called from {stack[1]} ← {stack[2]}" in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert all(f"<li>{frame.replace('<', '&lt;').replace('>', '&gt;')}</li>" in html
+               for frame in stack[1:])  # fmt: skip

@@ -76,6 +76,7 @@ def failures_of(
                 verdict=v,
                 recorded_device_free_bytes=recorded,
                 site=site,
+                stack=events.failure_stacks[j] if events.failure_stacks is not None else (),
                 stranded_sites=stranded_at(point) if v == FRAGMENTATION and stranded_at else (),
             )
         )

@@ -67,6 +67,7 @@ class Failure:
     verdict: str  # UNKNOWN, CAPACITY or FRAGMENTATION
     recorded_device_free_bytes: int | None = None  # what the driver reported free, if recorded
     site: str | None = None  # where the failed request was made, if recorded
+    stack: tuple[str, ...] = ()  # the request's path through the program, innermost first
     stranded_sites: tuple[StrandedSite, ...] = ()  # fragmentation verdicts: largest first
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from nsysfrag.analysis import EVENT_NAMES, Analysis
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from nsysfrag.models.series import PoolColumns
 
 COLUMNS = (
     "pid",
@@ -50,10 +52,25 @@ def frame(analysis: Analysis) -> pd.DataFrame:
                     "largest_free_bytes": t.largest_free_bytes,
                     "free_bytes": t.free_bytes,
                     "live_bytes": t.live_bytes,
+                    **({} if t.pool is None else _pool_columns(t.pool)),
                 }
             )
         )
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(COLUMNS))
+
+
+def _pool_columns(pool: PoolColumns) -> dict[str, Any]:
+    """A caching allocator's own figures after each event (snapshots), after the common ones:
+    what PyTorch users plot memory by."""
+    stranded = pool.reserved_bytes - pool.allocated_bytes - pool.releasable_bytes
+    return {
+        "reserved_bytes": pool.reserved_bytes,
+        "allocated_bytes": pool.allocated_bytes,
+        "stranded_bytes": stranded,
+        "releasable_bytes": pool.releasable_bytes,
+        "device_free_bytes": pool.device_free_bytes,
+        "largest_block_bytes": pool.largest_block_bytes,
+    }
 
 
 def write(analysis: Analysis, destination: Path | TextIO) -> None:

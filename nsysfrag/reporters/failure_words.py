@@ -33,6 +33,7 @@ class FailureText:
     explanation: str  # the verdict in a sentence; "" when the verdict is unknown
     requested_at: str | None  # where the request was made, where the input records it
     stranded: tuple[tuple[str, str], ...]  # (site, "798.56 MiB in 11 segments"), largest first
+    callers: tuple[str, ...] = ()  # the program's frames that led to requested_at, innermost first
 
 
 def verdict_words(f: Failure) -> str:
@@ -56,7 +57,7 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
             ("live", format_bytes(st.live_bytes)),
         ]
         cells = (*head, *state, ("verdict", verdict_words(f)))
-        return FailureText(cells, "", f.site, ())
+        return FailureText(cells, "", f.site, (), f.stack[1:])
     device_free = (
         f.recorded_device_free_bytes
         if f.recorded_device_free_bytes is not None
@@ -93,7 +94,8 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
          + ("" if x.segments == 1 else "s"))
         for x in f.stranded_sites
     )  # fmt: skip
-    return FailureText((*head, *state, ("verdict", verdict_words(f))), explanation, f.site, stranded)
+    cells = (*head, *state, ("verdict", verdict_words(f)))
+    return FailureText(cells, explanation, f.site, stranded, f.stack[1:])
 
 
 def failure_table(texts: list[FailureText]) -> tuple[list[str], list[list[str]]]:

@@ -60,6 +60,8 @@ ul.advice { list-style: none; padding: 0; }
 .failures h3 { color: var(--critical); }
 td.verdict { font-weight: 600; white-space: nowrap; }
 .failures table { font-size: .88rem; }
+.failures th.n { white-space: normal; }
+.failures th, .failures td { padding: .25rem .45rem; }
 ul.oom { padding-left: 1.2rem; }
 ul.oom li { margin: .5rem 0; }
 ul.oom p { margin: .2rem 0; }
@@ -250,11 +252,15 @@ def _failures(s: SpaceAnalysis) -> str:
     ]
     details = []
     for t in texts:
-        if not (t.explanation or t.requested_at or t.stranded):
+        if not (t.explanation or t.requested_at or t.stranded or t.callers):
             continue
         item = [f"<strong>at {esc(t.cells[0][1])}</strong>"]
         if t.requested_at is not None:
             item.append(f' — requested at <span class="mono">{esc(t.requested_at)}</span>')
+        if t.callers:
+            frames = "".join(f"<li>{esc(c)}</li>" for c in t.callers)
+            item.append(f'<details><summary>called from ({len(t.callers)} frames, innermost'
+                        f' first)</summary><ol class="mono">{frames}</ol></details>')  # fmt: skip
         if t.explanation:
             item.append(f"<p>{esc(t.explanation)}</p>")
         if t.stranded:

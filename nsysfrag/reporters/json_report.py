@@ -46,6 +46,7 @@ def failure_document(f: Failure) -> dict[str, Any]:
         doc["recorded_device_free_bytes"] = f.recorded_device_free_bytes
     if f.site is not None:
         doc["site"] = f.site
+        doc["stack"] = list(f.stack)
     if f.verdict == FRAGMENTATION:
         doc["stranded_sites"] = [dataclasses.asdict(x) for x in f.stranded_sites]
     return doc

@@ -34,6 +34,9 @@ def _shown(cell: state_cells.Cell) -> Cell:
 
 
 
+CALLERS_SHOWN = 3  # of a failed request's stack, after its site
+
+
 def _failures(s: SpaceAnalysis) -> list[RenderableType]:
     """Every failed allocation (the first TERMINAL_SHOWN) with its own moment and state."""
     if not s.ooms:
@@ -54,6 +57,11 @@ def _failures(s: SpaceAnalysis) -> list[RenderableType]:
         line.append("\n" + " · ".join(f"{label} {value}" for label, value in cells.items()))
         if text.requested_at is not None:
             line.append(f"\nrequested at {printable(text.requested_at)}")
+        if text.callers:
+            shown = " ← ".join(map(printable, text.callers[:CALLERS_SHOWN]))
+            more = len(text.callers) - CALLERS_SHOWN
+            rest = f" (+{more} more; --html lists all)" if more > 0 else ""
+            line.append(f"\ncalled from {shown}{rest}")
         if text.explanation:
             line.append(f"\n{text.explanation}")
         parts.append(Prose(line))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from nsysfrag.inputs.torch_snapshot.limits import ENV_MAX_ITEMS
+from nsysfrag.inputs.torch_snapshot.reader import FRAME_CHARS
 from tests.hostile.contract import run_nsysfrag
 from tests.hostile.pickles import blocks_bomb, entries_bomb, shared_stack_bomb, with_deep_value
 
@@ -199,3 +200,23 @@ def test_a_5000_digit_frame_line_and_a_deep_frame_name_are_rendered_safely(tmp_p
     out = _analyze(path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["spaces"][0]["oom_events"][0]["site"] == "me/model.py:? forward"
+
+
+def test_an_oom_stack_naming_a_megabyte_file_from_every_frame_stays_small(
+    tmp_path: Path,
+) -> None:
+    # GIVEN one 2 MB file name and function name, shared through the pickle memo by the 64
+    # frames of an OOM's stack: a 4 MB file whose stack would render as 256 MB of text
+    huge = "x" * (2 * MiB)
+    frames = [{"filename": f"/{huge}.py", "line": i, "name": huge} for i in range(64)]
+    data = _snapshot()
+    data["device_traces"][0].append(
+        {"action": "oom", "device_free": MiB, "size": 32 * MiB, "stream": 0, "frames": frames}
+    )
+    path = _write(tmp_path, pickle.dumps(data, protocol=4))
+    out = _analyze(path)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout) < 200_000  # the JSON: 64 frames of at most FRAME_CHARS each
+    (oom,) = json.loads(out.stdout)["spaces"][0]["ooms"]
+    assert len(oom["stack"]) == 64 and all(len(f) <= FRAME_CHARS for f in oom["stack"])
+    assert oom["stack"][0].startswith("…") and oom["site"] == oom["stack"][0]

@@ -67,6 +67,7 @@ _BLOCK_STATES = {
 
 NO_STACK = "(no stack recorded)"
 NO_PYTHON_FRAME = "(no Python frame)"
+FRAME_CHARS = 500  # the longest frame text a report shows
 # A frame inside PyTorch itself: any path with a directory named torch (site-packages/torch/…,
 # a source checkout's torch/…). Sites skip them so hotspots point at the user's code.
 _TORCH_DIR = re.compile(r"(^|[\\/])torch[\\/]")
@@ -302,7 +303,7 @@ def site_of(frames: object) -> str:
             continue
         if first_python is None:
             first_python = frame
-        if not _TORCH_DIR.search(filename):
+        if outside_torch(filename):
             return _frame_text(frame)
     if first_python is not None:
         return _frame_text(first_python)
@@ -315,10 +316,22 @@ def site_of(frames: object) -> str:
 
 
 def _frame_text(frame: dict[str, Any]) -> str:
-    # The last two path components: enough to tell model.py files apart, short enough to read.
-    parts = re.split(r"[\\/]", str(frame.get("filename", "")))
-    name = "/".join(p for p in parts[-2:] if p)
-    return f"{name}:{_plain(frame.get('line', '?'))} {_plain(frame.get('name', '?'))}"
+    return frame_text(str(frame.get("filename", "")), _plain(frame.get("line", "?")),
+                      _plain(frame.get("name", "?")))  # fmt: skip
+
+
+def frame_text(filename: str, line: str, name: str) -> str:
+    """``dir/file.py:line function``: the last two path components, enough to tell model.py
+    files apart, short enough to read. A text over FRAME_CHARS keeps its end, after "…": a
+    hostile pickle may name a megabyte-long file from every frame."""
+    parts = re.split(r"[\\/]", filename[-FRAME_CHARS:])
+    text = f"{'/'.join(p for p in parts[-2:] if p)}:{line[:FRAME_CHARS]} {name[:FRAME_CHARS]}"
+    return text if len(text) <= FRAME_CHARS else "…" + text[-(FRAME_CHARS - 1) :]
+
+
+def outside_torch(filename: str) -> bool:
+    """A Python frame of the program (not of torch/ itself)."""
+    return filename.endswith(".py") and not _TORCH_DIR.search(filename)
 
 
 def _plain(value: object) -> str:

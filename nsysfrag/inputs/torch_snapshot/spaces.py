@@ -23,6 +23,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     Snapshot,
     describe_actions,
 )
+from nsysfrag.inputs.torch_snapshot.stacks import program_stack
 from nsysfrag.inputs.torch_snapshot.words import WORDS
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
 from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
@@ -132,6 +133,7 @@ def columns_events(columns: SnapshotColumns, device: int) -> tuple[AllocationEve
         sites=KnownSites(columns.stack_site[history.stack], columns.site_names),
         stream=history.stream,
         device_free_bytes=device_free,
+        failure_stacks=tuple(map(program_stack, history.oom_frames)),
     )
     return events, timestamps
 

@@ -28,9 +28,16 @@ import numpy as np
 
 from nsysfrag.events import I64, NameCodes
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
-from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, describe, site_of
+from nsysfrag.inputs.torch_snapshot.reader import (
+    NO_STACK,
+    describe,
+    frame_text,
+    outside_torch,
+    site_of,
+)
 
 NO_STACK_ID = 0
+MAX_STACK_FRAMES = 64  # of an OOM's stack a report keeps
 ROUNDS = 4  # of grouping by content before the remaining lists are interned one by one
 Frame = tuple[str, str, str]  # file, line, function: as text, whatever the pickle held
 
@@ -140,3 +147,12 @@ def frames_of(value: object) -> tuple[Frame, ...]:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else describe(value) if isinstance(value, int) else "?"
+
+
+def program_stack(frames: tuple[Frame, ...]) -> tuple[str, ...]:
+    """An OOM request's path through the program, for a report: its Python frames outside
+    torch/, innermost first (the first is the request's site), as ``dir/file.py:line function``;
+    its Python frames inside torch when it has no other (as ``site_of`` chooses)."""
+    python = [f for f in frames if f[0].endswith(".py")]
+    program = [f for f in python if outside_torch(f[0])] or python
+    return tuple(frame_text(*f) for f in program[:MAX_STACK_FRAMES])
