@@ -330,14 +330,17 @@ def test_expandable_ranges_join_when_mapped_and_split_when_unmapped() -> None:
 
 
 
-@pytest.mark.parametrize("replay", ["compiled", "python"])
-def test_an_allocation_past_its_segments_end_is_a_conflict(
-    replay: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(params=["compiled", "python"])
+def either_replay(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test that takes it runs with the compiled replay and with the Python one."""
+    if request.param == "python":
+        monkeypatch.setenv("NSYSFRAG_SEGMENTS_REFERENCE", "1")
+    return str(request.param)
+
+
+def test_an_allocation_past_its_segments_end_is_a_conflict(either_replay: str) -> None:
     # GIVEN an expandable range of 20 MiB and a 30 MiB allocation in it whose segment_map (the
     # next 20 MiB) comes only after it: a trace edited out of order (PyTorch maps first)
-    if replay == "python":
-        monkeypatch.setenv("NSYSFRAG_SEGMENTS_REFERENCE", "1")
     trace = [
         ev("segment_map", S, 20 * MiB, 1),
         ev("alloc", S, 30 * MiB, 2),
@@ -352,15 +355,10 @@ def test_an_allocation_past_its_segments_end_is_a_conflict(
     assert extras(s)["window"]["conflicts"] == 1
 
 
-@pytest.mark.parametrize("replay", ["compiled", "python"])
-def test_a_block_live_at_the_start_that_cannot_fit_is_a_conflict(
-    replay: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_block_live_at_the_start_that_cannot_fit_is_a_conflict(either_replay: str) -> None:
     # GIVEN a 2 MiB small-pool segment with a block live through the window at 64 KiB, and a
     # trace that frees a 100 KiB block at the segment's start: a block live at the window's
     # start that would reach into the next one (an edited trace)
-    if replay == "python":
-        monkeypatch.setenv("NSYSFRAG_SEGMENTS_REFERENCE", "1")
     trace = [ev("free_requested", S, 100 * 1024, 1), ev("free_completed", S, 100 * 1024, 2)]
     final = segment(S, 2 * MiB, [block(S + 64 * 1024, 32 * 1024)], kind="small")
     # WHEN it is replayed
