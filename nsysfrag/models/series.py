@@ -89,15 +89,17 @@ class StateSeries:
 Figures = TypeVar("Figures", StateSeries, PoolColumns)
 
 
-def from_replay(kind: type[Figures], replayed: object, **rest: Any) -> Figures:
+def from_replay(kind: type[Figures], *replayed: object, **rest: Any) -> Figures:
     """A state series (or its pool columns) from the ``rest`` of the fields and, for each other
-    field, the attribute of that name of a replay's outputs where it has one: the replays name
-    their per-point columns (and arena, initial blocks) as the series does."""
-    taken = {
-        f.name: getattr(replayed, f.name)
-        for f in fields(kind)
-        if f.name not in rest and hasattr(replayed, f.name)
-    }
+    field, the attribute of that name of the first of ``replayed`` that has one: a replay's
+    outputs and the events it replayed name their columns (and arena, initial blocks) as the
+    series does."""
+    taken = {}
+    for f in fields(kind):
+        if f.name not in rest:
+            source = next((r for r in replayed if hasattr(r, f.name)), None)
+            if source is not None:
+                taken[f.name] = getattr(source, f.name)
     return kind(**taken, **rest)
 
 

@@ -73,9 +73,7 @@ class ObservedModel:
         series = from_replay(
             StateSeries,
             out,
-            time_ns=events.time_ns,
-            address=events.address,
-            bytes=events.bytes,
+            events,  # the times, addresses and sizes of the points
             site=site_codes,
             site_names=site_names,
             held_peak=(fp, live_at_fp),
