@@ -61,7 +61,8 @@ def test_the_summary_reads_basis_and_verdicts_from_the_document() -> None:
     assert s.health_basis == {"metric": "global_frag", "value": 0.5, "time_ns": 2_500_000_000}
     assert (s.ooms, s.verdicts) == (3, (("capacity", 1), ("fragmentation", 2)))
     assert s.memory_kind == "mixed" and s.peak_memory_bytes == 4 << 30
-    assert terminal.basis_text(s) == "global frag 50.0% at 2.500s"
+    assert terminal.basis_text(s) == "global frag 50.0% at 2.500 s"
+    assert terminal.basis_text(s, in_table=True) == "global frag 50.0% at 2.500s"
     assert terminal.oom_text(s) == "3: 1 capacity, 2 fragmentation"
     assert s.hotspot is not None and s.hotspot.site == "step/fwd"
 
@@ -76,6 +77,7 @@ def test_the_summary_reads_basis_and_verdicts_from_the_document() -> None:
     assert max(len(line) for line in narrow.export_text().splitlines()) <= 80
     page = html.render(summaries_of(document), document)
     assert "global frag 50.0% at 2.500s" in page and ">fragmentation</td>" in page
+    assert "global frag 50.0% at 2.500 s</p>" in page  # prose keeps the report's own form
 
 
 def test_worst_ties_go_to_the_lower_rank_and_failed_ranks_are_listed() -> None:
@@ -133,10 +135,10 @@ def test_a_rank_s_times_count_from_its_input_s_first_event_as_in_its_own_report(
     recorded = _doc(space)
     recorded["trace"]["first_event_ns"] = 1_900_000_000  # another space's event came first
     s = RankSummary.of({"rank": 0, "path": "r0", "analysis": recorded})
-    assert (s.origin_ns, terminal.basis_text(s)) == (1_900_000_000, "global frag 50.0% at 0.600s")
+    assert (s.origin_ns, terminal.basis_text(s)) == (1_900_000_000, "global frag 50.0% at 0.600 s")
     # A document from before the key: its timelines' earliest point, each space's first event.
     older = RankSummary.of({"rank": 0, "path": "r0", "analysis": _doc(space)})
-    assert (older.origin_ns, terminal.basis_text(older)) == (2_000_000_000, "global frag 50.0% at 0.500s")
+    assert (older.origin_ns, terminal.basis_text(older)) == (2_000_000_000, "global frag 50.0% at 0.500 s")
 
     document = job_document([_outcome(0, recorded)])
     console = Console(width=160, record=True)

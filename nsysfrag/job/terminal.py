@@ -32,7 +32,7 @@ def at(s: RankSummary, time_ns: int) -> str:
     return moment_since(time_ns, s.origin_ns, s.timestamps)
 
 
-def basis_text(s: RankSummary) -> str:
+def basis_text(s: RankSummary, in_table: bool = False) -> str:
     """What set the rank's health, as its document says (``health_basis``); empty when it says
     nothing (ok, or a document from before the basis was recorded)."""
     if s.health_basis is None:
@@ -41,9 +41,10 @@ def basis_text(s: RankSummary) -> str:
     time_ns = s.health_basis.get("time_ns")
     if time_ns is None:
         return words
-    # "0.459s", unit attached: the table wraps cells at spaces, and a time must not lose its unit.
-    when = at(s, int(time_ns)).replace(" s", "s")
-    return f"{words} at {when}"
+    when = at(s, int(time_ns))
+    # In a table cell "0.459s", unit attached: the table wraps cells at spaces, and a time must
+    # not lose its unit.
+    return f"{words} at {when.replace(' s', 's') if in_table else when}"
 
 
 def oom_text(s: RankSummary) -> str:
@@ -83,7 +84,7 @@ def _rank_row(s: RankSummary) -> list[Cell]:
     if not s.ok:
         return [str(s.rank), Text("FAILED", style="bold red"), "", "", "", "see below"]
     health = Text(s.health.upper(), style=HEALTH_STYLE.get(s.health, ""))
-    basis = basis_text(s)
+    basis = basis_text(s, in_table=True)
     if basis:
         health.append(f"\n{printable(basis)}", style="dim")
     hotspot: Cell = "—"
