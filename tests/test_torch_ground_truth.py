@@ -66,10 +66,10 @@ FULL_TRACE = ("capacity", "capacity_expandable", "fragmentation", "expandable", 
 
 
 def recorded(name: str) -> tuple[dict[str, Any], Path]:
-    """The truth JSON of a scenario and its snapshot; skip when they were never recorded."""
+    """The truth JSON of a scenario and its snapshot (committed: recorded once on a GPU with
+    make_torch_snapshots.py, so a missing one is a lost file, not a reason to skip)."""
     truth_path = SAMPLES / f"torch_{name}_truth.json"
-    if not truth_path.exists():
-        pytest.skip(f"{truth_path.name} absent: record it on a GPU with make_torch_snapshots.py")
+    assert truth_path.exists(), f"{truth_path.name} is missing: restore it from git"
     truth = json.loads(truth_path.read_text())
     return truth, SAMPLES / truth["snapshot"]
 
