@@ -82,6 +82,16 @@ class KnownSites:
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryPools:
+    """Per event: the memory pool (cudaMallocAsync) its block came from, and the pool's figures
+    as that event recorded them."""
+
+    pool: I64  # an index into the space's pools, or -1: not from a pool
+    size_bytes: I64  # the memory the pool held
+    kept_bytes: I64  # what a trim keeps: max(bytes in use, the pool's release threshold)
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationEvents:
     """One address space's events, in order."""
 
@@ -95,6 +105,7 @@ class AllocationEvents:
     # Per FAILED_ALLOC event, in order: the request's stack, innermost frame first, where the
     # input records one (a snapshot's OOM entries).
     failure_stacks: tuple[tuple[str, ...], ...] | None = None
+    pools: MemoryPools | None = None  # where the input records memory pools
 
     def __len__(self) -> int:
         return len(self.time_ns)
@@ -133,6 +144,9 @@ class Words:
     other_kinds: bool = True
     # A failure whose input records no request size says so in these words.
     size_unknown: str = "size not recorded"
+    # A moment of a space whose input recorded no times is its entry (event) number: "entry 17".
+    untimed: str = "entry"
+    untimed_axis: str = "time (trace entries since the first; the snapshot records no times)"
     # The definitions of this input's own terms (name, meaning) that a report's glossary
     # lists before the terms every input shares.
     terms: tuple[tuple[str, str], ...] = ()

@@ -23,7 +23,9 @@ SPACE_KEYS = {
     "peak", "max", "final", "internal_frag", "growth_per_s", "health", "out_of_order_frees",
     "hole_creating_frees", "hotspots", "size_histogram", "free_block_histogram", "timeline",
 }
-STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes", "live_bytes"}
+STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes", "live_bytes",
+              "reserved_bytes", "allocated_bytes", "stranded_bytes", "releasable_bytes", "device_free_bytes",
+              "largest_block_bytes"}
 COUNT_KEYS = {"allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs", "failed_allocations", "other_kind_events"}
 
 
@@ -43,7 +45,7 @@ def test_terminal_report_on_a_sample() -> None:
     result = CliRunner().invoke(cli, ["analyze", str(SAMPLE)], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "observed address space" in out
+    assert "observed device pages" in out
     for word in ("health", "peak", "final", "global frag", "largest free", "hotspots", "Allocation sizes"):
         assert word in out
 
@@ -56,14 +58,14 @@ def test_json_contract(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["schema"] == "nsysfrag/1"
     assert doc["trace"]["path"] == str(SAMPLE) and doc["trace"]["nsys_version"]
-    assert doc["model"]["granularity_bytes"] == 512
+    assert doc["model"]["granularity_bytes"] == 512 and doc["model"]["page_bytes"] == 2 << 20
     assert doc["spaces"]
     keys = [(s["pid"], s["device"]) for s in doc["spaces"]]
     assert keys == sorted(keys)
     for s in doc["spaces"]:
         assert SPACE_KEYS <= set(s)
         assert set(s["counts"]) == COUNT_KEYS
-        assert set(s["peak"]) == STATE_KEYS == set(s["final"])
+        assert set(s["peak"]) == STATE_KEYS == set(s["final"]) == set(s["memory_peak"])
         assert set(s["max"]) == {"global_frag", "local_frag", "free_blocks", "live_bytes"}
         assert s["health"] in {"ok", "warn", "critical"}
         for h in s["hotspots"]:

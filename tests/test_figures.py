@@ -143,7 +143,7 @@ def test_every_figure_names_model_space_and_has_a_fixed_size(name: str, space) -
     fig = figure_builders[name](s)
     assert isinstance(fig, Figure)
     title = fig.get_suptitle()
-    assert "observed address space" in title
+    assert "observed on the driver's pages" in title
     assert f"pid {s.pid}" in title and f"device {s.device} ({s.device_name}" in title
     assert tuple(fig.get_size_inches() * fig.get_dpi()) == (1000, 450)
     for ax in fig.axes:

@@ -168,7 +168,7 @@ def test_header_names_trace_version_model_and_granularity() -> None:
     header = page("inference_serving").one("header").all_text()
     assert a.source.path in header
     assert str(a.source.version) in header
-    assert "observed address space" in header
+    assert "observed device pages" in header
     assert f"{a.granularity_bytes} B" in header
 
 
@@ -283,7 +283,7 @@ def test_definitions_give_every_rated_metric_its_formula_and_thresholds() -> Non
     text = defs.all_text()
     for needle in ("(F − L) / C", "1 − L / F", "< 20 %", "20 – 40 %", "≥ 40 %", "< 30 %", "30 – 60 %",
                    "> 60 %", "< 100", "100 – 500", "> 500", "Σ (footprint − bytes) / Σ footprint",
-                   "failed / (failed + allocations)", "least-squares slope", "span mode"):  # fmt: skip
+                   "failed / (failed + allocations)", "least-squares slope", "resident"):  # fmt: skip
         assert needle in text, needle
     # The same formulas as README's metric table.
     readme = (SAMPLES.parent / "README.md").read_text(encoding="utf-8").replace("`", "")

@@ -126,7 +126,7 @@ def test_readme_commands_in_order_then_reversed_leave_a_working_cli(tmp_path: Pa
 
     # README's order: try it, then set up for the tests.
     (analyzed,) = clone.run_readme(try_it)
-    assert "observed address space" in analyzed.stdout
+    assert "observed device pages" in analyzed.stdout
     assert "compiling the replay kernels, once per install" in analyzed.stderr
     installed = clone.site_packages() / "nsysfrag"
     _package_holds_only_python(installed)
@@ -142,7 +142,7 @@ def test_readme_commands_in_order_then_reversed_leave_a_working_cli(tmp_path: Pa
     clone.run_readme(tests)
     clone.check_cli_anywhere(elsewhere)
     (analyzed,) = clone.run_readme(try_it)
-    assert "observed address space" in analyzed.stdout
+    assert "observed device pages" in analyzed.stdout
     clone.check_cli_anywhere(elsewhere)
     _package_holds_only_python(clone.site_packages() / "nsysfrag")
     _package_holds_only_python(root / "nsysfrag")

@@ -105,7 +105,7 @@ def test_terminal_report_fits_80_columns(job: tuple[Path, dict[str, Any], bytes]
         assert re.search(rf"^[│ ]\s*{rank}\s+[│ ]\s*(OK|WARN|CRITICAL)", out, re.MULTILINE)
     # One input keeps the single-input report.
     alone = run("analyze", "job/rank0.sqlite", cwd=folder.parent)
-    assert "observed address space" in alone.stdout and "nsysfrag job" not in alone.stdout
+    assert "observed device pages" in alone.stdout and "nsysfrag job" not in alone.stdout
 
 
 def test_html_report_links_ranks_and_escapes_names(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_a_size_up_to_the_bound_is_accepted(tmp_path: Path) -> None:
 def test_csv_to_stdout_is_the_csv_and_no_file_named_dash(tmp_path: Path) -> None:
     out = run_nsysfrag(["analyze", TRACE, "--csv", "-"], inputs=[TRACE], cwd=tmp_path)
     assert out.stdout.startswith("pid,device,event_index,time_ns,event,")
-    assert "observed address space" not in out.stdout  # the CSV replaces the terminal report
+    assert "observed device pages" not in out.stdout  # the CSV replaces the terminal report
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,4 +1,5 @@
-"""Property tests: the compiled replay agrees with the simple reference after every event."""
+"""Property tests: the compiled page replay agrees with the simple reference after every event,
+on pages small enough that blocks straddle them, share them and leave whole ones free."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.analysis import EVENT_NAMES, analyze
+from nsysfrag.inputs import InputOptions
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.testing.nsys_export import FREE, ApiRow, Gpu, MemoryRow, NvtxRow, write_export
 from tests.reference import RefEvent, reference_replay
@@ -57,16 +59,25 @@ def _write(path: Path, stream: list[tuple[bool, int, int, str | None]], capacity
     write_export(path, memory, api, nvtx, gpus=[Gpu(0, total_memory=capacity)])
 
 
+PAGES = st.sampled_from([512, 1024, 4096, 2 << 20])
+
+
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(stream=streams(), capacity=st.sampled_from([4096, 8192, 16384, 65536]))
-def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None:
+@given(stream=streams(), capacity=st.sampled_from([4096, 8192, 16384, 65536]), page=PAGES)
+def test_engine_matches_reference(tmp_path: Path, stream, capacity: int, page: int) -> None:
     path = tmp_path / "t.sqlite"
     _write(path, stream, capacity)
-    space = analyze(read_export(path)).spaces[0]
-    ref = reference_replay([RefEvent(f, a, b) for f, a, b, _ in stream], capacity)
+    space = analyze(read_export(path, InputOptions(page_bytes=page))).spaces[0]
+    ref = reference_replay([RefEvent(f, a, b) for f, a, b, _ in stream], capacity, page=page)
     t = space.timeline
+    pool = t.pool
+    assert pool is not None
 
     # State after every event.
+    assert pool.reserved_bytes.tolist() == [s.reserved_bytes for s in ref.states]
+    assert pool.allocated_bytes.tolist() == [s.allocated_bytes for s in ref.states]
+    assert pool.device_free_bytes.tolist() == [s.device_free_bytes for s in ref.states]
+    assert pool.largest_block_bytes.tolist() == [s.largest_block_bytes for s in ref.states]
     assert t.free_bytes.tolist() == [s.free_bytes for s in ref.states]
     assert t.largest_free_bytes.tolist() == [s.largest_free_bytes for s in ref.states]
     assert t.free_blocks.tolist() == [s.free_blocks for s in ref.states]
@@ -74,7 +85,7 @@ def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None
     assert [EVENT_NAMES[c] for c in t.event.tolist()] == ref.outcome
     placed = [i for i, o in enumerate(ref.outcome) if o == "alloc"]
     assert [int(t.removed_at[i]) for i in placed] == [ref.removed_at.get(i, -1) for i in placed]
-    g = [(s.free_bytes - s.largest_free_bytes) / capacity for s in ref.states]
+    g = [min(1.0, (s.free_bytes - s.largest_free_bytes) / capacity) for s in ref.states]
     assert np.allclose(t.global_frag, g, rtol=0, atol=1e-15)
     loc = [1 - s.largest_free_bytes / s.free_bytes if s.free_bytes else 0.0 for s in ref.states]
     assert np.allclose(t.local_frag, loc, rtol=0, atol=1e-15)
@@ -89,17 +100,20 @@ def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None
     assert space.out_of_order_frees == sum(ref.out_of_order)
     assert space.hole_creating_frees == sum(ref.hole)
     assert space.base_address == ref.base
-    assert space.span_mode == (ref.arena_end > ref.base + capacity)
+    assert not space.span_mode
 
-    # Peak, internal fragmentation, histograms.
+    # Worst fragmentation, memory peak, internal fragmentation, histograms.
     peak = int(np.argmax(g))
     assert space.peak_index == peak
-    assert space.peak.time_ns == 1000 * (peak + 1)
+    # One event is a space without times (its events all share one start): event numbers.
+    assert space.peak.time_ns == (1000 * (peak + 1) if len(stream) > 1 else peak)
+    by_memory = [(s.reserved_bytes, s.allocated_bytes) for s in ref.states]
+    assert space.memory_peak_index == by_memory.index(max(by_memory))
     fps = [s.footprint_bytes for s in ref.states]
     at = fps.index(max(fps))
     want_internal = (fps[at] - ref.states[at].live_bytes) / fps[at] if fps[at] else 0.0
     assert math.isclose(space.internal_frag, want_internal, abs_tol=1e-15)
-    free_hist = Counter(s.bit_length() - 1 for s in ref.gaps_after[peak])
+    free_hist = Counter(s.bit_length() - 1 for s in ref.runs_after[peak])
     assert {b.lo_bytes.bit_length() - 1: b.count for b in space.free_block_histogram} == dict(free_hist)
     alloc_hist = Counter(b.bit_length() - 1 for f, _, b, _ in stream if not f and b > 0)
     assert {b.lo_bytes.bit_length() - 1: b.count for b in space.size_histogram} == dict(alloc_hist)
@@ -116,11 +130,11 @@ def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None
         holes = [i for i in frees if ref.hole[i]]
         pinned: Counter[str] = Counter()
         for i in holes:
-            left, right = ref.pins[i]  # type: ignore[misc]
-            pinned[site[left]] += 1
-            pinned[site[right]] += 1
+            for pin in ref.pins[i]:
+                if pin is not None:
+                    pinned[site[pin]] += 1
         want.append(
-            (s, 1 << k, len(frees), len(holes), sum(stream[ref.freed_alloc[i]][2] for i in holes),
+            (s, 1 << k, len(frees), len(holes), sum(ref.hole_bytes[i] for i in holes),
              tuple(p for p, _ in sorted(pinned.items(), key=lambda kv: (-kv[1], kv[0]))))
         )
     want.sort(key=lambda h: (-h[4], -h[2], h[0], h[1]))
@@ -132,10 +146,10 @@ def test_engine_matches_reference(tmp_path: Path, stream, capacity: int) -> None
 
 
 @settings(max_examples=max(EXAMPLES // 3, 20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(stream=streams())
-def test_invariants(tmp_path: Path, stream) -> None:
-    """free + live footprint = arena; 0 <= ratios <= 1 outside span mode; freeing every live
-    block leaves exactly one free block."""
+@given(stream=streams(), page=PAGES)
+def test_invariants(tmp_path: Path, stream, page: int) -> None:
+    """device free + stranded + allocated = capacity while the device holds it all; 0 <= ratios
+    <= 1; freeing every live block returns every page."""
     path = tmp_path / "t.sqlite"
     live = {}
     for f, a, b, _ in stream:
@@ -145,13 +159,22 @@ def test_invariants(tmp_path: Path, stream) -> None:
             live[a] = b
     # Free what is still live, newest first, so the trace ends empty.
     tail = [(True, a, b, None) for a, b in reversed(list(live.items()))]
-    _write(path, stream + tail, 1 << 20)
-    space = analyze(read_export(path)).spaces[0]
+    capacity = 1 << 20
+    _write(path, stream + tail, capacity)
+    space = analyze(read_export(path, InputOptions(page_bytes=page))).spaces[0]
     t = space.timeline
+    pool = t.pool
+    assert pool is not None
+    fits = pool.reserved_bytes <= capacity
+    stranded = pool.reserved_bytes - pool.allocated_bytes - pool.releasable_bytes
+    assert (stranded >= 0).all()
+    assert ((pool.device_free_bytes + stranded + pool.allocated_bytes)[fits] == capacity).all()
     assert (t.free_bytes >= t.largest_free_bytes).all()
+    assert (pool.largest_block_bytes <= stranded).all()
     assert ((t.global_frag >= 0) & (t.global_frag <= 1)).all()
     assert ((t.local_frag >= 0) & (t.local_frag <= 1)).all()
-    if not space.span_mode and any(not f and b for f, _, b, _ in stream):
-        assert space.final.free_blocks == 1
+    if any(not f and b for f, _, b, _ in stream):
+        assert space.final.pool is not None and space.final.pool.reserved_bytes == 0
+        assert space.final.free_blocks == (1 if capacity >= page else 0)
         assert space.final.free_bytes == space.capacity_bytes
         assert space.final.live_bytes == 0

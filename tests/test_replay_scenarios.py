@@ -1,4 +1,5 @@
-"""GIVEN/WHEN/THEN scenarios for the observed address-space model (SPEC §2–§4)."""
+"""GIVEN/WHEN/THEN scenarios for the observed model on the driver's pages (SPEC 1.2 §2–§4),
+from nsys-shaped exports (pages of 2 MiB, BASE page-aligned)."""
 
 from __future__ import annotations
 
@@ -38,18 +39,24 @@ def only_space(make_trace: MakeTrace, memory, **kw) -> SpaceAnalysis:  # type: i
     return spaces[0]
 
 
-def test_single_allocation_splits_nothing(make_trace: MakeTrace) -> None:
-    # GIVEN one block at the base WHEN replayed THEN one free block after it, no fragmentation
+def test_single_allocation_strands_the_rest_of_its_page(make_trace: MakeTrace) -> None:
+    # GIVEN one 1 MiB block at the base WHEN replayed THEN its page is resident, the other
+    # 1 MiB of it stranded; the device's 62 MiB of free pages are the largest usable request
     s = only_space(make_trace, [alloc(10, 0, MiB)])
     assert s.counts.allocations == 1
-    assert s.final.free_blocks == 1
-    assert s.final.largest_free_bytes == CAP - MiB == s.final.free_bytes
-    assert s.final.global_frag == 0.0 and s.final.local_frag == 0.0
+    pool = s.final.pool
+    assert pool is not None
+    assert (pool.reserved_bytes, pool.allocated_bytes, pool.stranded_bytes) == (2 * MiB, MiB, MiB)
+    assert s.final.free_blocks == 2  # the page's free half, and the free pages
+    assert s.final.largest_free_bytes == CAP - 2 * MiB
+    assert s.final.free_bytes == CAP - MiB
+    assert s.final.global_frag == pytest.approx(MiB / CAP)
     assert s.base_address == BASE and not s.span_mode
 
 
 def test_in_order_free_is_not_out_of_order(make_trace: MakeTrace) -> None:
-    s = only_space(make_trace, [alloc(10, 0, MiB), alloc(20, MiB, MiB), free(30, MiB)])
+    rows = [alloc(10, 0, 2 * MiB), alloc(20, 2 * MiB, 2 * MiB), free(30, 2 * MiB)]
+    s = only_space(make_trace, rows)
     assert s.counts.frees == 1
     assert s.out_of_order_frees == 0 and s.hole_creating_frees == 0
     assert s.final.free_blocks == 1
@@ -68,10 +75,19 @@ def test_out_of_order_free_between_live_blocks_creates_a_hole(make_trace: MakeTr
     assert s.hotspots[0].hole_bytes == 2 * MiB and s.hotspots[0].size_class == "2–4 MiB"
 
 
-def test_out_of_order_free_at_the_base_creates_no_hole(make_trace: MakeTrace) -> None:
-    # GIVEN A|B WHEN A (not the newest) is freed THEN out of order, but its free block starts at B
-    s = only_space(make_trace, [alloc(10, 0, MiB), alloc(20, MiB, MiB), free(30, 0)])
+def test_out_of_order_free_of_a_whole_page_creates_no_hole(make_trace: MakeTrace) -> None:
+    # GIVEN A|B, a page each WHEN A (not the newest) is freed THEN out of order, but its page
+    # goes back to the device: no hole
+    s = only_space(make_trace, [alloc(10, 0, 2 * MiB), alloc(20, 2 * MiB, 2 * MiB), free(30, 0)])
     assert s.out_of_order_frees == 1 and s.hole_creating_frees == 0
+    assert s.final.free_blocks == 1
+
+
+def test_out_of_order_free_beside_a_live_block_in_its_page_creates_a_hole(make_trace: MakeTrace) -> None:
+    # GIVEN A|B in one page WHEN A is freed THEN its MiB stays in the page B keeps resident
+    s = only_space(make_trace, [alloc(10, 0, MiB), alloc(20, MiB, MiB), free(30, 0)])
+    assert s.out_of_order_frees == 1 and s.hole_creating_frees == 1
+    assert s.hotspots[0].hole_bytes == MiB
     assert s.final.free_blocks == 2
 
 
@@ -105,7 +121,7 @@ def test_overlapping_allocation_evicts_the_live_blocks_it_covers(make_trace: Mak
 
 
 def test_zero_size_allocation_is_counted_not_placed(make_trace: MakeTrace) -> None:
-    s = only_space(make_trace, [alloc(10, 0, MiB), alloc(20, 4 * MiB, 0)])
+    s = only_space(make_trace, [alloc(10, 0, 2 * MiB), alloc(20, 4 * MiB, 0)])
     assert s.counts.zero_size_allocs == 1 and s.counts.allocations == 1
     assert s.final.free_blocks == 1
 
@@ -116,11 +132,13 @@ def test_footprint_rounds_to_granularity_and_internal_frag_measures_it(make_trac
     assert s.internal_frag == pytest.approx(412 / 1024)
 
 
-def test_span_mode_when_addresses_exceed_capacity(make_trace: MakeTrace) -> None:
+def test_addresses_farther_apart_than_the_device_hold_no_free_memory(make_trace: MakeTrace) -> None:
+    # GIVEN two 1 MiB blocks 100 MiB of addresses apart on a 64 MiB device WHEN replayed THEN
+    # only their two pages are reserved: the gap is no free memory (no span mode any more)
     s = only_space(make_trace, [alloc(10, 0, MiB), alloc(20, 100 * MiB, MiB)])
-    assert s.span_mode
-    assert s.arena_end == BASE + 101 * MiB
-    assert s.final.free_bytes == 99 * MiB
+    assert not s.span_mode
+    assert s.final.free_bytes == CAP - 2 * MiB  # 60 MiB of free pages, 2 MiB stranded
+    assert s.final.largest_free_bytes == CAP - 4 * MiB
 
 
 def test_capacity_override(make_trace: MakeTrace) -> None:
@@ -230,9 +248,12 @@ def test_sites_come_from_enclosing_nvtx_ranges(make_trace: MakeTrace) -> None:
     ]
     s = only_space(make_trace, rows, api=api, nvtx=nvtx)
     sites = {h.site for h in s.hotspots}
-    # Every block but the last-allocated is freed out of order; the last pins the holes.
+    # Every block but the last-allocated is freed out of order. Two 1 MiB blocks share each
+    # page: freeing the first of a pair strands its MiB, pinned by the second.
     assert sites == {"step", "step/forward/attn", "step/backward", "inner", "(no range)"}
-    assert all(h.pinned_by[-1] == "step" for h in s.hotspots if h.hole_creating_frees)
+    pinned = {h.site: h.pinned_by for h in s.hotspots if h.hole_creating_frees}
+    assert pinned == {"step": ("step/forward/attn",), "step/backward": ("inner",),
+                      "(no range)": ("step",)}  # fmt: skip
 
 
 def test_registered_nvtx_strings_resolve_through_string_ids(make_trace: MakeTrace) -> None:
@@ -244,11 +265,12 @@ def test_registered_nvtx_strings_resolve_through_string_ids(make_trace: MakeTrac
 
 
 def test_health_is_the_worst_rated_metric(make_trace: MakeTrace) -> None:
-    # GIVEN 400 packed blocks WHEN every other one of the first 300 is freed THEN 151 free
-    # blocks (warn) while global and local fragmentation stay tiny (ok): health is warn
+    # GIVEN 400 packed blocks in one page WHEN every other one of the first 300 is freed THEN
+    # 152 free blocks (150 holes, the page's tail, the device's free pages: warn) while global
+    # and local fragmentation stay tiny (ok): health is warn
     rows = [alloc(i, i * 512, 512) for i in range(400)]
     rows += [free(1000 + i, i * 512) for i in range(0, 300, 2)]
     s = only_space(make_trace, rows)
-    assert s.max_free_blocks == 151
+    assert s.max_free_blocks == 152
     assert s.max_global_frag < 0.2 and s.max_local_frag < 0.3
     assert s.health.label == "warn"

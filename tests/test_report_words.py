@@ -140,10 +140,10 @@ def test_a_table_and_a_figure_place_the_peak_at_the_same_time(name: str, tmp_pat
     space = _space(SAMPLES / name)
     terminal, _, _ = _run(SAMPLES / name, tmp_path, width=120)
     shown = moment(space, space.peak.time_ns)
-    # The peak's row (moments as rows) or the "at" row's peak column (a caching allocator's
-    # figures as rows) holds its time.
-    row = "at" if space.peak.pool is not None else "peak"
-    assert re.search(rf"\b{row}\s+[│┃]?\s*{re.escape(shown)}", terminal), shown
+    # The "at" row's worst-fragmentation column, after the peak memory's, holds its time.
+    first = moment(space, space.memory_peak.time_ns) if space.memory_peak is not None else ""
+    cell = r"\s+[│┃]?\s*"
+    assert re.search(rf"\bat{cell}{re.escape(first)}{cell}{re.escape(shown)}", terminal), shown
     fig = fragmentation_timeline(space)
     ax = fig.axes[0]
     (marker,) = [line for line in ax.get_lines() if line.get_marker() == "o"]

@@ -1,9 +1,9 @@
-"""nsysfrag against an independent implementation of SPEC 1.1 (tests/spec_reference).
+"""nsysfrag against an independent implementation of SPEC 1.2 (tests/spec_reference).
 
 Every input — the samples in sample_traces/, the genuine snapshots in ../shared/real_snapshots
-(when present) and the hand-made cases of tests/spec_reference/cases.py — is analyzed twice:
+and nsys exports in ../shared/real_memory_traces (when present) and the hand-made cases of tests/spec_reference/cases.py — is analyzed twice:
 by ``nsysfrag analyze --json -`` and by the reference. One test per input and field group
-(spaces, counts, capacity, peak, final, max, health, health_basis, ooms, and for snapshots the
+(spaces, counts, capacity, peak, memory_peak, final, max, health, health_basis, ooms, and for snapshots the
 project's own snapshot keys), so a run shows exactly which fields differ where: bytes and counts
 must be equal, ratios within 1e-9 (the comparison lives in tests/spec_compare.py, shared with the
 random inputs of test_spec_differential.py). The reference's readings of what SPEC leaves open are in
@@ -23,6 +23,7 @@ from tests.spec_reference.cases import BUILDERS
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "sample_traces"
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
+REAL_MEMORY_TRACES = REPO.parent / "shared" / "real_memory_traces"
 GiB = 1 << 30
 
 # (id, path or case name, capacity)
@@ -31,6 +32,7 @@ INPUTS: list[tuple[str, str, int | None]] = [
     *((f"sample:{p.name}", str(p), None) for p in sorted(SAMPLES.glob("*.pickle"))),
     ("sample:training_snapshot.pickle@80GiB", str(SAMPLES / "training_snapshot.pickle"), 80 * GiB),
     *((f"real:{p.name}", str(p), None) for p in sorted(REAL_SNAPSHOTS.glob("*.p*"))),
+    *((f"real:{p.name}", str(p), None) for p in sorted(REAL_MEMORY_TRACES.glob("*.sqlite"))),
     *((f"case:{b.__name__}", b.__name__, None) for b in BUILDERS),
 ]
 _cache: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}

@@ -64,4 +64,5 @@ def analyze(recording: Recording, progress: ProgressCallback | None = None) -> A
         model=recording.model,
         input_counts=recording.counts,
         warnings=warnings,
+        page_bytes=recording.page_bytes,
     )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import Health, format_bytes
 from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
+from nsysfrag.reporters.time_base import moment
 
-SMALL_BLOCK_BYTES = 1 << 20
 SITES_NAMED = 3
 
 
@@ -31,18 +31,16 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
     """Plain-language advice for one space, most important first; ``failures=False`` leaves
     out the failed allocations (for a report that shows each of them on its own)."""
     lines: list[str] = []
-    if s.span_mode:
-        lines.append(
-            "The recorded addresses span more than the device's memory (span mode): the observed"
-            " layout over-states free space, so read the fragmentation figures as upper bounds."
-        )
     if s.caching_allocator_suspected:
         lines.append(
             "Every allocation is a multiple of 2 MiB: this looks like a caching allocator's"
-            " segments, so fragmentation inside its pool is invisible to nsys. For PyTorch, record"
-            " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace, or take a memory"
-            " snapshot (torch.cuda.memory._record_memory_history / _dump_snapshot)."
+            " segments. They fill their pages, so the driver strands nothing here; the"
+            " fragmentation that matters is inside those segments, which nsys cannot see. For"
+            " PyTorch, take a memory snapshot (torch.cuda.memory._record_memory_history, then"
+            " _dump_snapshot) and run nsysfrag on it, or record with"
+            " PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace."
         )
+    lines += stranded_advice(s)
     if s.snapshot is not None and s.snapshot.capacity_source == "reserved_peak" and s.health:
         lines.append(
             f"This {s.health.label} rating assumes the device was full at the peak: the snapshot"
@@ -69,18 +67,14 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
             )
     elif s.hotspots:
         top = s.hotspots[0]
-        if top.hole_creating_frees and top.size_lo_bytes < SMALL_BLOCK_BYTES:
-            lines.append(
-                f"Many small blocks from '{top.site}' are freed out of order and leave holes:"
-                " pool them (a per-size free list, cudaMallocAsync with a memory pool, or one"
-                " arena allocated up-front) instead of cudaMalloc/cudaFree per use."
-            )
-        elif top.hole_creating_frees:
+        if top.hole_creating_frees and top.hole_bytes:
             pins = ", ".join(f"'{p}'" for p in top.pinned_by[:2]) or "long-lived blocks"
             lines.append(
-                f"Blocks from '{top.site}' ({top.size_class}) leave holes when freed because"
-                f" {pins} stay live around them: allocate long-lived buffers first (or from a"
-                " separate pool) so short-lived ones stack on top and free in order."
+                f"Blocks from '{top.site}' ({top.size_class}) leave {format_bytes(top.hole_bytes)}"
+                f" stranded when freed, because blocks from {pins} keep their pages resident:"
+                " give such small, short-lived buffers a pool of their own (cudaMallocAsync with"
+                " a memory pool, a per-size free list, or one arena allocated up-front) so they"
+                " stop sharing pages with long-lived ones."
             )
     if s.counts.unmatched_frees:
         lines.append(
@@ -97,6 +91,28 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
     return lines
 
 
+# Stranded memory worth a word: at least this share of what the driver holds, and of the device.
+STRANDED_SHARE = 0.05
+
+
+def stranded_advice(s: SpaceAnalysis) -> list[str]:
+    """What the driver's pages strand at the worst moment, for a space on pages (an nsys
+    trace); nothing when it is too little to matter."""
+    pool = s.peak.pool
+    if s.page_bytes is None or pool is None or pool.reserved_bytes == 0:
+        return []
+    share = pool.stranded_bytes / pool.reserved_bytes
+    if share < STRANDED_SHARE or pool.stranded_bytes < STRANDED_SHARE * s.capacity_bytes:
+        return []
+    return [
+        f"The driver's pages are {share:.0%} stranded at the worst moment"
+        f" ({moment(s, s.peak.time_ns)}): {format_bytes(pool.stranded_bytes)} of the"
+        f" {format_bytes(pool.reserved_bytes)} the driver holds for this process is free inside"
+        " pages that live blocks keep partly used, and only small requests can use it; a"
+        f" request larger than {format_bytes(s.peak.largest_free_bytes)} would not have fit then."
+    ]
+
+
 def failure_advice(s: SpaceAnalysis) -> list[str]:
     """Each kind of failure, told with the state at its own moment: how many failed, then the
     first of each verdict in detail."""
@@ -110,22 +126,26 @@ def failure_advice(s: SpaceAnalysis) -> list[str]:
         lines.append(f"{n} allocations failed" + (f" ({', '.join(kinds)})." if kinds else "."))
     firsts = [fs[0] for fs in by_verdict.values() if fs] or [s.ooms[0]]
     for f in sorted(firsts, key=lambda f: f.state.time_ns):
-        lines.append(_describe(f, first=n > 1, expandable=_expandable(s)))
+        lines.append(_describe(f, first=n > 1, expandable=_expandable(s), at=moment(s, f.state.time_ns)))
     return lines
 
 
-def _describe(f: Failure, first: bool, expandable: bool) -> str:
+def _describe(f: Failure, first: bool, expandable: bool, at: str) -> str:
     st = f.state
     when = f"{'The first ' if first else 'An '}allocation"
-    at = f"{st.time_ns / 1e9:.3f} s"
     pool = st.pool
     if pool is None or f.requested_bytes is None:
+        free = (
+            f"{format_bytes(st.free_bytes)} free in {st.free_blocks} block(s)"
+            if pool is None
+            else f"{format_bytes(pool.device_free_bytes)} of free pages on the device and"
+            f" {format_bytes(pool.stranded_bytes)} stranded in partly used ones"
+        )
         return (
-            f"{when} that failed did so at {at} with {format_bytes(st.free_bytes)} free in"
-            f" {st.free_blocks} block(s), the largest {format_bytes(st.largest_free_bytes)}, and"
-            f" {format_bytes(st.live_bytes)} live. The trace records no size for a failed call,"
-            " so whether fragmentation or a full device caused it is unknown; a request larger"
-            f" than {format_bytes(st.largest_free_bytes)} could not be placed then."
+            f"{when} that failed did so at {at} with {free}, and {format_bytes(st.live_bytes)}"
+            " live. The trace records no size for a failed call, so whether fragmentation or a"
+            " full device caused it is unknown; a request larger than"
+            f" {format_bytes(st.largest_free_bytes)} could not be served then."
         )
     device_free = (
         f.recorded_device_free_bytes

@@ -18,6 +18,7 @@ from nsysfrag.analysis.results import (
     FRAGMENTATION,
     UNKNOWN,
     Failure,
+    PoolState,
     State,
     StrandedSite,
 )
@@ -48,16 +49,18 @@ def failures_of(
     events: AllocationEvents,
     series: StateSeries,
     f: Fragmentation,
+    capacity_bytes: int,
     stranded_at: StrandedAt | None = None,
 ) -> tuple[Failure, ...]:
-    """Every failed allocation among ``events``, in order, with its state."""
+    """Every failed allocation among ``events``, in order, with its state (on a device of
+    ``capacity_bytes``)."""
     failed = np.flatnonzero(events.kind == FAILED_ALLOC)
     # Only a caching allocator's failures record where the request was made.
     sites = events.sites.codes(failed) if len(failed) and series.pool is not None else None
     out = []
     for j, (event, point) in enumerate(zip(failed.tolist(), series.failure_points.tolist())):
         time_ns = int(events.time_ns[event])
-        state = _empty(series, time_ns) if point < 0 else _at(f.state(point), time_ns)
+        state = _empty(series, capacity_bytes, time_ns) if point < 0 else _at(f.state(point), time_ns)
         asked = int(events.bytes[event])
         requested = asked if asked >= 0 else None
         recorded = None
@@ -108,7 +111,11 @@ def _at(state: State, time_ns: int) -> State:
     return state if state.time_ns == time_ns else dataclasses.replace(state, time_ns=time_ns)
 
 
-def _empty(series: StateSeries, time_ns: int) -> State:
-    """The arena before its first event: one free block, all of it."""
-    arena = series.end_address - series.base_address
-    return State(time_ns, 0.0, 0.0, 1, arena, arena, 0)
+def _empty(series: StateSeries, capacity: int, time_ns: int) -> State:
+    """The space before its first event: nothing reserved, the whole device free (one free
+    block, when that is at least a page); a model without reserved memory: its whole arena."""
+    if series.pool is None:
+        arena = series.end_address - series.base_address
+        return State(time_ns, 0.0, 0.0, 1, arena, arena, 0)
+    blocks = 1 if capacity >= (series.page_bytes or 1) else 0
+    return State(time_ns, 0.0, 0.0, blocks, capacity, capacity, 0, PoolState(0, 0, 0, 0, capacity, 0))

@@ -30,12 +30,14 @@ def hotspots_of(series: StateSeries) -> list[Hotspot]:
     frees_per_group = frees_per_key[groups]
     holes_per_group = np.bincount(group_of[hole], minlength=n_groups)
     hole_bytes = np.zeros(n_groups, dtype=np.int64)
-    np.add.at(hole_bytes, group_of[hole], sizes[hole])
-    # Pinning sites: count (group, site) pairs over the left and right neighbours of each hole.
-    pin_sites = np.concatenate(
-        [site_codes[series.pin_left[frees][hole]], site_codes[series.pin_right[frees][hole]]]
-    )
+    stranded = sizes if series.hole_bytes is None else series.hole_bytes[frees]
+    np.add.at(hole_bytes, group_of[hole], stranded[hole])
+    # Pinning sites: count (group, site) pairs over the blocks that pin each hole (both
+    # neighbours in a segment; in pages, the one or two whose pages keep it resident).
+    pins = np.concatenate([series.pin_left[frees][hole], series.pin_right[frees][hole]])
     pin_groups = np.concatenate([group_of[hole], group_of[hole]])
+    pinned_hole = pins >= 0
+    pin_sites, pin_groups = site_codes[pins[pinned_hole]], pin_groups[pinned_hole]
     pair_keys = pin_groups * len(site_names) + pin_sites
     if n_groups * len(site_names) <= 1 << 24:
         pair_counts = np.bincount(pair_keys)

@@ -28,8 +28,11 @@ class Health(enum.IntEnum):
 
 
 def global_frag(free_bytes: I64, largest_free_bytes: I64, capacity_bytes: int) -> F64:
-    """``(F - L) / C``: free memory outside the largest free block, as a share of the device."""
-    return (free_bytes - largest_free_bytes) / float(capacity_bytes)
+    """``(F - L) / C``: free memory outside the largest free block, as a share of the device;
+    at most 1 (more is free than the device has only when the capacity is wrong for the
+    space, which its warnings say)."""
+    ratio: F64 = np.minimum((free_bytes - largest_free_bytes) / float(capacity_bytes), 1.0)
+    return ratio
 
 
 def local_frag(free_bytes: I64, largest_free_bytes: I64) -> F64:

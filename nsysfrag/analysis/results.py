@@ -19,14 +19,15 @@ TIMELINE_POINTS = 2000
 
 @dataclass(frozen=True, slots=True)
 class PoolState:
-    """A caching allocator's own figures at one moment (the pytorch-segments model)."""
+    """What the device held for the space at one moment: the caching allocator's segments
+    (pytorch-segments), or the driver's resident pages (observed)."""
 
-    reserved_bytes: int  # the segments' bytes
-    allocated_bytes: int  # the bytes of blocks not yet free
-    releasable_bytes: int  # R: free bytes the allocator can give back to the driver
-    stranded_bytes: int  # S: free bytes in segments that also hold allocated blocks
-    device_free_bytes: int  # D: the device's memory outside the segments
-    largest_block_bytes: int  # L: the largest free block inside a segment
+    reserved_bytes: int  # the segments' bytes, or the resident pages' (and memory pools')
+    allocated_bytes: int  # the bytes of blocks not yet free (their footprints, in pages)
+    releasable_bytes: int  # R: free bytes the allocator (a memory pool) can give back
+    stranded_bytes: int  # S: free bytes beside allocated blocks in segments (resident pages)
+    device_free_bytes: int  # D: the device's memory outside them
+    largest_block_bytes: int  # L: the largest free block inside a segment (resident pages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,11 @@ class SpaceAnalysis:
     model: str  # which model produced these figures
     snapshot: SnapshotSection | None = None  # the figures only a PyTorch snapshot has
     timestamps: bool = True  # False: the times are entry numbers (a snapshot without times)
+    # The state when the device held the most for the space (reserved at its maximum), beside
+    # the worst fragmentation (``peak``); None for a model without reserved memory.
+    memory_peak: State | None = None
+    memory_peak_index: int | None = None
+    page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages
 
 
 @dataclass(frozen=True)
@@ -179,3 +185,4 @@ class Analysis:
     model: str
     input_counts: InputCounts = field(default_factory=InputCounts)
     warnings: list[str] = field(default_factory=list)
+    page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages

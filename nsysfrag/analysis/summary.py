@@ -163,6 +163,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
     held, live_at_held = series.held_peak
     block_sizes = series.bytes[event == ALLOCATED]
     at_peak = run.free_blocks_after(f.peak_index)
+    memory_peak = memory_peak_index(series.pool) if series.pool is not None else None
     return SpaceAnalysis(
         pid=space.pid,
         device=space.device,
@@ -176,10 +177,14 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         alloc_failure_rate=failed / (failed + allocations) if failed + allocations else 0.0,
         **f.headline(),
         peak_index=f.peak_index,
+        memory_peak=None if memory_peak is None else f.state(memory_peak),
+        memory_peak_index=memory_peak,
+        page_bytes=series.page_bytes,
         internal_frag=(held - live_at_held) / held if held > 0 else 0.0,
         health_basis=f.health_basis,
         ooms=failures_of(
-            space.events, series, f, lambda p: stranded_sites(run.stranded_after(p), series)
+            space.events, series, f, capacity,
+            lambda p: stranded_sites(run.stranded_after(p), series),
         ),
         out_of_order_frees=int(series.out_of_order.sum()),
         hole_creating_frees=int(series.hole.sum()),
@@ -208,6 +213,14 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         snapshot=run.snapshot_section(f.peak_index, at_peak),
         timestamps=space.timestamps,
     )
+
+
+def memory_peak_index(pool: PoolColumns) -> int:
+    """The first point at which reserved is at its maximum; of several, the one with the most
+    allocated (then the first of those)."""
+    reserved = pool.reserved_bytes
+    at_max = np.flatnonzero(reserved == reserved.max())
+    return int(at_max[int(np.argmax(pool.allocated_bytes[at_max]))])
 
 
 def _looks_like_segments(block_sizes: I64) -> bool:

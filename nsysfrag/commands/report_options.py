@@ -27,7 +27,7 @@ from nsysfrag.commands.params import ByteSize, Delta
 from nsysfrag.errors import InputError
 from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs import InputFormat, InputOptions, format_of
-from nsysfrag.models.observed import DEFAULT_GRANULARITY
+from nsysfrag.models.observed import DEFAULT_GRANULARITY, DEFAULT_PAGE_BYTES
 from nsysfrag.reporters import (
     REPORTERS,
     Reporter,
@@ -47,6 +47,7 @@ class ReportRequest:
     reports: tuple[tuple[Reporter, Path], ...] = ()  # in REPORTERS order
     capacity: int | None = None
     granularity: int = DEFAULT_GRANULARITY
+    page_bytes: int = DEFAULT_PAGE_BYTES
     quiet: bool = False
     gates: tuple[Gate, ...] = ()
     baseline: Path | None = None
@@ -96,6 +97,7 @@ class ReportRequest:
             db=db,
             capacity=options.pop("capacity"),
             granularity=options.pop("granularity"),
+            page_bytes=options.pop("page_bytes"),
             quiet=options.pop("quiet"),
             gates=tuple(parse_gate(g) for g in options.pop("fail_on")),
             baseline=baseline,
@@ -153,6 +155,10 @@ def report_options(f: F) -> F:
                      help="Device memory per space, overriding the trace's TARGET_INFO_GPU (e.g. 80GiB)."),
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
                      help="Allocation rounding: a block's footprint is its size rounded up to this."),
+        click.option("--page-size", "page_bytes", type=ByteSize(), default=DEFAULT_PAGE_BYTES,
+                     show_default=True,
+                     help="The driver's page (nsys traces): a page is resident while a block"
+                     " touches it, and its free bytes are stranded."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
                      help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
@@ -208,7 +214,8 @@ def _read_and_analyze(
     warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
     if warming is not None:
         warming.start()
-    recording = fmt.open(path, InputOptions(request.capacity, request.granularity, progress))
+    options = InputOptions(request.capacity, request.granularity, request.page_bytes, progress)
+    recording = fmt.open(path, options)
     if warming is not None:
         warming.join()
     return analyze(recording, progress)

@@ -26,6 +26,7 @@ class InputOptions:
 
     capacity_bytes: int | None = None  # device memory per space, overriding what the input says
     granularity_bytes: int = 512  # allocation rounding, where the input does not record it
+    page_bytes: int = 2 << 20  # the driver's page, where the model maps blocks onto pages
     progress: ProgressCallback | None = None
 
 
@@ -56,6 +57,7 @@ class Recording:
     counts: InputCounts = field(default_factory=InputCounts)
     # Said (after the path) when no space has a point to analyze.
     nothing_to_analyze: str = "there is nothing to analyze"
+    page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ def run_job(
             path=str(i.path),
             capacity=request.capacity,
             granularity=request.granularity,
+            page_bytes=request.page_bytes,
             nsys_path=export.nsys_path,
             cache_dir=str(export.cache_dir) if export.cache_dir is not None else None,
             reexport=export.reexport,

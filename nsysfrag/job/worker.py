@@ -23,6 +23,7 @@ class RankTask:
     path: str  # as the user named it
     capacity: int | None
     granularity: int
+    page_bytes: int = 2 << 20
     nsys_path: str | None = None
     cache_dir: str | None = None
     reexport: bool = False
@@ -61,7 +62,9 @@ def analyze_rank(task: RankTask) -> RankOutcome:
 
     given = _Paths(task)
     notes: list[str] = []
-    request = ReportRequest(capacity=task.capacity, granularity=task.granularity)
+    request = ReportRequest(
+        capacity=task.capacity, granularity=task.granularity, page_bytes=task.page_bytes
+    )
     export = ExportOptions(
         task.nsys_path, given.local(task.cache_dir) if task.cache_dir else None, task.reexport
     )

@@ -37,13 +37,15 @@ IndexArray = npt.NDArray[np.signedinteger]  # int32 where every index fits, else
 
 @dataclass(frozen=True)
 class PoolColumns:
-    """A caching allocator's figures after every point (the pytorch-segments model)."""
+    """What the device holds for the space after every point, in a caching allocator's terms
+    (reserved, allocated, ...): its segments (pytorch-segments), or the driver's pages
+    (observed)."""
 
     reserved_bytes: I64
     allocated_bytes: I64
     releasable_bytes: I64  # R
     device_free_bytes: I64  # D = max(C - reserved, 0)
-    largest_block_bytes: I64  # L: the largest free block inside a segment
+    largest_block_bytes: I64  # L: the largest free block inside a segment (a resident page)
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,13 @@ class StateSeries:
     live_bytes: I64  # U: the requested bytes of the live blocks
     overlap: BoolArray  # allocations that overlapped live blocks (their frees went missing)
     out_of_order: BoolArray  # frees of a block that was not the newest live one
-    hole: BoolArray  # frees whose free block has live blocks on both sides
+    # Frees that left a hole: memory that stays reserved because live blocks keep it (free
+    # bytes in pages that stay resident; a free block with live blocks on both sides).
+    hole: BoolArray
     freed_alloc: IndexArray  # frees: the point that allocated the freed block, or NO_BLOCK
-    pin_left: IndexArray  # hole-creating frees: the allocation bounding the hole on the left
+    # Hole-creating frees: the allocations that pin the hole, on its left and on its right
+    # (NO_BLOCK: none on that side).
+    pin_left: IndexArray
     pin_right: IndexArray
     removed_at: IndexArray  # allocations: the point that freed or evicted the block, or NO_BLOCK
     site: I64  # allocations: a code into site_names; 0 for other points
@@ -80,7 +86,12 @@ class StateSeries:
     # Per failed allocation of the space's events, in order: the point whose state held when it
     # failed (the last point at or before it), or NO_BLOCK when it failed before the first.
     failure_points: IndexArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    pool: PoolColumns | None = None  # a caching allocator's own figures, per point
+    pool: PoolColumns | None = None  # reserved, allocated, ... per point
+    # Frees: the bytes their hole strands (None: a hole strands the freed block's bytes).
+    hole_bytes: I64 | None = None
+    # The driver's page where the model maps blocks onto pages (observed): the device's free
+    # memory D then counts as a free block from one page on (else from one byte).
+    page_bytes: int | None = None
 
     def __len__(self) -> int:
         return len(self.time_ns)

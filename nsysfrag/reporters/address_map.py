@@ -1,5 +1,11 @@
-"""The address map: every live block over time, time on x and offset from the arena base on y,
-coloured by allocation site; gaps stay white.
+"""The address map: every live block over time, time on x and its place in the pages the blocks
+touched on y, coloured by allocation site; free memory inside those pages stays white.
+
+The driver maps pages wherever it likes, so the virtual gaps between the regions of pages a
+trace's blocks touched (terabytes apart on a real device) hold no free memory the device could
+give: the y axis lays the touched regions end to end in address order and leaves the gaps out
+(a thin line marks each cut, when there are few). White beside a block in a region is memory
+stranded in a partly used page (or, in a snapshot, free inside a segment).
 
 The blocks are painted into an image the size of the plot, at ``OVERSAMPLE`` cells per pixel
 for high-density screens, rather than drawn as one vector rectangle each: the figure then has
@@ -22,7 +28,7 @@ from matplotlib.image import AxesImage
 from matplotlib.patches import Patch
 
 from nsysfrag.analysis import SpaceAnalysis, Timeline
-from nsysfrag.analysis.metrics import F64, format_bytes
+from nsysfrag.analysis.metrics import F64
 from nsysfrag.events import I64
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.reporters.address_raster import U8, paint_blocks, pixel_spans
@@ -44,6 +50,9 @@ from nsysfrag.reporters.time_base import since_start_array, since_start_s
 MIN_BLOCK_PX = 2
 OVERSAMPLE = 2  # image cells per screen pixel of the plot
 MIN_BLOCK_NOTE = f"blocks under {MIN_BLOCK_PX} px are drawn {MIN_BLOCK_PX} px wide and high"
+REGION_PAGE_BYTES = 2 << 20  # what the regions are rounded to where the model has no page size
+CUTS_DRAWN = 40  # more cuts than this would hide the blocks: then none is drawn
+FREE_NOTE = "white: free inside those pages"
 
 
 def allocation_events(timeline: Timeline) -> npt.NDArray[np.bool_]:
@@ -79,22 +88,57 @@ def site_colours(
 
 def block_image(space: SpaceAnalysis, x_full: float, y_full: float, shape: tuple[int, int]) -> U8:
     """The colour code of each cell of a ``shape`` (rows, columns) grid over [0, ``x_full``)
-    seconds × [0, ``y_full``) bytes from the arena base (row 0 at the base), every block painted
-    at least ``MIN_BLOCK_PX × OVERSAMPLE`` cells wide and high."""
+    seconds × [0, ``y_full``) bytes of the map (row 0 at its bottom), every block painted at
+    least ``MIN_BLOCK_PX × OVERSAMPLE`` cells wide and high."""
     blocks = _Blocks.of(space)
     codes, _, _ = site_colours(space, blocks.allocs, blocks.score)
     return blocks.painted(codes, x_full, y_full, shape)
 
 
 @dataclass(frozen=True, slots=True)
+class Regions:
+    """The regions of pages a space's blocks touched, in address order: each one's first
+    address, and where it starts on the map (the regions before it laid end to end)."""
+
+    start: npt.NDArray[np.uint64]
+    placed: I64
+    height: int  # every region's bytes
+
+    @classmethod
+    def of(cls, address: npt.NDArray[np.uint64], nbytes: I64, page: int) -> Regions:
+        if len(address) == 0:
+            return cls(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64), 0)
+        p = np.uint64(page)
+        lo = address - address % p
+        # A block's last page; an end past 2**64 (a damaged address) stays on the top page.
+        hi = np.maximum(lo + p, (address + np.maximum(nbytes, 1).astype(np.uint64) + p - np.uint64(1)) // p * p)
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])
+        new = np.ones(len(lo), dtype=np.bool_)
+        new[1:] = lo[1:] > hi[:-1]
+        starts = lo[new]
+        ends = np.append(hi[np.flatnonzero(new)[1:] - 1], hi[-1])
+        sizes = (ends - starts).astype(np.int64)
+        placed = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        return cls(starts, placed, int(sizes.sum()))
+
+    def offsets(self, address: npt.NDArray[np.uint64]) -> F64:
+        """Where each address lies on the map."""
+        i = np.searchsorted(self.start, address, side="right") - 1
+        within = (address - self.start[i]).astype(np.float64)
+        return self.placed[i].astype(np.float64) + within
+
+
+@dataclass(frozen=True, slots=True)
 class _Blocks:
-    """The space's allocations: each block's start and end (s), offset and bytes."""
+    """The space's allocations: each block's start and end (s), place on the map and bytes."""
 
     allocs: I64
     start: F64
     end: F64
     offset: F64
     nbytes: F64
+    regions: Regions
 
     @classmethod
     def of(cls, space: SpaceAnalysis) -> _Blocks:
@@ -103,13 +147,16 @@ class _Blocks:
         t = tl.time_ns
         ends = tl.removed_at[allocs]
         end_ns = np.where(ends >= 0, t[np.maximum(ends, 0)], t[-1])
+        address = tl.address[allocs].astype(np.uint64)
+        regions = Regions.of(address, tl.bytes[allocs], space.page_bytes or REGION_PAGE_BYTES)
         return cls(
             allocs=allocs,
             # From the left edge of the time axis (the space's first event), in its unit.
             start=since_start_array(space, t[allocs]) - since_start_s(space, int(t[0])),
             end=since_start_array(space, end_ns) - since_start_s(space, int(t[0])),
-            offset=(tl.address[allocs] - np.uint64(space.base_address)).astype(np.float64),
+            offset=regions.offsets(address),
             nbytes=tl.bytes[allocs].astype(np.float64),
+            regions=regions,
         )
 
     @property
@@ -136,37 +183,33 @@ def _plot_cells(fig: Figure) -> tuple[int, int]:
 
 
 def address_map(space: SpaceAnalysis) -> Figure:
-    """Live blocks as rectangles: time on x, offset from the arena base on y; gaps stay white.
-    Every block is drawn, at least ``MIN_BLOCK_PX`` pixels wide and high."""
+    """Live blocks as rectangles: time on x, their place in the pages the blocks touched on y
+    (virtual gaps left out); free memory stays white. Every block is drawn, at least
+    ``MIN_BLOCK_PX`` pixels wide and high."""
     fig, (ax,) = new_figure()
-    tl = space.timeline
-    allocs = np.flatnonzero(allocation_events(tl))
-    arena = space.arena_end - space.base_address
-    highest = 0
-    if len(allocs):
-        ends = tl.address[allocs] + tl.bytes[allocs].astype(np.uint64)
-        highest = int((ends - np.uint64(space.base_address)).max())
-    if space.span_mode:
-        ax.axhline(space.capacity_bytes, color=CAPACITY_COLOR, linestyle="--", linewidth=0.8)
     time_axis(ax, space)
-    top = min(arena, highest * 1.12) if highest > 0 else arena
-    ax.set_ylim(0, top)
-    if top < arena:
-        ax.text(
-            0.99, 0.98,
-            f"never used above {format_bytes(highest)}; the arena is {format_bytes(arena)}",
-            transform=ax.transAxes, ha="right", va="top", fontsize=8, color="#555555",
-        )  # fmt: skip
-    bytes_axis(ax.yaxis)
-    ax.set_ylabel(f"offset from base 0x{space.base_address:x} (bytes)")
     figure_title(fig, "Address map: live blocks over time", space)
-    if len(allocs) == 0:
+    blocks = _Blocks.of(space)
+    if len(blocks.allocs) == 0:
+        ax.set_ylim(0, 1)
         say_empty(ax, "no live blocks: this space has no allocations")
         return fig
-    blocks = _Blocks.of(space)
+    regions = blocks.regions
+    top = float(regions.height)
+    ax.set_ylim(0, top)
+    bytes_axis(ax.yaxis)
+    cuts = len(regions.start) - 1
+    ax.set_ylabel(
+        "pages the blocks touched, in address order"
+        + (f" ({cuts} virtual gap{'s' if cuts > 1 else ''} left out)" if cuts else "")
+    )
+    if 0 < cuts <= CUTS_DRAWN:
+        for y in regions.placed[1:].tolist():
+            ax.axhline(y, color=CAPACITY_COLOR, linestyle=":", linewidth=0.6, zorder=2)
     codes, colours, legend = site_colours(space, blocks.allocs, blocks.score)
     handles = [Patch(facecolor=c, label=short_site(s)) for s, c in legend]
     handles.append(Patch(facecolor="none", edgecolor="none", label=MIN_BLOCK_NOTE))
+    handles.append(Patch(facecolor="none", edgecolor="none", label=FREE_NOTE))
     legend_right(ax, handles=handles, title="allocation site", title_fontsize=8)
     x_left, x_right = ax.get_xlim()  # the report's time base: the left edge need not be 0
     # The legend is placed before the plot is measured: it takes room from the plot.

@@ -118,8 +118,6 @@ def space_label(space: SpaceAnalysis) -> str:
         f"pid {space.pid}{process} · device {space.device}"
         f" ({space.device_name}, {format_bytes(space.capacity_bytes)})"
     )
-    if space.span_mode:
-        label += " · span mode: addresses exceed device memory, free space over-stated"
     return label
 
 

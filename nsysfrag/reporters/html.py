@@ -218,9 +218,9 @@ def _summary(s: SpaceAnalysis) -> str:
     figures = [
         ("global frag growth", f"{s.growth_per_s * 100:+.3f} points/s"),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
-        ("arena start", f"0x{s.base_address:x}"),
-        ("arena end", f"0x{s.arena_end:x}"),
-        ("span mode", "yes: addresses exceed device memory" if s.span_mode else "no"),
+        ("lowest block address", f"0x{s.base_address:x}"),
+        ("highest block end", f"0x{s.arena_end:x}"),
+        *([("page size", format_bytes(s.page_bytes))] if s.page_bytes else []),
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
     return (

@@ -84,6 +84,7 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         },
         "alloc_failure_rate": s.alloc_failure_rate,
         "peak": state_document(s.peak),
+        **({} if s.memory_peak is None else {"memory_peak": state_document(s.memory_peak)}),
         "max": {
             "global_frag": s.max_global_frag,
             "local_frag": s.max_local_frag,
@@ -151,6 +152,13 @@ def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
     }
 
 
+def model_document(analysis: Analysis) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": analysis.model, "granularity_bytes": analysis.granularity_bytes}
+    if analysis.page_bytes is not None:
+        doc["page_bytes"] = analysis.page_bytes
+    return doc
+
+
 def document(analysis: Analysis) -> dict[str, Any]:
     """The whole analysis as JSON-ready data (keys stable; new keys may be added)."""
     counts = analysis.input_counts
@@ -169,7 +177,7 @@ def document(analysis: Analysis) -> dict[str, Any]:
             "timestamps": all(s.timestamps for s in analysis.spaces),
             "warnings": analysis.warnings,
         },
-        "model": {"name": analysis.model, "granularity_bytes": analysis.granularity_bytes},
+        "model": model_document(analysis),
         "spaces": [space_document(s) for s in analysis.spaces],
     }
 

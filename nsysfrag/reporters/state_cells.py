@@ -1,10 +1,12 @@
 """The state table the terminal and the HTML report both show: the peak, final and maximum of a
 space, each cell its text and, for a rated metric, its health level.
 
-A space whose states carry a caching allocator's figures (the pytorch-segments model) is told
-in that allocator's words, one row per figure (reserved, allocated, stranded, releasable,
-device free, largest usable) and one column per moment; any other space keeps one row per
-moment with free, largest free and live. Which one follows from the data, not the input.
+A space whose states carry reserved memory (the caching allocator's segments of the
+pytorch-segments model, the driver's pages of the observed one) is told in those words, one row
+per figure (reserved, allocated, stranded, releasable, device free, largest usable) and one
+column per moment: at peak memory, at worst fragmentation, final, and the maxima. Any other
+space keeps one row per moment with free, largest free and live. Which one follows from the
+data, not the input.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from nsysfrag.reporters.time_base import moment
 
 # The columns after the row's label and its time (a space without allocator figures).
 HEADINGS = ("global frag", "local frag", "free blocks", "largest free", "free", "live")
-# The columns of a space with a caching allocator's figures: one per moment.
-MOMENTS = ("peak", "final", "max")
+# The columns of a space with reserved memory (a caching allocator's segments, the driver's
+# pages): one per moment, each named for what it is, and the maxima.
+MOMENTS = ("at peak memory", "at worst fragmentation", "final", "max")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,34 +100,39 @@ def state_rows(space: SpaceAnalysis) -> list[tuple[str, list[Cell]]]:
 
 
 def _allocator_table(space: SpaceAnalysis) -> StateTable:
-    peak, final = space.peak, space.final
-    assert peak.pool is not None and final.pool is not None
-    p, f = peak.pool, final.pool
+    """One column per moment — peak memory (where the space has one), worst fragmentation,
+    final — and the maxima; one row per figure."""
+    moments = [s for s in (space.memory_peak, space.peak, space.final) if s is not None]
+    headings = MOMENTS if space.memory_peak is not None else MOMENTS[1:]
+    pools = [s.pool for s in moments]
+    assert all(p is not None for p in pools)
     rated = list(
         zip(
-            _rated(peak.global_frag, peak.local_frag, peak.free_blocks),
-            _rated(final.global_frag, final.local_frag, final.free_blocks),
+            *(_rated(s.global_frag, s.local_frag, s.free_blocks) for s in moments),
             _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
             strict=True,
         )
     )
 
-    def sizes(at_peak: int, at_final: int, maximum: str = "") -> list[Cell]:
-        return [Cell(format_bytes(at_peak)), Cell(format_bytes(at_final)), Cell(maximum)]
+    def sizes(values: list[int], maximum: str = "") -> list[Cell]:
+        return [*(Cell(format_bytes(v)) for v in values), Cell(maximum)]
+
+    def figure(name: str) -> list[int]:
+        return [getattr(p, name) for p in pools]
 
     rows = [
-        ("at", [Cell(moment(space, peak.time_ns)), Cell(moment(space, final.time_ns)), Cell("")]),
+        ("at", [*(Cell(moment(space, s.time_ns)) for s in moments), Cell("")]),
         *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
-        ("reserved", sizes(p.reserved_bytes, f.reserved_bytes)),
-        ("allocated", sizes(p.allocated_bytes, f.allocated_bytes)),
-        ("stranded", sizes(p.stranded_bytes, f.stranded_bytes)),
-        ("releasable", sizes(p.releasable_bytes, f.releasable_bytes)),
-        ("device free", sizes(p.device_free_bytes, f.device_free_bytes)),
-        ("largest free block", sizes(p.largest_block_bytes, f.largest_block_bytes)),
-        ("largest usable", sizes(peak.largest_free_bytes, final.largest_free_bytes)),
+        ("reserved", sizes(figure("reserved_bytes"))),
+        ("allocated", sizes(figure("allocated_bytes"))),
+        ("stranded", sizes(figure("stranded_bytes"))),
+        ("releasable", sizes(figure("releasable_bytes"))),
+        ("device free", sizes(figure("device_free_bytes"))),
+        ("largest free block", sizes(figure("largest_block_bytes"))),
+        ("largest usable", sizes([s.largest_free_bytes for s in moments])),
         (
             "requested",
-            sizes(peak.live_bytes, final.live_bytes, format_bytes(space.max_live_bytes)),
+            sizes([s.live_bytes for s in moments], format_bytes(space.max_live_bytes)),
         ),
     ]
-    return StateTable(MOMENTS, rows)
+    return StateTable(headings, rows)

@@ -192,16 +192,28 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     return Panel(Group(*parts), title=Text(title, style="bold"), title_align="left")
 
 
+def time_words(analysis: Analysis) -> str:
+    """How the report's moments are told: seconds, or event numbers where no time was recorded."""
+    timed = [s.timestamps for s in analysis.spaces]
+    untimed = analysis.source.words.untimed
+    if all(timed):
+        return "times in seconds since the input's first event"
+    if not any(timed):
+        return f"moments are {untimed} numbers: the input recorded no times"
+    return f"times in seconds since the input's first event ({untimed} numbers where no time was recorded)"
+
+
 def render(analysis: Analysis, console: Console) -> None:
     """Print the report for every space to ``console``."""
     words = analysis.source.words
     version = analysis.source.version or words.no_version
+    pages = f", pages {format_bytes(analysis.page_bytes)}" if analysis.page_bytes else ""
     console.print(
         Prose(
             Text(
                 f"nsysfrag · {printable(analysis.source.path)} · {printable(version)} · model:"
-                f" {analysis.model}, granularity {analysis.granularity_bytes} B · times in seconds"
-                " since the input's first event",
+                f" {analysis.model}, granularity {analysis.granularity_bytes} B{pages} ·"
+                f" {time_words(analysis)}",
                 style="bold",
             )
         )

@@ -25,33 +25,41 @@ def _unit(space: SpaceAnalysis) -> float:
     return 1e9 if space.timestamps else 1.0
 
 
+def _origin(space: SpaceAnalysis) -> int:
+    # A space without times numbers its own entries from 0, whatever its siblings' clocks say.
+    return space.source.first_event_ns if space.timestamps else 0
+
+
 def since_start_s(space: SpaceAnalysis, time_ns: int) -> float:
     """``time_ns`` (the input's own clock) in seconds since the input's first event (entries
     since the first one, without timestamps): a figure's x for that moment."""
-    return (int(time_ns) - space.source.first_event_ns) / _unit(space)
+    return (int(time_ns) - _origin(space)) / _unit(space)
 
 
 def since_start_array(space: SpaceAnalysis, time_ns: npt.NDArray[np.int64]) -> F64:
     """:func:`since_start_s` of every element (a figure's x values)."""
-    x: F64 = (time_ns - space.source.first_event_ns).astype(np.float64) / _unit(space)
+    x: F64 = (time_ns - _origin(space)).astype(np.float64) / _unit(space)
     return x
 
 
 def moment(space: SpaceAnalysis, time_ns: int) -> str:
-    """``1.234 s`` since the input's first event, or ``entry 17`` without timestamps."""
-    return moment_since(time_ns, space.source.first_event_ns, space.timestamps)
+    """``1.234 s`` since the input's first event, or ``entry 17`` (``event 17``) without
+    timestamps."""
+    return moment_since(time_ns, _origin(space), space.timestamps, space.source.words.untimed)
 
 
-def moment_since(time_ns: int, origin_ns: int, timestamps: bool = True) -> str:
+def moment_since(
+    time_ns: int, origin_ns: int, timestamps: bool = True, untimed: str = "entry"
+) -> str:
     """:func:`moment` from its parts, for a report that has a JSON document rather than the
     analysis (a job's rank: ``trace.first_event_ns``, ``trace.timestamps``)."""
     if not timestamps:
-        return f"entry {int(time_ns) - origin_ns}"
+        return f"{untimed} {int(time_ns) - origin_ns}"
     return f"{(int(time_ns) - origin_ns) / 1e9:.3f} s"
 
 
 def axis_label(space: SpaceAnalysis) -> str:
     """The x-axis label of every time figure."""
     if not space.timestamps:
-        return "time (trace entries since the first; the snapshot records no times)"
+        return space.source.words.untimed_axis
     return "time since the input's first event (s)"

@@ -167,6 +167,9 @@ class MemoryRow:
     op: int = ALLOC
     kind: int = DEVICE
     correlation_id: int | None = None
+    # A block from a memory pool (cudaMallocAsync): the pool's base address, and its size,
+    # bytes in use and release threshold as this row records them.
+    pool: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,8 +300,9 @@ def _write(
         con.execute(DDL["CUDA_GPU_MEMORY_USAGE_EVENTS"])
         con.executemany(
             "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS (start, globalPid, deviceId, contextId,"
-            " address, pc, bytes, memKind, memoryOperationType, correlationId)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " address, pc, bytes, memKind, memoryOperationType, correlationId,"
+            " localMemoryPoolAddress, localMemoryPoolSize, localMemoryPoolUtilizedSize,"
+            " localMemoryPoolReleaseThreshold) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     r.start,
@@ -312,6 +316,7 @@ def _write(
                     r.kind,
                     r.op,
                     r.correlation_id,
+                    *(r.pool or (None, None, None, None)),
                 )
                 for r in memory
             ],

@@ -1,8 +1,8 @@
-"""Hand-made GIVEN/WHEN/THEN cases for the SPEC 1.1 rules, small enough to check by hand.
+"""Hand-made GIVEN/WHEN/THEN cases for the SPEC 1.2 rules, small enough to check by hand.
 
 Each builder writes its input (an nsys-shaped export through
 ``nsysfrag.testing.nsys_export``, or a snapshot dict pickled here) and returns a ``Case``: the
-input, the ``analyze`` options, and the values SPEC 1.1 implies, worked out by hand in the
+input, the ``analyze`` options, and the values SPEC 1.2 implies, worked out by hand in the
 builder's docstring. Keys are dotted paths
 into one space of the JSON (``peak.global_frag``, ``ooms.0.verdict``, ``health_basis``).
 """
@@ -67,40 +67,53 @@ class _Trace:
         return write_export(path, self.memory, self.api, gpus=gpus)
 
 
-def nearly_full_small_holes(tmp: Path) -> Case:
-    """GIVEN a 64 MiB device filled from its base with 600 pairs (a 4 KiB block, then a
-    104 KiB block) and a 736 KiB tail left free,
-    WHEN the 600 small blocks are freed,
-    THEN there are 601 free blocks and local_frag is 0.77, but free memory (3.06 MiB) stays
-    under 5 % of the device (3.2 MiB), so neither rates the space: health is ok, no basis;
-    the max section still reports 601 and 0.77 (SPEC 1.1 §3 materiality)."""
-    cap, hole, keep, pairs = 64 * MiB, 4 * KiB, 104 * KiB, 600
+PAGE = 2 * MiB
+
+
+def stranded_in_pages(tmp: Path) -> Case:
+    """GIVEN a 64 MiB device whose 32 pages each hold sixteen 128 KiB blocks (full),
+    WHEN 15 of the 16 blocks of every page are freed (all but each page's first), page by page,
+    THEN every page stays resident: reserved 64 MiB, allocated 4 MiB, stranded 60 MiB, device
+    free 0; the largest free run is a page's tail (1,920 KiB), so global_frag is
+    (60 MiB − 1,920 KiB) / 64 MiB = 0.908 (critical) and local_frag 0.969; 32 free blocks (no
+    whole free page). The worst fragmentation is the last free; the memory peak the last
+    allocation (reserved 64 MiB, allocated 64 MiB: ties go to the larger allocated)."""
+    cap, size, per_page = 64 * MiB, 128 * KiB, 16
     tr = _Trace()
     t = 1000
-    for i in range(pairs):
-        at = BASE + i * (hole + keep)
-        tr.alloc(t, at, hole)
-        tr.alloc(t + 10, at + hole, keep)
-        t += 20
-    for i in range(pairs):
-        tr.free(t, BASE + i * (hole + keep), hole)
-        t += 20
-    tail = cap - pairs * (hole + keep)
-    free = pairs * hole + tail
+    for page in range(32):
+        for i in range(per_page):
+            tr.alloc(t, BASE + page * PAGE + i * size, size)
+            t += 10
+    last_alloc = t - 10
+    for page in range(32):
+        for i in range(1, per_page):
+            tr.free(t, BASE + page * PAGE + i * size, size)
+            t += 10
+    stranded, largest = 60 * MiB, PAGE - size
     expect = {
-        "health": "ok",
-        "health_basis": None,
-        "max.free_blocks": pairs + 1,
-        "max.local_frag": 1 - tail / free,
-        "final.free_bytes": free,
-        "final.largest_free_bytes": tail,
-        "final.free_blocks": pairs + 1,
-        "peak.time_ns": t - 20,
-        "peak.global_frag": (free - tail) / cap,
+        "health": "critical",
+        "health_basis": {"metric": "global_frag", "value": (stranded - largest) / cap,
+                         "time_ns": t - 10},  # fmt: skip
+        "counts.overlaps": 0,
+        "peak.time_ns": t - 10,
+        "peak.reserved_bytes": cap,
+        "peak.allocated_bytes": 32 * size,
+        "peak.stranded_bytes": stranded,
+        "peak.device_free_bytes": 0,
+        "peak.largest_block_bytes": largest,
+        "peak.largest_free_bytes": largest,
+        "peak.free_bytes": stranded,
+        "peak.free_blocks": 32,
+        "peak.local_frag": 1 - largest / stranded,
+        "memory_peak.time_ns": last_alloc,
+        "memory_peak.reserved_bytes": cap,
+        "memory_peak.allocated_bytes": cap,
+        "final.free_blocks": 32,
         "ooms": [],
     }
-    return Case("nearly_full_small_holes", nearly_full_small_holes.__doc__ or "",
-                tr.write(tmp / "nearly_full.sqlite", cap), expect={(PID, 0): expect})  # fmt: skip
+    return Case("stranded_in_pages", stranded_in_pages.__doc__ or "",
+                tr.write(tmp / "stranded.sqlite", cap), expect={(PID, 0): expect})  # fmt: skip
 
 
 def _twenty_blocks(tr: _Trace, t: int) -> int:
@@ -110,59 +123,73 @@ def _twenty_blocks(tr: _Trace, t: int) -> int:
     return t
 
 
-def basis_global(tmp: Path) -> Case:
-    """GIVEN a 40 MiB device filled by twenty 2 MiB blocks,
+def whole_free_pages_strand_nothing(tmp: Path) -> Case:
+    """GIVEN a 40 MiB device filled by twenty 2 MiB blocks, one page each,
     WHEN all are freed but the 10th and the 20th (blocks 1–9, then 11–19),
-    THEN free memory is 18 + 18 MiB: global_frag 0.45 (critical) while local_frag is 0.5
-    (warn), so health is critical and health_basis names global_frag 0.45 at the last free,
-    the first moment it reached that value."""
+    THEN the freed pages go back to the device: reserved 4 MiB, nothing stranded, device free
+    36 MiB, and a request of up to 36 MiB fits (the driver maps free pages wherever they lie),
+    so global_frag and local_frag are 0 and health is ok — the virtual holes between the two
+    live blocks are no fragmentation. One free block: the device's free pages."""
     tr = _Trace()
     t = _twenty_blocks(tr, 1000)
+    last_alloc = t - 10
     for i in [*range(9), *range(10, 19)]:
         tr.free(t, BASE + i * 2 * MiB, 2 * MiB)
         t += 10
-    g = 18 * MiB / (40 * MiB)
     expect = {
-        "health": "critical",
-        "health_basis": {"metric": "global_frag", "value": g, "time_ns": t - 10},
-        "max.global_frag": g,
-        "max.local_frag": 0.5,
-        "peak.time_ns": t - 10,
+        "health": "ok",
+        "health_basis": None,
+        "max.global_frag": 0.0,
+        "max.local_frag": 0.0,
+        "final.reserved_bytes": 4 * MiB,
+        "final.stranded_bytes": 0,
+        "final.device_free_bytes": 36 * MiB,
+        "final.largest_free_bytes": 36 * MiB,
+        "final.free_blocks": 1,
+        "memory_peak.time_ns": last_alloc,
         "ooms": [],
     }
-    return Case("basis_global", basis_global.__doc__ or "", tr.write(tmp / "g.sqlite", 40 * MiB),
-                expect={(PID, 0): expect})  # fmt: skip
+    return Case("whole_free_pages_strand_nothing", whole_free_pages_strand_nothing.__doc__ or "",
+                tr.write(tmp / "g.sqlite", 40 * MiB), expect={(PID, 0): expect})  # fmt: skip
 
 
 def basis_local(tmp: Path) -> Case:
-    """GIVEN a 40 MiB device filled by twenty 2 MiB blocks,
-    WHEN blocks 2, 6, 10 and 14 are freed (four separate 2 MiB holes, 20 % of the device),
-    THEN local_frag is 0.67 after the third free and 0.75 after the fourth, global_frag only
-    0.15: health is critical, and health_basis names local_frag at its maximum, 0.75, at the
-    fourth free (QUESTIONS.md Q1: the maximum, not the first critical value)."""
+    """GIVEN a 64 MiB device with 28 pages each holding two 1 MiB blocks (56 MiB; 8 MiB device
+    free),
+    WHEN the second block of 24 pages is freed,
+    THEN 24 MiB is stranded: local_frag = 1 − 8 / 32 = 0.75 (critical) while global_frag is
+    (32 − 8) / 64 = 0.375 (warn), both at their maximum at the last free: health is critical
+    and health_basis names local_frag 0.75 there; 25 free blocks (24 runs, the free pages)."""
     tr = _Trace()
-    t = _twenty_blocks(tr, 1000)
-    for i in (1, 5, 9, 13):
-        tr.free(t, BASE + i * 2 * MiB, 2 * MiB)
+    t = 1000
+    for page in range(28):
+        for i in range(2):
+            tr.alloc(t, BASE + page * PAGE + i * MiB, MiB)
+            t += 10
+    for page in range(24):
+        tr.free(t, BASE + page * PAGE + MiB, MiB)
         t += 10
     expect = {
         "health": "critical",
         "health_basis": {"metric": "local_frag", "value": 0.75, "time_ns": t - 10},
         "max.local_frag": 0.75,
-        "max.global_frag": 6 * MiB / (40 * MiB),
-        "final.free_blocks": 4,
+        "max.global_frag": 24 * MiB / (64 * MiB),
+        "final.free_blocks": 25,
+        "final.stranded_bytes": 24 * MiB,
+        "final.largest_block_bytes": MiB,
+        "final.largest_free_bytes": 8 * MiB,
         "ooms": [],
     }
-    return Case("basis_local", basis_local.__doc__ or "", tr.write(tmp / "l.sqlite", 40 * MiB),
+    return Case("basis_local", basis_local.__doc__ or "", tr.write(tmp / "l.sqlite", 64 * MiB),
                 expect={(PID, 0): expect})  # fmt: skip
 
 
 def basis_free_blocks(tmp: Path) -> Case:
-    """GIVEN a 64 MiB device holding 510 pairs of 512-byte blocks at its base,
+    """GIVEN a 64 MiB device holding 510 pairs of 512-byte blocks at the start of one page,
     WHEN the first block of every pair is freed,
-    THEN there are 511 free blocks (510 holes and the tail) while almost everything is free:
-    local_frag and global_frag stay near 0, and health is critical by free_blocks 511 at the
-    last free."""
+    THEN the page holds 510 free runs of 512 B and its tail, and the device's 31 free pages are
+    one more free block: 512 free blocks (critical) while almost everything is free: local_frag
+    and global_frag stay under 3 %, and health is critical by free_blocks 512 at the last free."""
     tr = _Trace()
     t = 1000
     for i in range(510):
@@ -172,10 +199,13 @@ def basis_free_blocks(tmp: Path) -> Case:
     for i in range(510):
         tr.free(t, BASE + i * 1024, 512)
         t += 10
+    stranded = PAGE - 510 * 512
     expect = {
         "health": "critical",
-        "health_basis": {"metric": "free_blocks", "value": 511, "time_ns": t - 10},
-        "max.free_blocks": 511,
+        "health_basis": {"metric": "free_blocks", "value": 512, "time_ns": t - 10},
+        "max.free_blocks": 512,
+        "final.stranded_bytes": stranded,
+        "final.global_frag": stranded / (64 * MiB),
         "ooms": [],
     }
     return Case("basis_free_blocks", basis_free_blocks.__doc__ or "",
@@ -185,13 +215,15 @@ def basis_free_blocks(tmp: Path) -> Case:
 def failures_at_their_moment(tmp: Path) -> Case:
     """GIVEN a process with two 64 MiB devices; thread 1 allocates three 8 MiB blocks on
     device 0 (t = 1000, 2000, 3000) and frees the 1st and 3rd (t = 5000, 6000); thread 2
-    allocates 4 MiB on device 1 (t = 3500);
+    allocates 4 MiB and then 1 MiB (in a page of its own) on device 1 (t = 3500, 3600);
     WHEN cudaMalloc fails on thread 1 at t = 500 (before any event) and at t = 3000 (the start
     of the third allocation), and cuMemAlloc (a driver call) fails on thread 2 at t = 4000,
-    THEN device 0 lists two failures: the first with the empty arena (64 MiB free in one
-    block), the second with the state after the third allocation (40 MiB free, 24 MiB live);
-    device 1 lists one with 60 MiB free; none is described with the peak (t = 5000, 48 MiB
-    free in 2 blocks); requested_bytes is null and the verdict "unknown" (SPEC 1.1 §3)."""
+    THEN device 0 lists two failures: the first with nothing reserved (64 MiB device free, one
+    free block), the second with the state after the third allocation (24 MiB reserved, 40 MiB
+    device free); device 1 lists one with 6 MiB reserved, 1 MiB stranded in the second block's
+    page, 58 MiB device free and 2 free blocks; none is described with another moment;
+    requested_bytes is null and the verdict "unknown" (SPEC 1.2 §3). Device 0 never strands a
+    byte: its worst fragmentation (0) is its first event; its memory peak is t = 3000."""
     cap = 64 * MiB
     tr = _Trace()
     tr.failed(500, "cudaMalloc_v3020", tid=1)
@@ -200,28 +232,157 @@ def failures_at_their_moment(tmp: Path) -> Case:
     tr.alloc(3000, BASE + 16 * MiB, 8 * MiB)
     tr.failed(3000, "cudaMalloc_v3020", tid=1)
     tr.alloc(3500, BASE + (1 << 36), 4 * MiB, device=1, tid=2)
+    tr.alloc(3600, BASE + (1 << 36) + 4 * MiB, MiB, device=1, tid=2)
     tr.failed(4000, "cuMemAlloc_v2", tid=2, event_class=1)
     tr.free(5000, BASE, 8 * MiB)
     tr.free(6000, BASE + 16 * MiB, 8 * MiB)
     # A failed cudaFree is no failed allocation.
     tr.api.append(ApiRow(6500, 6510, PID, 1, "cudaFree_v3020", len(tr.api) + 1, 1))
 
-    def oom(t: int, free: int, largest: int, blocks: int, live: int) -> dict[str, Any]:
-        return {"time_ns": t, "requested_bytes": None, "free_bytes": free,
-                "largest_free_bytes": largest, "free_blocks": blocks, "live_bytes": live,
+    def oom(t: int, reserved: int, allocated: int, blocks: int, live: int) -> dict[str, Any]:
+        device_free = cap - reserved
+        stranded = reserved - allocated
+        return {"time_ns": t, "requested_bytes": None, "free_bytes": device_free + stranded,
+                "largest_free_bytes": device_free, "free_blocks": blocks, "live_bytes": live,
+                "reserved_bytes": reserved, "allocated_bytes": allocated,
+                "stranded_bytes": stranded, "device_free_bytes": device_free,
                 "verdict": "unknown"}  # fmt: skip
 
     dev0 = {
         "counts.failed_allocations": 2,
         "alloc_failure_rate": 2 / 5,
-        "peak.time_ns": 5000,
-        "peak.free_bytes": 48 * MiB,
-        "ooms": [oom(500, cap, cap, 1, 0), oom(3000, 40 * MiB, 40 * MiB, 1, 24 * MiB)],
+        "peak.time_ns": 1000,
+        "peak.global_frag": 0.0,
+        "memory_peak.time_ns": 3000,
+        "memory_peak.reserved_bytes": 24 * MiB,
+        "ooms": [oom(500, 0, 0, 1, 0), oom(3000, 24 * MiB, 24 * MiB, 1, 24 * MiB)],
     }
-    dev1 = {"counts.failed_allocations": 1, "ooms": [oom(4000, 60 * MiB, 60 * MiB, 1, 4 * MiB)]}
+    dev1 = {
+        "counts.failed_allocations": 1,
+        "peak.time_ns": 3600,
+        "ooms": [oom(4000, 6 * MiB, 5 * MiB, 2, 5 * MiB)],
+    }
     return Case("failures_at_their_moment", failures_at_their_moment.__doc__ or "",
                 tr.write(tmp / "f.sqlite", cap, devices=2),
                 expect={(PID, 0): dev0, (PID, 1): dev1})  # fmt: skip
+
+
+def module_symbols_share_a_page(tmp: Path) -> Case:
+    """GIVEN device-static module data as a genuine export has it — 112 B at A, then 16 B at
+    A + 0x100 and 16 B at A + 0x110, each footprint (512 B) reaching over the next block —
+    and then a 16 B allocation at A + 0x108,
+    WHEN replayed,
+    THEN the first three are no overlap (their bytes do not meet; footprints may), allocated
+    is their footprints' union, 0x310 = 784 B, in one resident page (2 MiB − 784 B stranded);
+    the fourth, [A + 0x108, A + 0x118), overlaps the two 16 B blocks in bytes: one overlap,
+    which removes both (allocated then [A, A + 0x308), 128 B live)."""
+    tr = _Trace()
+    for t, offset, size in ((1000, 0, 112), (2000, 0x100, 16), (3000, 0x110, 16)):
+        corr = tr._corr()
+        tr.api.append(ApiRow(t - 5, t + 5, PID, 1, "cuModuleLoadData", corr))
+        tr.memory.append(MemoryRow(t, PID, 0, BASE + offset, size, ALLOC, kind=5,
+                                   correlation_id=corr))  # fmt: skip
+    tr.alloc(4000, BASE + 0x108, 16)
+    expect = {
+        "counts.overlaps": 1,
+        "counts.allocations": 4,
+        "memory_peak.time_ns": 3000,
+        "memory_peak.allocated_bytes": 0x310,
+        "memory_peak.reserved_bytes": PAGE,
+        "memory_peak.stranded_bytes": PAGE - 0x310,
+        "memory_peak.free_blocks": 2,
+        "final.allocated_bytes": 0x308,
+        "final.live_bytes": 112 + 16,
+        "health": "ok",
+    }
+    return Case("module_symbols_share_a_page", module_symbols_share_a_page.__doc__ or "",
+                tr.write(tmp / "module.sqlite", 64 * MiB), expect={(PID, 0): expect})  # fmt: skip
+
+
+def export_without_times(tmp: Path) -> Case:
+    """GIVEN an export whose memory rows all have start = 0 (as nsys 2022.1 wrote them): a
+    4 MiB allocation, a 1 MiB one in the next page, then the 4 MiB freed,
+    WHEN replayed,
+    THEN the rows keep their order and every moment is an event number: the worst
+    fragmentation (1 MiB stranded beside the 1 MiB block, from event 1 on) is event 1, the
+    memory peak event 1, the final state event 2."""
+    tr = _Trace()
+    tr.alloc(0, BASE, 4 * MiB)
+    tr.alloc(0, BASE + 4 * MiB, MiB)
+    tr.free(0, BASE, 4 * MiB)
+    expect = {
+        "peak.time_ns": 1,
+        "memory_peak.time_ns": 1,
+        "memory_peak.reserved_bytes": 6 * MiB,
+        "final.time_ns": 2,
+        "final.stranded_bytes": MiB,
+    }
+    return Case("export_without_times", export_without_times.__doc__ or "",
+                tr.write(tmp / "timeless.sqlite", 64 * MiB), expect={(PID, 0): expect})  # fmt: skip
+
+
+def reserved_beyond_capacity(tmp: Path) -> Case:
+    """GIVEN 16 pages each holding one 512 KiB block (32 MiB reserved, 24 MiB stranded),
+    WHEN analyzed with --capacity 8MiB (less than the process holds),
+    THEN device free is 0 and global_frag, (24 − 1.5) / 8 MiB, is clamped to 1; local_frag is
+    1 − 1.5 / 24."""
+    tr = _Trace()
+    for page in range(16):
+        tr.alloc(1000 + page, BASE + page * PAGE, 512 * KiB)
+    expect = {
+        "final.device_free_bytes": 0,
+        "final.global_frag": 1.0,
+        "final.local_frag": 1 - 1.5 / 24,
+        "max.global_frag": 1.0,
+        "health": "critical",
+    }
+    return Case("reserved_beyond_capacity", reserved_beyond_capacity.__doc__ or "",
+                tr.write(tmp / "over.sqlite", 64 * MiB), capacity=8 * MiB,
+                expect={(PID, 0): expect})  # fmt: skip
+
+
+def memory_pool(tmp: Path) -> Case:
+    """GIVEN a 64 MiB device and a memory pool at P holding 32 MiB with a 16 MiB release
+    threshold; cudaMallocAsync takes 4 MiB (utilized 4 MiB) and 4 MiB more (8 MiB), then
+    cudaMalloc 2 MiB outside the pool (a page of its own), then the first pool block is freed
+    (utilized 4 MiB),
+    WHEN replayed,
+    THEN the pool counts its 32 MiB in reserved, not its blocks' pages; a trim would keep
+    max(utilized, threshold) = 16 MiB, so releasable is 16 MiB throughout; stranded is
+    32 − 4 − 16 = 12 MiB at first (global_frag 12 / 64 = 0.1875, its maximum, first reached
+    there), 8 MiB after the second block, and 12 MiB again at the end (reserved 34 MiB,
+    allocated 6 MiB). The memory peak is the cudaMalloc (reserved 34 MiB, allocated 10 MiB)."""
+    pool = 0x7F80_0000_0000
+    tr = _Trace()
+
+    def pooled(t: int, offset: int, op: int, used: int) -> None:
+        corr = tr._corr()
+        name = "cudaMallocAsync_v11020" if op == ALLOC else "cudaFreeAsync_v11020"
+        tr.api.append(ApiRow(t - 5, t + 5, PID, 1, name, corr))
+        tr.memory.append(MemoryRow(t, PID, 0, pool + offset, 4 * MiB, op, correlation_id=corr,
+                                   pool=(pool, 32 * MiB, used, 16 * MiB)))  # fmt: skip
+
+    pooled(1000, 0, ALLOC, 4 * MiB)
+    pooled(2000, 4 * MiB, ALLOC, 8 * MiB)
+    tr.alloc(3000, BASE, 2 * MiB)
+    pooled(4000, 0, FREE, 4 * MiB)
+    expect = {
+        "peak.time_ns": 1000,
+        "peak.global_frag": 12 / 64,
+        "peak.releasable_bytes": 16 * MiB,
+        "peak.stranded_bytes": 12 * MiB,
+        "peak.largest_free_bytes": 32 * MiB + 16 * MiB,
+        "memory_peak.time_ns": 3000,
+        "memory_peak.reserved_bytes": 34 * MiB,
+        "memory_peak.allocated_bytes": 10 * MiB,
+        "final.reserved_bytes": 34 * MiB,
+        "final.allocated_bytes": 6 * MiB,
+        "final.stranded_bytes": 12 * MiB,
+        "final.releasable_bytes": 16 * MiB,
+        "final.device_free_bytes": 30 * MiB,
+    }
+    return Case("memory_pool", memory_pool.__doc__ or "", tr.write(tmp / "pool.sqlite", 64 * MiB),
+                expect={(PID, 0): expect})  # fmt: skip
 
 
 # ------------------------------------------------------------------------------- snapshots
@@ -621,8 +782,9 @@ def unfollowed_segment_map_is_a_moment(tmp: Path) -> Case:
 
 
 BUILDERS: list[Callable[[Path], Case]] = [
-    nearly_full_small_holes, basis_global, basis_local, basis_free_blocks,
-    failures_at_their_moment, oom_verdicts, cached_memory, expandable_pages,
+    stranded_in_pages, whole_free_pages_strand_nothing, basis_local, basis_free_blocks,
+    failures_at_their_moment, module_symbols_share_a_page, export_without_times,
+    reserved_beyond_capacity, memory_pool, oom_verdicts, cached_memory, expandable_pages,
     snapshot_nearly_full, initial_block_not_split, window_opens_on_cached_segments,
     window_opens_on_an_empty_device, native_device_beside_expandable_one,
     live_block_keeps_its_recorded_size, time_never_runs_backwards,

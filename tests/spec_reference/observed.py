@@ -1,8 +1,10 @@
-"""The observed address-space model (SPEC §1–§3), read straight from an nsys SQLite export.
+"""The observed model on the device's pages (SPEC 1.2 §1–§3), read straight from an nsys SQLite
+export.
 
-Deliberately plain: sqlite3, lists and loops, the free blocks recomputed from the sorted live
-blocks after every event. Written from SPEC 1.1 and the project's README only; it shares no code
-with nsysfrag.
+Deliberately plain: sqlite3, lists and loops; after every event the resident pages, the union
+of the footprints and the free runs inside the pages are recomputed from the live blocks as
+interval unions. Written from SPEC 1.2 and the project's README only; it shares no code with
+nsysfrag.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from .summary import Moment, summarize
 
 GRANULARITY = 512
+PAGE = 2 << 20
 ALLOC_CALLS = {
     "cudaMalloc", "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocPitch", "cudaMalloc3D",
     "cudaMallocManaged", "cuMemAlloc", "cuMemAllocAsync", "cuMemAllocPitch",
@@ -22,7 +25,12 @@ ALLOC_CALLS = {
 }  # fmt: skip
 STATE_KEYS = (
     "time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes",
-    "live_bytes",
+    "live_bytes", "reserved_bytes", "allocated_bytes", "stranded_bytes", "releasable_bytes",
+    "device_free_bytes", "largest_block_bytes",
+)  # fmt: skip
+POOL_COLUMNS = (
+    "localMemoryPoolAddress", "localMemoryPoolSize", "localMemoryPoolUtilizedSize",
+    "localMemoryPoolReleaseThreshold",
 )  # fmt: skip
 DEVICE_KIND_NAMES = {
     "CUDA_MEMOPR_MEMORY_KIND_DEVICE": 2,
@@ -73,7 +81,8 @@ def _capacities(con: sqlite3.Connection, tables: set[str]) -> tuple[dict[int, in
 class _Space:
     def __init__(self, pid: int, device: int) -> None:
         self.pid, self.device = pid, device
-        self.events: list[tuple[int, int, int, int, int]] = []  # (start, rowid, op, address, bytes)
+        # (start, rowid, op, address, bytes, pool): pool is None or (address, size, kept)
+        self.events: list[tuple[int, int, int, int, int, Any]] = []
         self.other_kind = 0
         self.failed: list[tuple[int, int]] = []  # (start, rowid) of failed calls charged here
 
@@ -97,12 +106,15 @@ def _analyze(con: sqlite3.Connection, capacity_override: int | None) -> dict[str
         "SELECT rowid, start, globalPid, deviceId, address, bytes, memKind, memoryOperationType,"
         " correlationId FROM CUDA_GPU_MEMORY_USAGE_EVENTS ORDER BY start, rowid"
     ).fetchall()
+    pools = _pools(con)
     spaces: dict[tuple[int, int], _Space] = {}
     for rowid, start, gpid, dev, address, nbytes, kind, op, _corr in rows:
         if kind in device_kinds:
             key = (_pid(gpid), dev)
             space = spaces.setdefault(key, _Space(*key))
-            space.events.append((start, rowid, op, address & 0xFFFFFFFFFFFFFFFF, nbytes))
+            space.events.append(
+                (start, rowid, op, address & 0xFFFFFFFFFFFFFFFF, nbytes, pools.get(rowid))
+            )
     for _rowid, _start, gpid, dev, _address, _nbytes, kind, _op, _corr in rows:
         if kind not in device_kinds and (_pid(gpid), dev) in spaces:
             spaces[(_pid(gpid), dev)].other_kind += 1
@@ -119,6 +131,20 @@ def _analyze(con: sqlite3.Connection, capacity_override: int | None) -> dict[str
             cap = total_memory[gpu]
         result.append(_replay(space, cap, op_alloc, op_free))
     return {"spaces": result}
+
+
+def _pools(con: sqlite3.Connection) -> dict[int, tuple[int, int, int]]:
+    """rowid -> (pool address, pool size, what a trim keeps) for rows from a memory pool."""
+    columns = {r[1] for r in con.execute("PRAGMA table_info('CUDA_GPU_MEMORY_USAGE_EVENTS')")}
+    if not set(POOL_COLUMNS) <= columns:
+        return {}
+    out = {}
+    for rowid, address, size, used, threshold in con.execute(
+        f"SELECT rowid, {', '.join(POOL_COLUMNS)} FROM CUDA_GPU_MEMORY_USAGE_EVENTS"
+        " WHERE localMemoryPoolAddress IS NOT NULL"
+    ):
+        out[rowid] = (address, size or 0, max(used or 0, threshold or 0))
+    return out
 
 
 def _charge_failures(
@@ -175,87 +201,115 @@ def _footprint(nbytes: int) -> int:
     return -(-nbytes // GRANULARITY) * GRANULARITY
 
 
-def _free_ranges(live: dict[int, tuple[int, int]], base: int, end: int) -> list[tuple[int, int]]:
-    """Maximal ranges of [base, end) covered by no live footprint."""
-    gaps = []
-    cursor = base
-    for start in sorted(live):
-        stop = live[start][0]
-        if start > cursor:
-            gaps.append((cursor, start))
-        cursor = max(cursor, stop)
-    if end > cursor:
-        gaps.append((cursor, end))
-    return gaps
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The disjoint, sorted union of half-open intervals."""
+    out: list[list[int]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
 
 
-def _state(live: dict[int, tuple[int, int]], base: int, end: int, cap: int) -> dict[str, Any]:
-    gaps = _free_ranges(live, base, end)
-    free = sum(b - a for a, b in gaps)
-    largest = max((b - a for a, b in gaps), default=0)
+def _minus(outer: list[tuple[int, int]], inner: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the disjoint sorted intervals ``outer`` that ``inner`` does not cover."""
+    runs = []
+    for a, b in outer:
+        cursor = a
+        for c, d in inner:
+            if d <= cursor or c >= b:
+                continue
+            if c > cursor:
+                runs.append((cursor, c))
+            cursor = max(cursor, d)
+        if cursor < b:
+            runs.append((cursor, b))
+    return runs
+
+
+def _state(live: dict[int, tuple[int, int, Any]], pools: dict[int, tuple[int, int]],
+           cap: int) -> dict[str, Any]:
+    """SPEC 1.2 §2 after one event; ``live``: start -> (footprint end, bytes, pool address)."""
+    page_blocks = [(s, e) for s, (e, _n, pool) in live.items() if pool is None]
+    pages = _union([(s // PAGE * PAGE, -(-e // PAGE) * PAGE) for s, e in page_blocks])
+    footprints = _union([(s, e) for s, (e, _n, _pool) in live.items()])
+    allocated = sum(b - a for a, b in footprints)
+    reserved = sum(b - a for a, b in pages) + sum(size for size, _kept in pools.values())
+    releasable = sum(max(0, size - kept) for size, kept in pools.values())
+    stranded = max(0, reserved - allocated - releasable)
+    device_free = max(0, cap - reserved)
+    runs = [b - a for a, b in _minus(pages, _union(page_blocks))]
+    largest = max(runs, default=0)
+    free = device_free + stranded + releasable
+    usable = max(largest, device_free + releasable)
     return {
-        "global_frag": (free - largest) / cap,
-        "local_frag": 0.0 if free == 0 else 1 - largest / free,
-        "free_blocks": len(gaps),
-        "largest_free_bytes": largest,
+        "global_frag": min(1.0, (free - usable) / cap),
+        "local_frag": 0.0 if free == 0 else 1 - usable / free,
+        "free_blocks": len(runs) + (1 if device_free >= PAGE else 0),
+        "largest_free_bytes": usable,
         "free_bytes": free,
-        "live_bytes": sum(nbytes for _stop, nbytes in live.values()),
+        "live_bytes": sum(n for _e, n, _pool in live.values()),
+        "reserved_bytes": reserved,
+        "allocated_bytes": allocated,
+        "stranded_bytes": stranded,
+        "releasable_bytes": releasable,
+        "device_free_bytes": device_free,
+        "largest_block_bytes": largest,
         "material": free >= 0.05 * cap,
     }
 
 
 def _replay(space: _Space, cap: int, op_alloc: int, op_free: int) -> dict[str, Any]:
-    placed = [(a, n) for _s, _r, op, a, n in space.events if op == op_alloc and n > 0]
-    if placed:
-        base = min(a for a, _n in placed)
-        end = max(base + cap, max(a + _footprint(n) for a, n in placed))
-    else:  # README: the lowest address seen
-        base = min(a for _s, _r, _op, a, _n in space.events)
-        end = base + cap
+    placed = [(a, n) for _s, _r, op, a, n, _p in space.events if op == op_alloc and n > 0]
+    base = min(a for a, _n in placed) if placed else min(e[3] for e in space.events)
+    # SPEC 1.2 §1: a space whose events all share one start has no times: event numbers.
+    timed = len({e[0] for e in space.events}) > 1
     counts = dict.fromkeys(
         ("allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs"), 0
     )
-    live: dict[int, tuple[int, int]] = {}  # start -> (footprint end, bytes)
+    live: dict[int, tuple[int, int, Any]] = {}  # start -> (footprint end, bytes, pool address)
+    pools: dict[int, tuple[int, int]] = {}  # pool address -> (latest size, what a trim keeps)
     moments: list[Moment] = []
-    after: list[tuple[int, int, dict[str, Any]]] = []  # (start, rowid, state) for the ooms
-    for start, rowid, op, address, nbytes in space.events:
+    after: list[tuple[int, int, dict[str, Any]]] = []  # (start, number, state) for the ooms
+    for number, (start, _rowid, op, address, nbytes, pool) in enumerate(space.events):
+        if pool is not None:
+            pools[pool[0]] = (pool[1], pool[2])
         if op == op_alloc:
             if nbytes == 0:
                 counts["zero_size_allocs"] += 1
             else:
                 counts["allocations"] += 1
-                stop = address + _footprint(nbytes)
-                hit = [s for s, (e, _n) in live.items() if s < stop and address < e]
+                stop = address + nbytes  # overlaps are judged on bytes, not footprints
+                hit = [s for s, (_e, n, _p) in live.items() if s < stop and address < s + n]
                 if hit:
                     counts["overlaps"] += 1
                     for s in hit:
                         del live[s]
-                live[address] = (stop, nbytes)
+                live[address] = (address + _footprint(nbytes), nbytes,
+                                 None if pool is None else pool[0])  # fmt: skip
         elif op == op_free:
             if address in live:
                 counts["frees"] += 1
                 del live[address]
             else:
                 counts["unmatched_frees"] += 1
-        state = _state(live, base, end, cap)
-        moments.append({"time_ns": start, **state})
-        after.append((start, rowid, state))
+        state = _state(live, pools, cap)
+        moments.append({"time_ns": start if timed else number, **state})
+        after.append((start, number, state))
 
-    empty = _state({}, base, end, cap)
+    empty = _state({}, {}, cap)
     ooms = []
     for fail_start, _fail_rowid in sorted(space.failed):
-        at = empty
-        for start, _rowid, state in after:
+        at, at_number = empty, 0
+        for start, number, state in after:
             if start <= fail_start:
-                at = state
+                at, at_number = state, number
         ooms.append(
             {
-                "time_ns": fail_start,
+                "time_ns": fail_start if timed else at_number,
                 "requested_bytes": None,
-                "free_bytes": at["free_bytes"],
-                "largest_free_bytes": at["largest_free_bytes"],
-                "free_blocks": at["free_blocks"],
-                "live_bytes": at["live_bytes"],
+                **{k: at[k] for k in STATE_KEYS if k != "time_ns"},
                 "verdict": "unknown",
             }
         )
@@ -267,7 +321,7 @@ def _replay(space: _Space, cap: int, op_alloc: int, op_free: int) -> dict[str, A
         "device": space.device,
         "capacity_bytes": cap,
         "base_address": base,
-        "span_mode": end > base + cap,
+        "span_mode": False,
         "counts": counts,
         "alloc_failure_rate": failed / (failed + allocs) if failed + allocs else 0.0,
         **summarize(moments, STATE_KEYS),

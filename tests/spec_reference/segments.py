@@ -260,7 +260,7 @@ def _derive(raw: dict[str, int], cap: int) -> dict[str, Any]:
     l_eff = max(raw["largest"], device_free + raw["releasable"])
     free = device_free + free_in_segments
     return {
-        "global_frag": (free - l_eff) / cap if cap else 0.0,
+        "global_frag": min(1.0, (free - l_eff) / cap) if cap else 0.0,
         "local_frag": 0.0 if free == 0 else 1 - l_eff / free,
         "free_blocks": raw["n_free"] + (1 if device_free > 0 else 0),
         "largest_free_bytes": l_eff,

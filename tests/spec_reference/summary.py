@@ -47,6 +47,16 @@ def summarize(moments: list[Moment], state_keys: tuple[str, ...]) -> dict[str, A
     for m in moments:
         if m["global_frag"] > peak["global_frag"]:
             peak = m
+    # Memory peak (SPEC 1.2 §3): the first moment reserved is at its maximum; of equal ones,
+    # the larger allocated, then the first.
+    memory_peak = None
+    if "reserved_bytes" in moments[0]:
+        memory_peak = moments[0]
+        for m in moments:
+            if (m["reserved_bytes"], m["allocated_bytes"]) > (
+                memory_peak["reserved_bytes"], memory_peak["allocated_bytes"]
+            ):
+                memory_peak = m
     unconditional = {
         k: max(m[k] for m in moments) for k in ("global_frag", "local_frag", "free_blocks", "live_bytes")
     }
@@ -76,6 +86,7 @@ def summarize(moments: list[Moment], state_keys: tuple[str, ...]) -> dict[str, A
         basis = {"metric": metric, "value": m[metric], "time_ns": m["time_ns"]}
     return {
         "peak": state(peak),
+        **({} if memory_peak is None else {"memory_peak": state(memory_peak)}),
         "final": state(moments[-1]),
         "max": unconditional,
         "health": worst,

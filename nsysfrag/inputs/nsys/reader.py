@@ -35,6 +35,7 @@ from nsysfrag.inputs.nsys.records import (
     ApiCalls,
     MemoryEvents,
     NvtxRanges,
+    PoolRecords,
     Trace,
     api_base_name,
     split_global_id,
@@ -42,6 +43,13 @@ from nsysfrag.inputs.nsys.records import (
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+# A memory pool's columns (nsys 2022.4 on), in the order ``_MemoryQuery.pools`` reads them.
+POOL_COLUMNS = (
+    "localMemoryPoolAddress",
+    "localMemoryPoolReleaseThreshold",
+    "localMemoryPoolSize",
+    "localMemoryPoolUtilizedSize",
+)
 REQUIRED_MEMORY_COLUMNS = (
     "start",
     "globalPid",
@@ -140,9 +148,14 @@ def _read(
                 halves = positions.result(), kinds.result()
                 if len({len(a) for half in halves for a in half}) > 1:
                     raise db.NotAllIntegers()
+                where = "1"
             except db.NotAllIntegers:
                 halves = query.filtered(con)
-        memory = query.events(*halves)
+                where = query.valid_rows()
+        else:
+            where = "1"
+        pooled = bool(halves[1] and halves[1][4].any())
+        memory = query.events(*halves, pools=query.pools(con, where) if pooled else None)
         allocation_calls = calls.result()
         api = _read_correlated_api(
             con, tables, names, memory, allocation_calls, query.alloc_op_id, uri
@@ -242,6 +255,7 @@ class _MemoryQuery:
 
     has_correlation: bool
     total_rows: int
+    has_pools: bool = False  # the table has the local memory pool columns (nsys 2022.4 on)
     modelled_kinds: tuple[int, ...] = ()
     alloc_op_id: int = DEFAULT_ALLOCATION_ID
     free_op_id: int = DEFAULT_DEALLOCATION_ID
@@ -259,8 +273,10 @@ class _MemoryQuery:
             if name in kinds or usual not in kinds.values()
         ]
         opers = _enum_ids(con, tables, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
+        columns = db.column_names(con, MEMORY_TABLE)
         return cls(
-            has_correlation="correlationId" in db.column_names(con, MEMORY_TABLE),
+            has_correlation="correlationId" in columns,
+            has_pools=set(POOL_COLUMNS) <= columns,
             total_rows=int(db.query(con, f"SELECT count(*) FROM {MEMORY_TABLE}")[0][0]),
             modelled_kinds=tuple(modelled),
             alloc_op_id=opers.get(ALLOCATION_OPERATION_NAME, DEFAULT_ALLOCATION_ID),
@@ -273,6 +289,18 @@ class _MemoryQuery:
 
     def _correlation(self) -> str:
         return "coalesce(correlationId, -1)" if self.has_correlation else "-1"
+
+    def _kinds(self) -> list[str]:
+        # Whether a row's block came from a pool rides with the kinds: one more column of the
+        # same scan, where a query of its own would cost half a scan more.
+        pooled = f"({POOL_COLUMNS[0]} IS NOT NULL)" if self.has_pools else "0"
+        return [*self._KINDS, pooled]
+
+    def pools(self, con: sqlite3.Connection, where: str) -> list[I64]:
+        """The pool columns of every row ``where`` selects (NULL: 0), in row order: read only
+        when some row came from a pool."""
+        integer = [f"CASE WHEN typeof({c}) = 'integer' THEN {c} ELSE 0 END" for c in POOL_COLUMNS]
+        return db.int_columns(con, integer, MEMORY_TABLE, where)
 
     def positions(self, con: sqlite3.Connection, progress: ProgressCallback | None = None) -> list[I64]:
         total = self.total_rows
@@ -289,7 +317,7 @@ class _MemoryQuery:
     def kinds(self, con: sqlite3.Connection) -> list[I64]:
         if self.total_rows == 0:
             return []
-        return db.int_columns(con, list(self._KINDS), MEMORY_TABLE)
+        return db.int_columns(con, self._kinds(), MEMORY_TABLE)
 
     def compiled(
         self,
@@ -322,9 +350,9 @@ class _MemoryQuery:
                     f"SELECT {key} FROM {MEMORY_TABLE} ORDER BY {key} LIMIT 1 OFFSET {first_rows - 1}",
                 )[0][0]
             )
-        columns = ", ".join([*self._POSITIONS, self._correlation(), *self._KINDS])
+        columns = ", ".join([*self._POSITIONS, self._correlation(), *self._kinds()])
         loaded = [0, 0]
-        shared = np.empty((8, self.total_rows), dtype=np.int64)
+        shared = np.empty((9, self.total_rows), dtype=np.int64)
 
         def reader(part: int, first: int, last: int, rows: slice) -> list[I64] | None:
             def on_rows(n: int) -> None:
@@ -334,7 +362,7 @@ class _MemoryQuery:
 
             sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE {key} BETWEEN {first} AND {last}"
             window = shared[:, rows]
-            return sqlite_columns.read_int_columns(uri, sql, 8, window.shape[1], on_rows, window)
+            return sqlite_columns.read_int_columns(uri, sql, 9, window.shape[1], on_rows, window)
 
         halves = [
             pool.submit(reader, 0, lo, mid, slice(0, first_rows)),
@@ -345,35 +373,45 @@ class _MemoryQuery:
         arrays = list(shared)
         return arrays[:4], arrays[4:]
 
-    def filtered(self, con: sqlite3.Connection) -> tuple[list[I64], list[I64]]:
-        """Both halves in one scan that skips rows with a NULL or non-integer where the replay
-        needs a number: slower, so only for a trace that needs it."""
+    def valid_rows(self) -> str:
+        """The rows whose columns the replay needs are all integers (NULL correlation ids
+        aside)."""
         valid = " AND ".join(f"typeof({c}) = 'integer'" for c in REQUIRED_MEMORY_COLUMNS)
         if self.has_correlation:
             valid += " AND typeof(coalesce(correlationId, 0)) = 'integer'"
-        columns = [*self._POSITIONS, self._correlation(), *self._KINDS]
-        arrays = db.int_columns(con, columns, MEMORY_TABLE, valid)
+        return valid
+
+    def filtered(self, con: sqlite3.Connection) -> tuple[list[I64], list[I64]]:
+        """Both halves in one scan that skips rows with a NULL or non-integer where the replay
+        needs a number: slower, so only for a trace that needs it."""
+        columns = [*self._POSITIONS, self._correlation(), *self._kinds()]
+        arrays = db.int_columns(con, columns, MEMORY_TABLE, self.valid_rows())
         return arrays[:4], arrays[4:]
 
-    def events(self, positions: list[I64], kinds: list[I64]) -> MemoryEvents:
+    def events(
+        self, positions: list[I64], kinds: list[I64], pools: list[I64] | None = None
+    ) -> MemoryEvents:
+        """The memory events from the columns read, and ``pools`` (the pool columns of the
+        same rows, when some row came from a pool)."""
         if self.total_rows == 0:
             return _no_memory_events()
         start, address, nbytes, corr = positions
-        gpid, device, kind, op = kinds
+        gpid, device, kind, op, pooled = kinds
+        columns = [start, address, nbytes, corr, gpid, device, kind, op]
+        if pools and len(pools[0]) == len(start):
+            columns += [pooled, *pools]
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
         if not keep.all():
-            start, address, nbytes, corr, gpid, device, kind, op = (
-                a[keep] for a in (start, address, nbytes, corr, gpid, device, kind, op)
-            )
+            columns = [a[keep] for a in columns]
         # Events are ordered by start, ties by row order. A table scan returns rows in
         # rowid order, so a stable sort on start is enough, and none when nsys wrote them in
         # time order already (the usual case: no copy then).
+        start = columns[0]
         if np.any(start[1:] < start[:-1]):
             order = np.argsort(start, kind="stable")
-            start, address, nbytes, corr, gpid, device, kind, op = (
-                a[order] for a in (start, address, nbytes, corr, gpid, device, kind, op)
-            )
+            columns = [a[order] for a in columns]
+        start, address, nbytes, corr, gpid, device, kind, op = columns[:8]
         pid, _ = split_global_id(gpid)
         return MemoryEvents(
             start_ns=start,
@@ -385,7 +423,20 @@ class _MemoryQuery:
             is_free=op == self.free_op_id,
             modelled=np.isin(kind, self.modelled_kinds),
             correlation_id=_correlation_ids(corr),
+            pools=_pool_records(*columns[8:]) if len(columns) > 8 else None,
         )
+
+
+def _pool_records(
+    pooled: I64, address: I64, threshold: I64, size: I64, utilized: I64
+) -> PoolRecords:
+    """The pool of each row (-1: none; else a code per distinct pool address) and its sizes."""
+    flagged = pooled != 0
+    codes = np.full(len(address), -1, dtype=np.int64)
+    if flagged.any():
+        _, codes[flagged] = np.unique(address[flagged], return_inverse=True)
+    # What a trim keeps: the bytes in use, and the release threshold the pool keeps anyway.
+    return PoolRecords(codes, size, np.maximum(utilized, np.maximum(threshold, 0)))
 
 
 def _correlation_ids(corr: I64) -> I64:

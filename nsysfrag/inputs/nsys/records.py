@@ -58,6 +58,15 @@ def split_global_id(global_id: I64) -> tuple[I64, I64]:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolRecords:
+    """Per memory event: its block's memory pool and the pool's figures then (cudaMallocAsync)."""
+
+    pool: I64  # a code per distinct localMemoryPoolAddress, or -1: not from a pool
+    size_bytes: I64  # localMemoryPoolSize
+    kept_bytes: I64  # what a trim keeps: max(localMemoryPoolUtilizedSize, release threshold)
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryEvents:
     """Every row of CUDA_GPU_MEMORY_USAGE_EVENTS that we could read, ordered by (start, rowid)."""
 
@@ -69,6 +78,7 @@ class MemoryEvents:
     is_free: BoolArray
     modelled: BoolArray  # device, array or device-static memory (docs/metrics.md)
     correlation_id: I64  # -1 where the row has none
+    pools: PoolRecords | None = None  # where some row's block came from a memory pool
 
     def __len__(self) -> int:
         return len(self.start_ns)

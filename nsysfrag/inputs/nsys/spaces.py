@@ -19,6 +19,7 @@ from nsysfrag.events import (
     UNKNOWN_BYTES,
     AllocationEvents,
     InputCounts,
+    MemoryPools,
     SourceInfo,
 )
 from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
@@ -34,6 +35,8 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
     """Every (process, device) space of ``trace`` with device-memory events."""
     if options.granularity_bytes < 1:
         raise InputError("--granularity must be a positive number of bytes")
+    if options.page_bytes < 1:
+        raise InputError("--page-size must be a positive number of bytes")
     if options.capacity_bytes is not None and options.capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")
     mem = trace.memory
@@ -44,11 +47,15 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         k: len(v)
         for k, v in _group_by_space(mem.pid, mem.device, np.flatnonzero(~mem.modelled)).items()
     }
-    model = ObservedModel(options.granularity_bytes)
+    model = ObservedModel(options.granularity_bytes, options.page_bytes)
     spaces = []
+    untimed = []
     for key in sorted(groups):
-        events = _space_events(trace, resolver, groups[key], failures.get(key, []))
-        _check_span(trace, key, events, options.granularity_bytes)
+        timed = _timed(trace.memory.start_ns[groups[key]])
+        if not timed:
+            untimed.append(key)
+        events = _space_events(trace, resolver, groups[key], failures.get(key, []), timed)
+        _check_span(trace, key, events, options.granularity_bytes + options.page_bytes)
         spaces.append(
             RecordedSpace(
                 pid=key[0],
@@ -59,9 +66,17 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
                 model=model,
                 capacity_bytes=_capacity(trace, key, options.capacity_bytes),
                 other_kind_events=other.get(key, 0),
+                timestamps=timed,
             )
         )
     warnings = []
+    if untimed:
+        which = ", ".join(f"process {pid} device {device}" for pid, device in untimed[:3])
+        more = f" and {len(untimed) - 3} more" if len(untimed) > 3 else ""
+        warnings.append(
+            f"the export recorded no times for {which}{more} (every memory event has the same"
+            " start): its moments are event numbers, in the order nsys wrote the events"
+        )
     if trace.vmm_calls:
         warnings.append(
             f"{trace.vmm_calls} virtual-memory-management call(s) (cuMemCreate/cuMemMap) were"
@@ -87,6 +102,7 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         ),
         model=MODEL_NAME,
         granularity_bytes=options.granularity_bytes,
+        page_bytes=options.page_bytes,
         spaces=spaces,
         warnings=warnings,
         counts=InputCounts(
@@ -109,10 +125,19 @@ class _SpaceSites:
         return self.resolver.site_codes(self.memory_row[events])
 
 
+def _timed(start_ns: I64) -> bool:
+    """Whether a space's memory events have times: some exports (nsys 2022.1) write start = 0
+    on every memory row, and a space whose events all share one start has no timeline."""
+    return len(start_ns) > 0 and bool((start_ns != start_ns[0]).any())
+
+
 def _space_events(
-    trace: Trace, resolver: SiteResolver, rows: I64, failed_calls: list[int]
+    trace: Trace, resolver: SiteResolver, rows: I64, failed_calls: list[int], timed: bool
 ) -> AllocationEvents:
-    """The space's memory events (rows of the trace's memory table) and its failed calls."""
+    """The space's memory events (rows of the trace's memory table) and its failed calls; a
+    space without times numbers its memory events from 0 instead (in row order, which the
+    reader kept for equal starts), and a failed call takes the number of the event it
+    follows."""
     mem = trace.memory
     # One space holding every event (the usual case) needs views, not copies.
     whole = len(rows) == len(mem) and (len(rows) == 0 or rows[-1] == len(rows) - 1)
@@ -120,6 +145,10 @@ def _space_events(
     kind = np.where(mem.is_free if whole else mem.is_free[rows], np.int8(FREE), np.int8(ALLOC))
     address = mem.address if whole else mem.address[rows]
     nbytes = mem.bytes if whole else mem.bytes[rows]
+    pools = None
+    if mem.pools is not None:
+        pools = MemoryPools(*(column[rows] for column in (
+            mem.pools.pool, mem.pools.size_bytes, mem.pools.kept_bytes)))  # fmt: skip
     memory_row = rows
     if failed_calls:
         calls = np.asarray(failed_calls, dtype=np.int64)
@@ -132,24 +161,35 @@ def _space_events(
         address = np.insert(address, at, np.uint64(0))
         nbytes = np.insert(nbytes, at, UNKNOWN_BYTES)  # nsys records no size for a failed call
         memory_row = np.insert(rows, at, -1)
+        if pools is not None:
+            pools = MemoryPools(
+                np.insert(pools.pool, at, -1),
+                np.insert(pools.size_bytes, at, 0),
+                np.insert(pools.kept_bytes, at, 0),
+            )
+    if not timed:
+        numbers = np.cumsum(memory_row >= 0) - 1  # a failed call: the event before it
+        time_ns = np.maximum(numbers, 0).astype(np.int64)
     return AllocationEvents(
         time_ns=time_ns,
         kind=kind,
         address=address,
         bytes=nbytes,
         sites=_SpaceSites(resolver, memory_row),
+        pools=pools,
     )
 
 
-def _check_span(trace: Trace, key: SpaceKey, events: AllocationEvents, granularity: int) -> None:
+def _check_span(trace: Trace, key: SpaceKey, events: AllocationEvents, rounding: int) -> None:
     """Refuse a space whose blocks cannot be laid out in the observed model's 64-bit offsets
-    from B: addresses or sizes no GPU has, so a damaged trace."""
+    from B's page (``rounding``: what rounding a footprint to the granularity and its end to a
+    page can add): addresses or sizes no GPU has, so a damaged trace."""
     is_block = (events.kind == ALLOC) & (events.bytes > 0)
     if not is_block.any():
         return
     address, nbytes = events.address[is_block], events.bytes[is_block]
     base, highest, largest = int(address.min()), int(address.max()), int(nbytes.max())
-    if highest - base + largest + granularity <= MAX_ARENA_BYTES:
+    if highest - base + largest + 2 * rounding <= MAX_ARENA_BYTES:
         return
     pid, device = key
     raise InputError(

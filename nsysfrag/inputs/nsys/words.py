@@ -7,11 +7,11 @@ from nsysfrag.models.observed import MODEL_NAME
 
 TERMS: tuple[tuple[str, str], ...] = (
     (
-        "Address space",
+        "Space",
         (
             "One per (process, CUDA device). Only device memory is replayed (memory kinds Device,"
             " Array and Device Static); pinned, pageable and managed events are counted as other-kind"
-            " events. The model “observed” is the layout the trace recorded."
+            " events. The model “observed” places each block where the trace recorded it."
         ),
     ),
     (
@@ -21,20 +21,46 @@ TERMS: tuple[tuple[str, str], ...] = (
             " the GPU under another CUDA id), or --capacity."
         ),
     ),
-    ("Footprint", "A block's size rounded up to the granularity G."),
+    ("Footprint", "A block's size rounded up to the granularity G (512 B)."),
     (
-        "Arena [B, E)",
+        "Pages",
         (
-            "B is the lowest allocated address, E = max(B + C, highest footprint end). When E > B + C"
-            " the space is in span mode: the addresses span more than the device, and the observed"
-            " layout over-states free space."
+            "The driver backs device memory with pages of P bytes (2 MiB, --page-size) and maps"
+            " free pages wherever they lie, so the virtual addresses between blocks hold no free"
+            " memory. A page is resident while a live footprint touches it."
+        ),
+    ),
+    ("Reserved", "The resident pages' bytes (and a memory pool's recorded size): what the driver holds."),
+    ("Allocated", "The bytes of the live footprints (footprints that overlap count once)."),
+    (
+        "Stranded S",
+        (
+            "Free bytes inside resident pages (reserved − allocated − R): only a request the driver"
+            " packs into a partly used page can use them; nothing else gets them back until every"
+            " block in the page is freed."
+        ),
+    ),
+    (
+        "Releasable R",
+        (
+            "What a memory pool (cudaMallocAsync) would give back at its next trim: its size beyond"
+            " the bytes in use and its release threshold; 0 outside pools."
+        ),
+    ),
+    ("Device free D", "C − reserved: the device's pages that no block touches."),
+    (
+        "Largest usable L_eff",
+        (
+            "max(L, D + R), L being the largest free run inside resident pages: a request of up to"
+            " D bytes is mapped onto free pages wherever they lie."
         ),
     ),
     (
         "Free blocks",
         (
-            "The maximal ranges of the arena covered by no live footprint: F free bytes, L largest"
-            " free block, N number of free blocks, U live (requested) bytes."
+            "The rated metrics count everything free on the device: free = D + S + R, largest"
+            " free = L_eff, and N = the free runs inside resident pages, plus one when D is at"
+            " least a page."
         ),
     ),
     (
@@ -54,7 +80,7 @@ TERMS: tuple[tuple[str, str], ...] = (
         "Failed allocations",
         (
             "nsys records no size for a failed call, so each failure's verdict is unknown; the state"
-            " at it (free, largest free block) says how large a request could have succeeded then."
+            " at it (device free, largest usable) says how large a request could have succeeded then."
         ),
     ),
     (
@@ -67,9 +93,15 @@ TERMS: tuple[tuple[str, str], ...] = (
 )
 
 WORDS = Words(
-    space_title=f"{MODEL_NAME} address space",
-    figure_title=f"{MODEL_NAME} address space",
+    space_title="observed device pages",
+    figure_title=f"{MODEL_NAME} on the driver's pages",
     site_label="allocation site (NVTX)",
+    free_meaning="free on the device (device free + stranded + releasable)",
+    largest_meaning="largest usable request",
+    global_formula="(free − L_eff) / C",
+    local_formula="1 − L_eff / free",
     size_unknown="size not recorded by nsys",
+    untimed="event",
+    untimed_axis="memory events in order (the export recorded no times)",
     terms=TERMS,
 )

@@ -30,6 +30,7 @@ from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
+DEFAULT_PAGE_BYTES = InputOptions().page_bytes  # the observed model's, which a snapshot does not use
 
 
 def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:
@@ -46,6 +47,11 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
         warnings.append(
             f"--granularity {options.granularity_bytes} is ignored for a PyTorch snapshot: block"
             f" sizes are recorded (the caching allocator rounds to {K_MIN_BLOCK} B itself)"
+        )
+    if options.page_bytes != DEFAULT_PAGE_BYTES:
+        warnings.append(
+            f"--page-size {options.page_bytes} is ignored for a PyTorch snapshot: its blocks live"
+            " in the caching allocator's segments, not directly in the driver's pages"
         )
     if snapshot.unknown_actions:
         n = sum(snapshot.unknown_actions.values())

@@ -1,8 +1,12 @@
-"""The ``observed`` model (docs/metrics.md): blocks where the trace says they were.
+"""The ``observed`` model (docs/metrics.md): blocks where the trace says they were, on the
+device's pages.
 
-A block's footprint is its size rounded up to the granularity G; the arena runs from the
-lowest allocated address B to E = max(B + C, the highest footprint end). The compiled replay
-(``kernel``) gives the state after every allocation and free.
+A block's footprint is its size rounded up to the granularity G; a page of P bytes is resident
+while a live footprint touches it. The driver maps free pages wherever they lie, so a request
+fits the device's free pages (D) whatever their addresses; what fragments is the memory locked
+in partly used pages (stranded). Blocks from a memory pool count in allocated, and the pool's
+recorded size counts in reserved instead of their pages. The compiled replay (``kernel``) gives
+the state after every allocation and free.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from nsysfrag.events import (
     I64,
     KIND_NAMES,
     AllocationEvents,
+    MemoryPools,
 )
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
@@ -28,6 +33,7 @@ from nsysfrag.models.series import (
     ALLOCATED,
     NO_BLOCK,
     FreeBlocks,
+    PoolColumns,
     StateSeries,
     StrandedSegment,
     from_replay,
@@ -39,8 +45,10 @@ if TYPE_CHECKING:
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512
-# The most an arena may span: block offsets and footprint ends from B are int64. Inputs refuse
-# a space whose blocks span more (nsys: ``inputs.nsys.spaces``): its addresses are damaged.
+DEFAULT_PAGE_BYTES = 2 << 20  # the driver's large page: what its allocations are aligned to
+# The most the blocks of a space may span: offsets and footprint ends from the base page are
+# int64. Inputs refuse a space whose blocks span more (nsys: ``inputs.nsys.spaces``): its
+# addresses are damaged.
 MAX_ARENA_BYTES = (1 << 63) - 1
 # The kinds the model places: allocations, and frees that make memory reusable.
 _PLACEABLE = np.zeros(len(KIND_NAMES), dtype=np.bool_)
@@ -50,6 +58,7 @@ _PLACEABLE[[ALLOC, FREE, FREE_COMPLETED]] = True
 @dataclass(frozen=True)
 class ObservedModel:
     granularity_bytes: int = DEFAULT_GRANULARITY
+    page_bytes: int = DEFAULT_PAGE_BYTES
     name: str = MODEL_NAME
 
     def run(self, space: RecordedSpace) -> ObservedRun:
@@ -59,7 +68,7 @@ class ObservedModel:
             raise ValueError("the observed model needs the space's capacity")
         events, rows = _placeable(space.events)
         kernel_events, base, end = kernel_events_of(
-            events, self.granularity_bytes, space.capacity_bytes
+            events, self.granularity_bytes, self.page_bytes, space.capacity_bytes
         )
         # The compiled replay runs without the GIL: resolve the sites of the placed blocks
         # (every allocation with bytes > 0 is placed) on this thread meanwhile.
@@ -70,6 +79,11 @@ class ObservedModel:
             site_codes[placed], site_names = space.events.sites.codes(rows[placed])
             out = replaying.result()
         fp, live_at_fp = (int(v) for v in out.peak_footprint)
+        releasable = (
+            kernel_events.pool_releasable
+            if len(kernel_events.pool_releasable)
+            else np.zeros(len(events), dtype=np.int64)  # untouched zeros cost no memory
+        )
         series = from_replay(
             StateSeries,
             out,
@@ -79,12 +93,13 @@ class ObservedModel:
             held_peak=(fp, live_at_fp),
             base_address=base,
             end_address=end,
-            span_mode=end > base + space.capacity_bytes,
             # A failed call is no point: it failed in the state of the last point before it.
             failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
             - 1,
+            pool=from_replay(PoolColumns, out, releasable_bytes=releasable),
+            page_bytes=self.page_bytes,
         )
-        return ObservedRun(series, space.capacity_bytes, kernel_events, out)
+        return ObservedRun(series, space.capacity_bytes, kernel_events, out, base)
 
 
 @dataclass(frozen=True)
@@ -93,24 +108,52 @@ class ObservedRun:
     capacity_bytes: int
     kernel_events: KernelEvents
     output: KernelOutput
+    base_address: int
     warnings: list[str] = field(default_factory=list)
 
-    def free_blocks_after(self, point: int) -> FreeBlocks:
-        """Sizes of the free blocks right after ``point``, from the blocks live then."""
-        events, out = self.kernel_events, self.output
+    def live_after(self, point: int) -> I64:
+        """The allocation points of the blocks live right after ``point``."""
+        out = self.output
         placed = np.flatnonzero(out.event[: point + 1] == ALLOCATED)
-        alive = placed[(out.removed_at[placed] > point) | (out.removed_at[placed] == NO_BLOCK)]
+        return placed[(out.removed_at[placed] > point) | (out.removed_at[placed] == NO_BLOCK)]
+
+    def free_blocks_after(self, point: int) -> FreeBlocks:
+        """The free runs inside resident pages right after ``point`` (device free memory is no
+        block here), from the blocks live then."""
+        events = self.kernel_events
+        alive = self.live_after(point)
+        alive = alive[~events.in_pool[alive]]
         starts = events.offset[alive]
-        order = np.argsort(starts)
+        order = np.argsort(starts, kind="stable")
         starts, ends = starts[order], (starts + events.footprint[alive])[order]
-        gaps: I64 = np.concatenate([starts, [events.arena_bytes]]) - np.concatenate([[0], ends])
-        return FreeBlocks(gaps[gaps > 0])
+        return FreeBlocks(_page_runs(starts, ends, events.page_bytes))
 
     def stranded_after(self, point: int) -> list[StrandedSegment]:
-        return []  # no segments: nothing is stranded in them
+        return []  # failed calls carry no size in this model: no verdict asks where
 
     def snapshot_section(self, peak: int, at_peak: FreeBlocks) -> SnapshotSection | None:
         return None
+
+
+def _page_runs(starts: I64, ends: I64, page: int) -> I64:
+    """The free runs inside the pages that footprints [starts, ends) touch (sorted by start,
+    none overlapping in bytes), as the kernel counts them: the head of the first block's first
+    page, the tail of the last one's last page, and between neighbours one run when no whole
+    page lies between them, else the tail and the head of their own pages."""
+    if len(starts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    p_end, q_start = ends[:-1], starts[1:]
+    tail_page = -(-p_end // page) * page
+    head_page = q_start // page * page
+    joined = tail_page >= head_page
+    runs = np.concatenate([
+        [starts[0] - starts[0] // page * page],
+        np.where(joined, np.maximum(0, q_start - p_end), 0),
+        np.where(joined, 0, tail_page - p_end),
+        np.where(joined, 0, q_start - head_page),
+        [-(-ends[-1] // page) * page - ends[-1]],
+    ])  # fmt: skip
+    return runs[runs > 0]
 
 
 def _placeable(events: AllocationEvents) -> tuple[AllocationEvents, I64]:
@@ -120,24 +163,27 @@ def _placeable(events: AllocationEvents) -> tuple[AllocationEvents, I64]:
     if placeable.all():
         return events, np.arange(len(placeable), dtype=np.int64)
     rows = np.flatnonzero(placeable)
-    kind = events.kind
+    pools = events.pools
     return (
         AllocationEvents(
             time_ns=events.time_ns[rows],
-            kind=kind[rows],
+            kind=events.kind[rows],
             address=events.address[rows],
             bytes=events.bytes[rows],
             sites=events.sites,
+            pools=None if pools is None else MemoryPools(
+                pools.pool[rows], pools.size_bytes[rows], pools.kept_bytes[rows]
+            ),
         ),
         rows,
     )
 
 
 def kernel_events_of(
-    events: AllocationEvents, granularity: int, capacity: int
+    events: AllocationEvents, granularity: int, page_bytes: int, capacity: int
 ) -> tuple[KernelEvents, int, int]:
-    """Relative offsets, footprints and slots of one space's allocations and frees; also B
-    and E."""
+    """Offsets from the base page, footprints, slots and pools of one space's allocations and
+    frees; also B (the lowest allocated address) and the highest footprint end."""
     is_free = events.kind != ALLOC
     nbytes = events.bytes
     address = events.address
@@ -146,17 +192,19 @@ def kernel_events_of(
     if is_block.any():
         base = int(address[is_block].min())
     else:
-        # No allocation to anchor the arena: use the lowest address seen so the layout is
-        # defined (every event is then an unmatched free or a zero-size allocation).
+        # No allocation: use the lowest address seen so the offsets are defined (every event
+        # is then an unmatched free or a zero-size allocation).
         base = int(address.min())
-    # Addresses are unsigned 64-bit; offsets from B are signed, which the input made safe for
-    # every block (MAX_ARENA_BYTES). A free far above every block (2**63 or more) wraps
-    # negative: a free of no block, as it should be.
-    above = address >= np.uint64(base)
-    offset = np.where(above, (address - np.uint64(base)).astype(np.int64), -1)
+    # Offsets count from the page B lies in, so that page k of the space starts at k * P.
+    page_base = base - base % page_bytes
+    # Addresses are unsigned 64-bit; offsets are signed, which the input made safe for every
+    # block (MAX_ARENA_BYTES). A free far above every block (2**63 or more) wraps negative:
+    # a free of no block, as it should be.
+    above = address >= np.uint64(page_base)
+    offset = np.where(above, (address - np.uint64(page_base)).astype(np.int64), -1)
     highest_end = int((offset[is_block] + footprint[is_block]).max()) if is_block.any() else 0
-    arena = max(capacity, highest_end)
     slot_offset, slot = assign_slots(offset, is_block, is_free)
+    in_pool, pool_reserved, pool_releasable = _pool_columns(events.pools, is_block)
     kernel_events = KernelEvents(
         is_free=is_free,
         offset=offset,
@@ -164,6 +212,36 @@ def kernel_events_of(
         footprint=footprint,
         slot=slot,
         slot_offset=slot_offset.astype(np.int64),
-        arena_bytes=arena,
+        in_pool=in_pool,
+        page_bytes=page_bytes,
+        capacity_bytes=capacity,
+        pool_reserved=pool_reserved,
+        pool_releasable=pool_releasable,
     )
-    return kernel_events, base, base + arena
+    return kernel_events, base, max(base, page_base + highest_end)
+
+
+def _pool_columns(pools: MemoryPools | None, is_block: np.ndarray) -> tuple[np.ndarray, I64, I64]:
+    """Which allocations came from a pool, and per event the sum over the space's pools of
+    each one's latest recorded size and of what a trim would give back, max(0, size - kept)."""
+    if pools is None or not (pools.pool >= 0).any():
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(len(is_block), dtype=np.bool_), empty, empty
+    rows = np.flatnonzero(pools.pool >= 0)
+    which = pools.pool[rows]
+    size = pools.size_bytes[rows]
+    spare = np.maximum(0, size - pools.kept_bytes[rows])
+    # Each row replaces its pool's previous figures: the change is the difference from the
+    # pool's previous row (or from nothing), and the sums are the running totals of changes.
+    order = np.argsort(which, kind="stable")
+    first = np.ones(len(rows), dtype=np.bool_)
+    first[1:] = which[order][1:] != which[order][:-1]
+    totals = []
+    for figure in (size, spare):
+        change = np.empty(len(rows), dtype=np.int64)
+        ordered = figure[order]
+        change[order] = np.where(first, ordered, ordered - np.roll(ordered, 1))
+        per_event = np.zeros(len(is_block), dtype=np.int64)
+        per_event[rows] = change
+        totals.append(np.cumsum(per_event))
+    return is_block & (pools.pool >= 0), totals[0], totals[1]

@@ -1,13 +1,19 @@
-"""The observed address-space replay (docs/metrics.md): the hot path.
+"""The observed replay on the device's pages (docs/metrics.md): the hot path.
 
-One compiled pass over a space's events keeps the live blocks and the free blocks between them
-and records the state after every event. Per-event cost is O(log n):
+One compiled pass over a space's events keeps the live blocks and records the state after every
+event. The CUDA driver maps free physical pages wherever they lie, so what matters is which
+pages the live footprints touch: a page of P bytes is *resident* while a footprint overlaps it,
+and the free bytes inside resident pages are *stranded*. Per-event cost is O(log n):
 
 * live blocks are indexed by *slot*, the rank of their start address among all allocation
   addresses in the trace (known before the replay starts); they form a doubly linked list in
-  address order, and a Fenwick tree over the slots finds where a new block joins that list;
-* every free block is the gap after a live block (or after the arena base), stored in a max
-  segment tree indexed by that block's slot, so the largest free block is the root;
+  address order, and a Fenwick tree over the slots finds where a new block joins that list.
+  Blocks from a memory pool form a second list (their pages are the pool's, counted apart);
+* live byte ranges never overlap (an allocation over one evicts it), so footprint ends rise with
+  start addresses, and every figure is a sum over pairs of neighbours: the pages two neighbours
+  share, the footprint bytes they share, and the free runs in the resident pages between them.
+  Each neighbour pair is a leaf (the gap after a block, or before the first one), and a max
+  segment tree over the leaves gives the largest free run at its root;
 * the "most recently allocated live block" (for in-order frees) is a stack whose dead entries
   are popped lazily.
 """
@@ -33,17 +39,27 @@ from nsysfrag.models.series import (
 
 kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
+PAGE_LAYER = 0  # blocks whose pages the driver maps for them
+POOL_LAYER = 1  # blocks carved from a memory pool, whose pages the pool holds
+
 
 class KernelEvents(NamedTuple):
-    """One space's replayable events in order; offsets are relative to the arena base B."""
+    """One space's replayable events in order; offsets are relative to a page boundary at or
+    below the lowest allocation (so page k of the space starts at offset k * page_bytes)."""
 
     is_free: BoolArray
-    offset: I64  # address - B; meaningless for frees below B (their slot is NO_BLOCK)
+    offset: I64  # address - base page; meaningless for frees below it (their slot is NO_BLOCK)
     bytes: I64
     footprint: I64  # ceil(bytes / G) * G for allocations, 0 for frees
     slot: I64  # rank of the address among allocation start addresses, or NO_BLOCK
     slot_offset: I64  # start offset of each slot, ascending
-    arena_bytes: int  # E - B
+    in_pool: BoolArray  # allocations from a memory pool
+    page_bytes: int  # P
+    capacity_bytes: int  # C
+    # Per event: the memory pools' latest recorded sizes and their releasable bytes, summed
+    # over the space's pools (empty arrays: no pool).
+    pool_reserved: I64
+    pool_releasable: I64
 
 
 class KernelOutput(NamedTuple):
@@ -51,38 +67,50 @@ class KernelOutput(NamedTuple):
 
     event: npt.NDArray[np.int8]  # ALLOCATED, FREED, UNMATCHED_FREE or ZERO_SIZE_ALLOC
     overlap: BoolArray
-    free_bytes: I64
-    largest_free_bytes: I64
-    free_blocks: IndexArray
+    reserved_bytes: I64  # resident pages x P, plus the pools' sizes
+    allocated_bytes: I64  # the bytes of the union of live footprints
+    device_free_bytes: I64  # D = max(0, C - reserved)
+    largest_block_bytes: I64  # L: the largest free run inside resident pages
+    free_bytes: I64  # F = D + S + R
+    largest_free_bytes: I64  # L_eff = max(L, D + R)
+    free_blocks: IndexArray  # free runs inside resident pages, + 1 when D >= P
     live_bytes: I64
     peak_footprint: I64  # [footprint, live bytes] at the first maximum of footprint bytes
     out_of_order: BoolArray  # frees only
-    hole: BoolArray  # frees only
+    hole: BoolArray  # frees that left bytes stranded in pages that stay resident
+    hole_bytes: I64  # those bytes
     freed_alloc: IndexArray  # event index of the freed block's allocation, or NO_BLOCK
-    pin_left: IndexArray  # event index of the allocation bounding the hole on the left, or NO_BLOCK
+    pin_left: IndexArray  # the allocation whose pages keep the hole's left part, or NO_BLOCK
     pin_right: IndexArray
     removed_at: IndexArray  # for allocations: the event that freed or evicted the block, or NO_BLOCK
 
 
 class _Blocks(NamedTuple):
-    """The live blocks, by slot: a doubly linked list in address order (-1 at the ends), and a
-    Fenwick tree over the slots that finds where a new block joins that list."""
+    """The live blocks, by slot: a doubly linked list per layer in address order (-1 at the
+    ends), and a Fenwick tree per layer that finds where a new block joins its list."""
 
     live: BoolArray
+    layer: npt.NDArray[np.int8]
     prev: I64
     next: I64
     end: I64  # end offset of the block's footprint
     bytes: I64
     alloc: I64  # event index of its allocation
-    fenwick: I64
+    fenwick: I64  # layer 0
+    pool_fenwick: I64  # layer 1
+    first: I64  # [first live slot of layer 0, of layer 1]
 
 
-class _Gaps(NamedTuple):
-    """Every free block is the gap after a live block (leaf s + 1) or after the arena base
-    (leaf 0), in a max segment tree whose root is the largest free block."""
+class _Leaves(NamedTuple):
+    """What each pair of neighbours contributes (leaf 0: before the first page block; leaf
+    s + 1: after slot s), in a max segment tree of the largest free run, and the totals."""
 
     tree: I64
     size: int  # leaves
+    runs: I64  # free runs inside resident pages
+    shared_pages: I64  # bytes of the pages both neighbours touch
+    shared_footprint: I64  # bytes both footprints cover
+    totals: I64  # [runs, shared pages, shared footprint, page bytes, footprint bytes]
 
 
 def replay(events: KernelEvents) -> KernelOutput:
@@ -170,11 +198,18 @@ def _slots(offset, is_block, is_free, slot_offset):  # type: ignore[no-untyped-d
     return slot
 
 
+def empty_events(page_bytes: int = 2 << 20, capacity_bytes: int = 1) -> KernelEvents:
+    """A stream of no events (to load the compiled kernel)."""
+    empty = np.zeros(0, dtype=np.int64)
+    no = empty.astype(np.bool_)
+    return KernelEvents(no, empty, empty, empty, empty, empty, no, page_bytes, capacity_bytes,
+                        empty, empty)  # fmt: skip
+
+
 def warm_up() -> None:
     """Load the compiled kernel (from numba's cache) now, e.g. on a thread while a trace is
     read, rather than on the first replay."""
-    empty = np.zeros(0, dtype=np.int64)
-    replay(KernelEvents(empty.astype(np.bool_), empty, empty, empty, empty, empty, 1))
+    replay(empty_events())
 
 
 def _allocate_outputs(n: int) -> KernelOutput:
@@ -183,6 +218,10 @@ def _allocate_outputs(n: int) -> KernelOutput:
     return KernelOutput(
         event=np.zeros(n, dtype=np.int8),
         overlap=np.zeros(n, dtype=np.bool_),
+        reserved_bytes=np.zeros(n, dtype=np.int64),
+        allocated_bytes=np.zeros(n, dtype=np.int64),
+        device_free_bytes=np.zeros(n, dtype=np.int64),
+        largest_block_bytes=np.zeros(n, dtype=np.int64),
         free_bytes=np.zeros(n, dtype=np.int64),
         largest_free_bytes=np.zeros(n, dtype=np.int64),
         free_blocks=np.zeros(n, dtype=index),
@@ -190,6 +229,8 @@ def _allocate_outputs(n: int) -> KernelOutput:
         peak_footprint=np.zeros(2, dtype=np.int64),
         out_of_order=np.zeros(n, dtype=np.bool_),
         hole=np.zeros(n, dtype=np.bool_),
+        # Zeros cost no memory until written: only hole-creating frees write theirs.
+        hole_bytes=np.zeros(n, dtype=np.int64),
         freed_alloc=np.full(n, NO_BLOCK, dtype=index),
         pin_left=np.full(n, NO_BLOCK, dtype=index),
         pin_right=np.full(n, NO_BLOCK, dtype=index),
@@ -240,13 +281,29 @@ def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _set_gap(gaps: _Gaps, leaf: int, value: int) -> int:
-    """Set free block ``leaf`` (0: after the base, s + 1: after slot s); return the change in
-    the number of non-empty free blocks."""
-    tree = gaps.tree
-    i = gaps.size + leaf
-    old = tree[i]
-    tree[i] = value
+def _page_floor(x, page):  # type: ignore[no-untyped-def]
+    return (x // page) * page
+
+
+@numba.njit(cache=True, nogil=True)
+def _page_ceil(x, page):  # type: ignore[no-untyped-def]
+    return ((x + page - 1) // page) * page
+
+
+@numba.njit(cache=True, nogil=True)
+def _set_leaf(leaves, leaf, largest, runs, shared_pages, shared_footprint):  # type: ignore[no-untyped-def]
+    """Set one neighbour pair's contribution: its largest free run into the max tree, the rest
+    into the totals."""
+    totals = leaves.totals
+    totals[0] += runs - leaves.runs[leaf]
+    totals[1] += shared_pages - leaves.shared_pages[leaf]
+    totals[2] += shared_footprint - leaves.shared_footprint[leaf]
+    leaves.runs[leaf] = runs
+    leaves.shared_pages[leaf] = shared_pages
+    leaves.shared_footprint[leaf] = shared_footprint
+    tree = leaves.tree
+    i = leaves.size + leaf
+    tree[i] = largest
     i >>= 1
     while i >= 1:
         best = max(tree[2 * i], tree[2 * i + 1])
@@ -254,25 +311,129 @@ def _set_gap(gaps: _Gaps, leaf: int, value: int) -> int:
             break
         tree[i] = best
         i >>= 1
-    return (1 if value > 0 else 0) - (1 if old > 0 else 0)
 
 
 @numba.njit(cache=True, nogil=True)
-def _unlink(blocks, gaps, s, slot_offset, arena):  # type: ignore[no-untyped-def]
-    """Remove live block ``s``; return the change in the number of non-empty free blocks."""
-    p = blocks.prev[s]
-    q = blocks.next[s]
-    left_end = 0 if p < 0 else blocks.end[p]
-    right_start = arena if q < 0 else slot_offset[q]
-    change = _set_gap(gaps, p + 1, right_start - left_end)
-    change += _set_gap(gaps, s + 1, 0)
+def _pair(leaves, leaf, p_end, q_start, page):  # type: ignore[no-untyped-def]
+    """The leaf of two page blocks side by side (-1: no block on that side): the free bytes
+    between them are one run when no whole page lies between (every page of the gap touches
+    one of them), else the tail of the left one's last page and the head of the right one's
+    first page."""
+    if p_end < 0 and q_start < 0:
+        _set_leaf(leaves, leaf, 0, 0, 0, 0)
+    elif p_end < 0:  # before the first block: the head of its first page
+        head = q_start - _page_floor(q_start, page)
+        _set_leaf(leaves, leaf, head, 1 if head > 0 else 0, 0, 0)
+    elif q_start < 0:  # after the last block: the tail of its last page
+        tail = _page_ceil(p_end, page) - p_end
+        _set_leaf(leaves, leaf, tail, 1 if tail > 0 else 0, 0, 0)
+    else:
+        tail_page = _page_ceil(p_end, page)
+        head_page = _page_floor(q_start, page)
+        shared_pages = max(0, tail_page - head_page)
+        if p_end >= q_start:  # rounding tails meet: no free byte between
+            _set_leaf(leaves, leaf, 0, 0, shared_pages, p_end - q_start)
+        elif tail_page >= head_page:
+            _set_leaf(leaves, leaf, q_start - p_end, 1, shared_pages, 0)
+        else:
+            tail = tail_page - p_end
+            head = q_start - head_page
+            runs = (1 if tail > 0 else 0) + (1 if head > 0 else 0)
+            _set_leaf(leaves, leaf, max(tail, head), runs, 0, 0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
+    """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` and set their leaf."""
+    if layer == PAGE_LAYER:
+        _pair(
+            leaves,
+            p + 1,
+            blocks.end[p] if p >= 0 else -1,
+            slot_offset[q] if q >= 0 else -1,
+            page,
+        )
+    elif p >= 0:  # pool blocks share footprint bytes only; the pool holds their pages
+        shared = max(0, blocks.end[p] - slot_offset[q]) if q >= 0 else 0
+        leaves.totals[2] += shared - pool_shared[p + 1]
+        pool_shared[p + 1] = shared
     if p >= 0:
         blocks.next[p] = q
+    else:
+        blocks.first[layer] = q
     if q >= 0:
         blocks.prev[q] = p
-    _fenwick_add(blocks.fenwick, s, -1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _unlink(blocks, leaves, pool_shared, slot_offset, page, s):  # type: ignore[no-untyped-def]
+    """Remove live block ``s`` from its layer."""
+    layer = blocks.layer[s]
+    p = blocks.prev[s]
+    q = blocks.next[s]
+    a = slot_offset[s]
+    e = blocks.end[s]
+    _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer)
+    if layer == PAGE_LAYER:
+        _set_leaf(leaves, s + 1, 0, 0, 0, 0)
+        leaves.totals[3] -= _page_ceil(e, page) - _page_floor(a, page)
+        _fenwick_add(blocks.fenwick, s, -1)
+    else:
+        leaves.totals[2] -= pool_shared[s + 1]
+        pool_shared[s + 1] = 0
+        _fenwick_add(blocks.pool_fenwick, s, -1)
+    leaves.totals[4] -= e - a
     blocks.live[s] = False
-    return change
+
+
+@numba.njit(cache=True, nogil=True)
+def _link(blocks, leaves, pool_shared, slot_offset, page, s, e, layer, p):  # type: ignore[no-untyped-def]
+    """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block
+    just below it there (-1: none)."""
+    tree = blocks.fenwick if layer == PAGE_LAYER else blocks.pool_fenwick
+    q = blocks.first[layer] if p < 0 else blocks.next[p]
+    blocks.end[s] = e
+    blocks.layer[s] = layer
+    _relink(blocks, leaves, pool_shared, slot_offset, page, p, s, layer)
+    _relink(blocks, leaves, pool_shared, slot_offset, page, s, q, layer)
+    a = slot_offset[s]
+    if layer == PAGE_LAYER:
+        leaves.totals[3] += _page_ceil(e, page) - _page_floor(a, page)
+    _fenwick_add(tree, s, 1)
+    leaves.totals[4] += e - a
+    blocks.live[s] = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _overlapped(blocks, slot_offset, a, stop, p, first):  # type: ignore[no-untyped-def]
+    """The first live block of one layer whose byte range meets [a, stop), or -1: the block
+    ``p`` below a if its bytes reach past a, else the next one if it starts before stop."""
+    if p >= 0 and slot_offset[p] + blocks.bytes[p] > a:
+        return p
+    q = first if p < 0 else blocks.next[p]
+    if q >= 0 and slot_offset[q] < stop:
+        return q
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _hole(p_end, q_start, a, e, page):  # type: ignore[no-untyped-def]
+    """A freed footprint [a, e)'s bytes that lie, once it is gone, in pages its neighbours
+    (footprint end ``p_end``, start ``q_start``; -1: none) keep resident: (left part, right
+    part). Only the part neither neighbour's footprint still covers is freed."""
+    lo = a if p_end < 0 else max(a, p_end)
+    hi = e if q_start < 0 else min(e, q_start)
+    if lo >= hi:
+        return 0, 0
+    if p_end >= 0 and q_start >= 0 and _page_ceil(p_end, page) >= _page_floor(q_start, page):
+        return hi - lo, 0  # every page between them stays resident
+    left = 0
+    right = 0
+    if p_end >= 0:
+        left = max(0, min(hi, _page_ceil(p_end, page)) - lo)
+    if q_start >= 0:
+        right = max(0, hi - max(lo, _page_floor(q_start, page)))
+    return left, right
 
 
 @numba.njit(cache=True, nogil=True)
@@ -281,7 +442,10 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     nbytes = events.bytes
     slot_of = events.slot
     slot_offset = events.slot_offset
-    arena = events.arena_bytes
+    in_pool = events.in_pool
+    page = events.page_bytes
+    capacity = events.capacity_bytes
+    pooled = len(events.pool_reserved) > 0
     n = len(is_free)
     k = len(slot_offset)
     top_bit = 1
@@ -290,47 +454,60 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     size = 1
     while size < k + 1:
         size *= 2
-    gaps = _Gaps(np.zeros(2 * size, dtype=np.int64), size)
+    leaves = _Leaves(
+        np.zeros(2 * size, dtype=np.int64),
+        size,
+        np.zeros(k + 1, dtype=np.int64),
+        np.zeros(k + 1, dtype=np.int64),
+        np.zeros(k + 1, dtype=np.int64),
+        np.zeros(5, dtype=np.int64),
+    )
+    pool_shared = np.zeros(k + 1, dtype=np.int64)
     blocks = _Blocks(
         np.zeros(k, dtype=np.bool_),
+        np.zeros(k, dtype=np.int8),
         np.full(k, -1, dtype=np.int64),
         np.full(k, -1, dtype=np.int64),
         np.zeros(k, dtype=np.int64),
         np.zeros(k, dtype=np.int64),
         np.zeros(k, dtype=np.int64),
         np.zeros(k + 1, dtype=np.int64),
+        np.zeros(k + 1, dtype=np.int64),
+        np.full(2, -1, dtype=np.int64),
     )
     live = blocks.live
-    prev_live = blocks.prev
-    next_live = blocks.next
     block_end = blocks.end
     block_alloc = blocks.alloc
+    block_bytes = blocks.bytes
+    layer_of = blocks.layer
+    totals = leaves.totals
+    tree = leaves.tree
     # Allocation event indices, oldest first; an entry is stale once its block is gone.
     stack = np.zeros(n + 1, dtype=out.removed_at.dtype)
     stack_top = 0
-    n_free = _set_gap(gaps, 0, arena)
-    used = 0
+    pool_live = 0  # live pool blocks: none, and no allocation need look at their layer
     ubytes = 0
     # The loop reads every array through a local: field access on the tuples in the loop itself
     # costs a fifth of the replay's time.
     event = out.event
     overlap = out.overlap
-    free_bytes = out.free_bytes
-    largest = out.largest_free_bytes
+    reserved_out = out.reserved_bytes
+    allocated_out = out.allocated_bytes
+    device_free_out = out.device_free_bytes
+    largest_block_out = out.largest_block_bytes
+    free_out = out.free_bytes
+    largest_out = out.largest_free_bytes
     free_blocks = out.free_blocks
     live_bytes = out.live_bytes
     peak = out.peak_footprint
     out_of_order = out.out_of_order
     hole = out.hole
+    hole_bytes = out.hole_bytes
     freed_alloc = out.freed_alloc
     pin_left = out.pin_left
     pin_right = out.pin_right
     removed_at = out.removed_at
     footprint_of = events.footprint
-    block_bytes = blocks.bytes
-    fenwick = blocks.fenwick
-    tree = gaps.tree
-    first_live = -1  # lowest live slot
 
     for i in range(n):
         s = slot_of[i]
@@ -345,69 +522,89 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
                 ):
                     stack_top -= 1
                 out_of_order[i] = stack_top == 0 or stack[stack_top - 1] != block_alloc[s]
-                p = prev_live[s]
-                q = next_live[s]
-                if first_live == s:
-                    first_live = q
-                n_free += _unlink(blocks, gaps, s, slot_offset, arena)
-                used -= block_end[s] - slot_offset[s]
+                layer = layer_of[s]
+                p = blocks.prev[s]
+                q = blocks.next[s]
+                a = slot_offset[s]
+                e = block_end[s]
+                if layer == POOL_LAYER:
+                    pool_live -= 1
+                _unlink(blocks, leaves, pool_shared, slot_offset, page, s)
                 ubytes -= block_bytes[s]
                 removed_at[block_alloc[s]] = i
                 freed_alloc[i] = block_alloc[s]
-                if p >= 0 and q >= 0:
-                    hole[i] = True
-                    pin_left[i] = block_alloc[p]
-                    pin_right[i] = block_alloc[q]
+                if layer == PAGE_LAYER:
+                    left, right = _hole(
+                        block_end[p] if p >= 0 else -1,
+                        slot_offset[q] if q >= 0 else -1,
+                        a,
+                        e,
+                        page,
+                    )
+                    if left + right > 0:
+                        hole[i] = True
+                        hole_bytes[i] = left + right
+                        if left > 0:
+                            pin_left[i] = block_alloc[p]
+                        if right > 0 or (left > 0 and q >= 0 and _page_ceil(block_end[p], page)
+                                         >= _page_floor(slot_offset[q], page)):  # fmt: skip
+                            pin_right[i] = block_alloc[q]
         elif nbytes[i] == 0:
             event[i] = ZERO_SIZE_ALLOC
         else:
             event[i] = ALLOCATED
             a = slot_offset[s]
-            e = a + footprint_of[i]
-            p = _previous_live(fenwick, s, top_bit)
-            q = first_live if p < 0 else next_live[p]
-            # Live blocks the new footprint overlaps (the trace missed their frees): the one
-            # below if it reaches past a, and those starting in [a, e), slot s itself included.
-            if (p >= 0 and block_end[p] > a) or (q >= 0 and slot_offset[q] < e):
-                overlap[i] = True
-                r = p if p >= 0 and block_end[p] > a else q
-                while r >= 0 and slot_offset[r] < e:
-                    nxt = next_live[r]
-                    if first_live == r:
-                        first_live = nxt
-                    n_free += _unlink(blocks, gaps, r, slot_offset, arena)
-                    used -= block_end[r] - slot_offset[r]
+            stop = a + nbytes[i]
+            # Live blocks whose bytes the new block's bytes overlap (the trace missed their
+            # frees), in either layer: removed, and not frees. Footprints may overlap.
+            target = POOL_LAYER if in_pool[i] else PAGE_LAYER
+            below = -1
+            for layer in range(2):
+                if layer == POOL_LAYER and pool_live == 0:
+                    continue
+                tree_of_layer = blocks.fenwick if layer == PAGE_LAYER else blocks.pool_fenwick
+                p = _previous_live(tree_of_layer, s, top_bit)
+                r = _overlapped(blocks, slot_offset, a, stop, p, blocks.first[layer])
+                removed = r >= 0
+                while r >= 0:
+                    overlap[i] = True
+                    nxt = blocks.next[r]
+                    if layer == POOL_LAYER:
+                        pool_live -= 1
+                    _unlink(blocks, leaves, pool_shared, slot_offset, page, r)
                     ubytes -= block_bytes[r]
                     removed_at[block_alloc[r]] = i
-                    r = nxt
-                p = _previous_live(fenwick, s, top_bit)
-                q = first_live if p < 0 else next_live[p]
-            left_end = 0 if p < 0 else block_end[p]
-            right_start = arena if q < 0 else slot_offset[q]
-            n_free += _set_gap(gaps, p + 1, a - left_end)
-            n_free += _set_gap(gaps, s + 1, right_start - e)
-            _fenwick_add(fenwick, s, 1)
-            live[s] = True
-            prev_live[s] = p
-            next_live[s] = q
-            if p >= 0:
-                next_live[p] = s
-            else:
-                first_live = s
-            if q >= 0:
-                prev_live[q] = s
-            block_end[s] = e
+                    r = nxt if nxt >= 0 and slot_offset[nxt] < stop else -1
+                if layer == target:
+                    below = _previous_live(tree_of_layer, s, top_bit) if removed else p
+            e = a + footprint_of[i]
             block_bytes[s] = nbytes[i]
             block_alloc[s] = i
+            _link(blocks, leaves, pool_shared, slot_offset, page, s, e, target, below)
+            if target == POOL_LAYER:
+                pool_live += 1
             stack[stack_top] = i
             stack_top += 1
-            used += e - a
             ubytes += nbytes[i]
 
-        free_bytes[i] = arena - used
-        largest[i] = tree[1]
-        free_blocks[i] = n_free
+        reserved = totals[3] - totals[1]
+        allocated = totals[4] - totals[2]
+        releasable = 0
+        if pooled:
+            reserved += events.pool_reserved[i]
+            releasable = events.pool_releasable[i]
+        device_free = max(0, capacity - reserved)
+        stranded = max(0, reserved - allocated - releasable)
+        largest_block = tree[1]
+        reserved_out[i] = reserved
+        allocated_out[i] = allocated
+        device_free_out[i] = device_free
+        largest_block_out[i] = largest_block
+        free_out[i] = device_free + stranded + releasable
+        largest_out[i] = max(largest_block, device_free + releasable)
+        free_blocks[i] = totals[0] + (1 if device_free >= page else 0)
         live_bytes[i] = ubytes
-        if used > peak[0]:
-            peak[0] = used
+        # Every live footprint counted whole: what internal fragmentation is measured at.
+        if totals[4] > peak[0]:
+            peak[0] = totals[4]
             peak[1] = ubytes
