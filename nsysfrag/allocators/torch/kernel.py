@@ -247,7 +247,7 @@ def simulate_torch(
     cfg = config.kernel_config(capacity_bytes, es_va_bytes)
     kind = stream.kind.astype(np.int64)
     while True:
-        st = new_state(max_blocks, max_es, n_pools, max_log, stream.stream)
+        st = new_state(max_blocks, max_es, max_log, stream.stream)
         out = Outputs.empty(n, stream.n_requests)
         ooms = _torch_kernel(kind, stream.request, stream.size, Model(st, cfg), initial, out)
         if ooms >= 0:

@@ -47,7 +47,7 @@ def get_free_block(st: TorchState, cfg: KernelConfig, pool: int, size: int) -> i
     max_split_size refuse without trying the next candidate."""
     b = st.blocks
     if cfg.gc_limit >= 0:
-        st.gc_clock[pool] += 1
+        st.gc_clock[pool & 1] += 1
     tf = st.by_pool
     n = t_lower_bound(tf, (pool << SIZE_SHIFT) | size, 0)
     if n == 0 or pool_of(st, n) != pool:
@@ -160,7 +160,8 @@ def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int
     key = max(mss, size)
     tf = st.by_pool
     n = t_lower_bound(tf, (pool << SIZE_SHIFT) | key, 0)
-    if n == 0 or pool_of(st, n) != pool:
+    # Newer PyTorch never releases an expandable block here: it looks below it instead.
+    if n == 0 or pool_of(st, n) != pool or b[n].segment >= 0:
         it = t_before(tf, (pool << SIZE_SHIFT) | key, 0, 0)
         if it == 0:
             return False
@@ -172,8 +173,6 @@ def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int
             if _release_block(st, cur):
                 released += freed
         return bool(released >= key)
-    if b[n].segment >= 0:
-        return False
     return _release_block(st, n)
 
 
@@ -192,7 +191,7 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
         n = blocks[j]
         if b[n].segment < 0 and (b[n].pool & 1) == 0:
             blocks[k] = n
-            total_age += st.gc_clock[b[n].pool] - b[n].gc_base
+            total_age += st.gc_clock[b[n].pool & 1] - b[n].gc_base
             k += 1
     freeable = k
     if freeable == 0:
@@ -206,7 +205,7 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
             n = blocks[j]
             if n == 0:
                 continue
-            age = st.gc_clock[b[n].pool] - b[n].gc_base
+            age = st.gc_clock[b[n].pool & 1] - b[n].gc_base
             if age >= threshold:
                 freed = True
                 reclaimed += b[n].size

@@ -96,7 +96,9 @@ class TorchState(NamedTuple):
     by_size: I64  # treap: cached free blocks by size
     unmapped: I64  # treap: unmapped ranges by (pool, address)
     expandables: Any  # EXPANDABLE records
-    gc_clock: I64  # per pool: get_free_block calls so far (the garbage collector's clock)
+    # get_free_block calls so far (the garbage collector's clock), per BlockPool: PyTorch keeps
+    # one small and one large pool for every stream, so the index is the pool key's small bit.
+    gc_clock: I64
     log: Any  # LOG_ENTRY records, in call order
     requests: Any  # REQUEST records, per request of the stream
     scratch: I64  # room for one list of block ids (the release candidates, as they are released)
@@ -107,7 +109,7 @@ def _zeros(n: int) -> I64:
 
 
 def new_state(
-    max_blocks: int, max_expandables: int, n_pools: int, max_log: int,
+    max_blocks: int, max_expandables: int, max_log: int,
     request_stream: I64,
 ) -> TorchState:  # fmt: skip
     requests = np.zeros(len(request_stream), dtype=REQUEST)
@@ -118,7 +120,7 @@ def new_state(
     return TorchState(
         blocks, counters, _zeros(max_blocks),
         new_treap(max_blocks, 11), new_treap(max_blocks, 12), new_treap(max_blocks, 13),
-        np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(n_pools),
+        np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(2),
         np.zeros(max_log, dtype=LOG_ENTRY), requests, _zeros(max_blocks),
     )  # fmt: skip
 
@@ -228,7 +230,7 @@ def cache_block(st: TorchState, n: int) -> None:
     t_insert(st.by_pool, n, (b[n].pool << SIZE_SHIFT) | size, b[n].address, size)
     t_insert(st.by_size, n, size, 0, size)
     b[n].flags |= IN_FREE
-    b[n].gc_base = st.gc_clock[b[n].pool]
+    b[n].gc_base = st.gc_clock[b[n].pool & 1]
     c.free_bytes += size
     c.free_blocks += 1
     if _is_candidate(st, n):
