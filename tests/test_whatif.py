@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import subprocess
 import sys
@@ -541,6 +542,78 @@ def test_garbage_collection_settings_come_from_the_snapshot() -> None:
     (device,) = recorded_devices(snap)
     no_gc = _validate_device(device, TorchConfig())
     assert no_gc.simulated_oom_paths < d.simulated_oom_paths // 4
+
+
+def _reader_near_the_limit(tmp_path: Path, fraction: float | None) -> Path:
+    """A reader on a 1 GiB device (64 MiB for the CUDA context) with
+    garbage_collection_threshold:0.5, under a memory fraction or not: K/V caches grown by
+    concatenation past what fits, OOM retries, documents dropped when they do not fit."""
+    ms = make_snapshots()
+    a = ms.CachingAllocator(1 * GiB, 64 * MiB, expandable=False, va_base=0x7FA0_0000_0000,
+                            faithful=True, memory_fraction=fraction, gc_threshold=0.5)  # fmt: skip
+    rng = random.Random(3)
+    frames: list[dict[str, Any]] = []
+    for _ in range(20):
+        a.malloc(rng.randint(4, 12) * MiB, frames)
+    longest = 8
+    while len(a.trace) < 6000:
+        tokens = rng.randint(16, 200)
+        kv: list[Any] = []
+        notes: list[Any] = []
+        try:
+            kv += [a.malloc(tokens * 20 * KiB, frames) for _ in range(12)]
+            for _ in range(longest):
+                tokens += 64
+                notes.append(a.malloc(rng.randint(1, 3) * MiB, frames))
+                for layer in range(6):
+                    hidden = a.malloc(320 * KiB, frames)
+                    for k in (2 * layer, 2 * layer + 1):
+                        grown = a.malloc(tokens * 20 * KiB, frames)
+                        a.free(kv[k])
+                        kv[k] = grown
+                    a.free(a.malloc(2560 * KiB, frames))
+                    a.free(hidden)
+                    a.tick(400)
+            longest += rng.randint(1, 4)
+        except ms.OutOfMemory:
+            longest = 8
+        for b in kv + notes:
+            if b.allocated:
+                a.free(b)
+        a.tick(2e4)
+    path = tmp_path / f"reader_{fraction}.pickle"
+    path.write_bytes(pickle.dumps(a.snapshot("garbage_collection_threshold:0.5"), protocol=4))
+    return path
+
+
+def test_a_collection_threshold_without_a_memory_fraction_collects_nothing(tmp_path: Path) -> None:
+    # GIVEN garbage_collection_threshold:0.5 without set_per_process_memory_fraction, where
+    # PyTorch never collects: the run released cached segments only on its OOM retries
+    path = _reader_near_the_limit(tmp_path, fraction=None)
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the replay reads the record as a run without the collector (with it, the model
+    # collected before 76 mallocs and peaked 29 % low) and reproduces it
+    assert "without garbage collection" in (d.note or "")
+    assert d.simulated_oom_paths == d.recorded_oom_paths == 4 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes
+
+
+def test_a_collector_under_a_memory_fraction_runs_on_the_allowed_maximum_it_implies(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the same reader under set_per_process_memory_fraction(0.9) (921.6 MiB allowed),
+    # whose collector keeps reserved memory far below the fraction (676 MiB at most)
+    path = _reader_near_the_limit(tmp_path, fraction=0.9)
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the allowed maximum comes from the collections (the least reserved memory the
+    # collector ran at, over the 0.5 threshold: 940 MiB, less a page), not from the peak
+    # (taking the collector's releases for refusals put it at 678 MiB: 97 % reproduced)
+    assert "collector" in d.capacity_source and d.capacity_bytes == 938 * MiB
+    assert "with garbage collection" in (d.note or "")
+    assert d.simulated_oom_paths == d.recorded_oom_paths == 81 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes
 
 
 def _has_segment_events(path: Path) -> bool:

@@ -9,13 +9,20 @@ expandable segments) sizes and the peak reserved bytes with what the allocator r
 model meets the device's limit on its own and takes PyTorch's OOM path there (garbage
 collection, then releasing cached blocks and retrying); only the program's own
 ``empty_cache()`` calls come from the record.
+
+Where the record cannot say how the run was set up, each reading is replayed and the one that
+leaves the fewest of the recorded releases to the program, then reproduces the most, is kept
+(its note says which): ``garbage_collection_threshold`` collects only under a memory fraction
+(``torch.cuda.set_per_process_memory_fraction``), which no snapshot records, so a run with the
+threshold is replayed with the collector, on the allowed maximum its collections imply, and
+without it, on the capacity its OOM retries imply.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -40,8 +47,8 @@ from nsysfrag.models.segments.requests import (
     segment_of,
     snapshot_requests,
 )
-from nsysfrag.whatif.capacity import RecordedDevice, recorded_devices, replay_capacity
-from nsysfrag.whatif.layout import ES_VA_VALIDATION, start_layout
+from nsysfrag.whatif.capacity import Record, RecordedDevice, recorded_devices, replay_capacity
+from nsysfrag.whatif.layout import ES_VA_VALIDATION, StartLayout, start_layout
 from nsysfrag.whatif.streams import snapshot_config, stream_names
 
 VALIDATION_TARGET_MATCH = 0.95
@@ -169,8 +176,54 @@ def _validate_device(
 ) -> DeviceValidation:
     window, record, history = d.window, d.record, d.history
     start = start_layout(window, config, first_seen(window.segment_stream)[0])
+    recorded_action = "segment_map" if config.expandable_segments else "segment_alloc"
+    other = "segment_alloc" if config.expandable_segments else "segment_map"
+    count = {a: int((history.action == code).sum()) for a, code in _NEW_SEGMENT.items()}
+    if not count[recorded_action] and count[other]:
+        recorded_action = other  # expandable segments were toggled at run time
+    recorded = history.size[history.action == _NEW_SEGMENT[recorded_action]].tolist()
+    replays = [
+        _replay(d, start, recorded, recorded_action, c, cap, source, note)
+        for c, (cap, source), note in _readings(record, config, capacity)
+    ]
+    # The reading that leaves the fewest of the record's releases to the program, then
+    # reproduces the most; the recorded settings win a tie.
+    best = min(replays, key=lambda r: (r.empty_cache_calls, -r.matched_segment_allocs,
+                                       abs(r.peak_error or 0.0)))  # fmt: skip
+    if not recorded:
+        return replace(best, note=f"the trace has no {recorded_action} event to compare")
+    return best
+
+
+def _readings(
+    record: Record, config: TorchConfig, capacity: int | None
+) -> list[tuple[TorchConfig, tuple[int, str], str | None]]:
+    """What the record may mean where it cannot say: the settings to replay, the capacity,
+    and a note. ``garbage_collection_threshold`` works only under a memory fraction
+    (torch.cuda.set_per_process_memory_fraction), which a snapshot does not record: with the
+    collector the device is the allowed maximum its collections imply; without it, as with
+    every other setting, the capacity the record's OOM retries imply."""
+    plain = replay_capacity(capacity, record)
+    gc = config.garbage_collection_threshold
+    if gc <= 0 or config.expandable_segments:  # the collector frees no expandable block
+        return [(config, plain, None)]
+    collected = record.collector_capacity(gc)
+    off = replace(config, garbage_collection_threshold=0.0)
+    return [
+        (config, collected or plain, "replayed with garbage collection, as under a memory"
+                                     " fraction (a snapshot does not record one)"),
+        (off, plain, "replayed without garbage collection: the record reads as a run without a"
+                     " memory fraction, where garbage_collection_threshold does nothing"),
+    ]  # fmt: skip
+
+
+def _replay(
+    d: RecordedDevice, start: StartLayout, recorded: list[int], recorded_action: str,
+    config: TorchConfig, cap: int, cap_source: str, note: str | None,
+) -> DeviceValidation:  # fmt: skip
+    """Replay the device's requests with ``config`` on ``cap`` bytes, from ``start``."""
+    window, record, history = d.window, d.record, d.history
     layout = start.layout
-    cap, cap_source = replay_capacity(capacity, record)
     empty_at = record.program_releases(cap, config.garbage_collection_threshold)
     k = start.placed
     placed_size = layout.block_size[layout.block_state == 1]
@@ -181,12 +234,6 @@ def _validate_device(
         window.segment_stream[segment_of(window, window.block_address[k])],
     )
     req = snapshot_requests(history, window, empty_at, placed, window.segment_stream)
-    recorded_action = "segment_map" if config.expandable_segments else "segment_alloc"
-    other = "segment_alloc" if config.expandable_segments else "segment_map"
-    count = {a: int((history.action == code).sum()) for a, code in _NEW_SEGMENT.items()}
-    if not count[recorded_action] and count[other]:
-        recorded_action = other  # expandable segments were toggled at run time
-    recorded = history.size[history.action == _NEW_SEGMENT[recorded_action]].tolist()
     kind, request, time_ns = req.kind, req.request, req.time_ns
     if not len(kind):  # a no-op keeps the arrays non-empty
         kind, request = np.array([EMPTY_CACHE]), np.zeros(1, dtype=np.int64)
@@ -205,9 +252,6 @@ def _validate_device(
     in_malloc = np.unique(log["event"][released])
     simulated_oom_paths = int((stream.kind[in_malloc] == ALLOC).sum())
     simulated_peak = max(record.initial, int(result.reserved_bytes.max()) if stream.n_events else 0)
-    note = None
-    if not recorded:
-        note = f"the trace has no {recorded_action} event to compare"
     return DeviceValidation(
         device=d.device,
         recorded_segment_allocs=len(recorded),
