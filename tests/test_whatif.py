@@ -483,6 +483,32 @@ def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Pa
     assert space.recommendation.recorded_peak_reserved_bytes == 50 * MiB
 
 
+def test_an_oom_below_an_earlier_peak_is_replayed_on_the_peak(tmp_path: Path) -> None:
+    # GIVEN a run that held 102 MiB, gave its 100 MiB segment back (empty_cache()), and later,
+    # holding 62 MiB, failed to get 40 MiB with 1 MiB free on the device: its free memory
+    # shrank (another process, or CUDA's lazily loaded kernels), so reserved + free then
+    # (61 MiB after the OOM path freed a 2 MiB segment) is below what the run held before
+    s, x, a = 0x1000_0000, 0x2000_0000, 0x3000_0000
+    trace = [
+        event("segment_alloc", s, 2 * MiB, 1), event("alloc", s, KiB, 2),
+        event("segment_alloc", x, 100 * MiB, 3), event("alloc", x, 100 * MiB, 4),
+        event("free_completed", x, 100 * MiB, 5), event("segment_free", x, 100 * MiB, 6),
+        event("free_completed", s, KiB, 7),
+        event("segment_alloc", a, 60 * MiB, 8), event("alloc", a, 60 * MiB, 9),
+        event("segment_free", s, 2 * MiB, 10),
+        {"action": "oom", "device_free": 1 * MiB, "size": 40 * MiB, "stream": 0,
+         "time_us": 1_000_011, "frames": []},
+    ]  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[segment(a, 60 * MiB, (a, 60 * MiB, "active_allocated"))])
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the replay runs on the recorded peak, not on 61 MiB, where the 100 MiB tensor would
+    # fail and the replay peak 39 % low
+    assert d.capacity_bytes == d.peak_reserved_recorded_bytes == 102 * MiB
+    assert "changed during the run" in d.capacity_source
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 3
+    assert d.peak_reserved_simulated_bytes == 102 * MiB
+
+
 def test_an_expandable_oom_retry_is_reproduced_on_the_recorded_peak(tmp_path: Path) -> None:
     # GIVEN expandable segments with 1184 MiB for the allocator: a 1 GiB tensor freed (1040 MiB
     # mapped), 16 x 64 MiB carved from it, every other one freed, then 384 MiB asked for. The

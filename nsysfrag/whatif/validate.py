@@ -204,6 +204,11 @@ def _readings(
     collector the device is the allowed maximum its collections imply; without it, as with
     every other setting, the capacity the record's OOM retries imply."""
     plain = replay_capacity(capacity, record)
+    if plain[0] < record.peak:  # the run held more than that earlier: the device changed
+        plain = record.peak, (
+            f"the recorded peak reserved: {plain[1]} puts the device below what the run held"
+            " earlier, so its free memory changed during the run"
+        )
     gc = config.garbage_collection_threshold
     if gc <= 0 or config.expandable_segments:  # the collector frees no expandable block
         return [(config, plain, None)]
