@@ -2,8 +2,9 @@
 caching allocator (tests/torch_reference.py) after every event — reserved, allocated, the
 cached free blocks, every cudaMalloc / cudaFree / map / unmap, and which requests fail — on
 random multi-stream streams, mostly on devices too small for them, so that the pressure path
-(garbage collection, release_available_cached_blocks, release_cached_blocks, the retry, the
-OOM) runs often, under every option the model takes."""
+(garbage collection, release_available_cached_blocks, release_cached_blocks with the frees
+that wait on other streams, the retry, the OOM) runs often, under every option the model
+takes."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def workloads(draw: st.DrawFn) -> tuple[list[tuple[str, int, int, int]], int, Op
     for _ in range(n):
         roll = draw(st.integers(0, 19))
         if live and roll < 8:
-            ops.append(("f", live.pop(draw(st.integers(0, len(live) - 1))), 0, 0))
+            op = "p" if draw(st.integers(0, 5)) == 0 else "f"  # used on another stream
+            ops.append((op, live.pop(draw(st.integers(0, len(live) - 1))), 0, 0))
         elif roll == 19:
             ops.append(("e", 0, 0, 0))
         else:
@@ -64,9 +66,13 @@ def workloads(draw: st.DrawFn) -> tuple[list[tuple[str, int, int, int]], int, Op
 
 
 def _model(ops: list[tuple[str, int, int, int]], capacity: int, o: Options):  # type: ignore[no-untyped-def]
-    codes = {"a": ALLOC, "f": FREE, "e": EMPTY_CACHE}
+    codes = {"a": ALLOC, "f": FREE, "p": FREE, "e": EMPTY_CACHE}
     sizes = [nbytes for op, _, nbytes, _ in ops if op == "a"]
     streams = [stream for op, _, _, stream in ops if op == "a"]
+    pending = np.zeros(max(len(sizes), 1), dtype=np.int64)
+    for op, r, _, _ in ops:
+        if op == "p":
+            pending[r] = 1
     stream = RequestStream.build(
         [codes[op] for op, *_ in ops], [r for _, r, _, _ in ops], np.arange(len(ops)),
         sizes or [1], streams or [0],
@@ -76,7 +82,7 @@ def _model(ops: list[tuple[str, int, int, int]], capacity: int, o: Options):  # 
         roundup_power2_divisions=tuple(o.divisions), expandable_segments=o.expandable_segments,
         garbage_collection_threshold=o.garbage_collection_threshold,
     )  # fmt: skip
-    return simulate_torch(stream, capacity, config, es_va_bytes=VA)
+    return simulate_torch(stream, capacity, config, es_va_bytes=VA, pending_frees=pending)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -459,6 +459,31 @@ def test_an_oom_retry_is_reproduced_from_the_capacity_the_record_implies(tmp_pat
     assert roomy.capacity_bytes == 88 * MiB  # the record's evidence comes before --capacity
 
 
+def test_a_free_waiting_on_another_stream_completes_in_the_oom_path(tmp_path: Path) -> None:
+    # GIVEN a 40 MiB block freed while a side stream still used it (record_stream), a 1 KiB
+    # tensor, then a 30 MiB request: the cache search finds nothing (the free is pending),
+    # cudaMalloc is refused (72 MiB), and release_cached_blocks first waits for the side
+    # stream (the free completes), then frees the now whole segment; the retry gets 30 MiB
+    a, s, b = 0x1000_0000, 0x3000_0000, 0x2000_0000
+    trace = [
+        event("segment_alloc", a, 40 * MiB, 1), event("alloc", a, 40 * MiB, 2),
+        event("free_requested", a, 40 * MiB, 3),
+        event("segment_alloc", s, 2 * MiB, 4), event("alloc", s, KiB, 5),
+        event("free_completed", a, 40 * MiB, 6), event("segment_free", a, 40 * MiB, 7),
+        event("segment_alloc", b, 30 * MiB, 8), event("alloc", b, 30 * MiB, 9),
+    ]  # fmt: skip
+    small = {**segment(s, 2 * MiB, (s, KiB, "active_allocated"), (s + KiB, 2 * MiB - KiB, "inactive")),
+             "segment_type": "small"}  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[
+        small, segment(b, 30 * MiB, (b, 30 * MiB, "active_allocated"))])  # fmt: skip
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the model's free completes in its OOM path too: not before the search, where the
+    # 30 MiB would have been carved from the cached 40 MiB
+    assert d.recorded_oom_paths == d.simulated_oom_paths == 1 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 3
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes == 42 * MiB
+
+
 def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Path) -> None:
     # GIVEN a cached 40 MiB segment released with nothing asked for: torch.cuda.empty_cache()
     a, x = 0x1000_0000, 0x3000_0000

@@ -91,6 +91,7 @@ class Block:
     next: Block | None = None
     requested: int = 0
     gc_count_base: int = 0
+    event_count: int = 0  # outstanding CUDA events of other streams (record_stream)
 
     def is_split(self) -> bool:
         return self.prev is not None or self.next is not None
@@ -149,6 +150,7 @@ class CachingAllocator:
         self.total_allocated_memory = 0  # reserved bytes
         self.next_address = FIRST_ADDRESS
         self.log: list[tuple[int, int]] = []  # (SEGMENT_*, bytes), in call order
+        self.cuda_events: list[Block] = []  # blocks whose free waits on another stream
 
     # ------------------------------------------------------------------ malloc and free
 
@@ -192,9 +194,24 @@ class CachingAllocator:
         block.requested = orig_size
         return block
 
-    def free(self, block: Block) -> None:
+    def free(self, block: Block, other_stream_uses: bool = False) -> None:
         block.allocated = False
-        self.free_block(block)
+        if other_stream_uses:  # insert_events: one event for the other stream
+            block.event_count = 1
+            self.cuda_events.append(block)
+        else:
+            self.free_block(block)
+
+    def process_events(self) -> None:
+        """The events completed: their blocks' frees complete."""
+        self.synchronize_and_free_events()
+
+    def synchronize_and_free_events(self) -> None:
+        for block in self.cuda_events:
+            block.event_count -= 1
+            if block.event_count == 0:
+                self.free_block(block)
+        self.cuda_events = []
 
     def free_block(self, block: Block) -> None:
         pool = block.pool
@@ -203,7 +220,7 @@ class CachingAllocator:
         pool.insert_into_blocks(block)
 
     def try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
-        if src is None or src.allocated or dst.mapped != src.mapped:
+        if src is None or src.allocated or src.event_count > 0 or dst.mapped != src.mapped:
             return 0
         if dst.prev is src:  # [src dst]
             dst.ptr = src.ptr
@@ -303,7 +320,7 @@ class CachingAllocator:
 
     def find_expandable_block(self, pool: BlockPool, stream: int, size: int) -> Block:
         def allocatable(b: Block | None) -> bool:
-            return b is not None and not b.allocated
+            return b is not None and not b.allocated and b.event_count == 0
 
         def has_available_address_space(b: Block | None) -> bool:
             nbytes = 0
@@ -406,6 +423,7 @@ class CachingAllocator:
         return True
 
     def release_cached_blocks(self) -> bool:
+        self.synchronize_and_free_events()
         self.release_blocks(self.large_blocks)
         self.release_blocks(self.small_blocks)
         return True
@@ -485,7 +503,9 @@ class ReferenceRun:
 def reference_replay(
     ops: list[tuple[str, int, int, int]], capacity: int, options: Options, expandable_va: int
 ) -> ReferenceRun:
-    """``ops``: ("a", request, bytes, stream), ("f", request, 0, 0) or ("e", 0, 0, 0)."""
+    """``ops``: ("a", request, bytes, stream), ("f", request, 0, 0), ("e", 0, 0, 0), or
+    ("p", request, 0, 0): a free while another stream still uses the block, whose event
+    completes by the end of the next malloc (where the model's replays put it)."""
     alloc = CachingAllocator(capacity, options, expandable_va)
     held: dict[int, Block] = {}
     allocated = 0
@@ -494,16 +514,17 @@ def reference_replay(
         start = len(alloc.log)
         if op == "a":
             block = alloc.malloc(nbytes, stream)
+            alloc.process_events()
             if block is None:
                 out.ooms.append(i)
             else:
                 held[request] = block
                 allocated += block.size
-        elif op == "f":
+        elif op in "fp":
             block = held.pop(request, None)  # the free of a failed allocation does nothing
             if block is not None:
                 allocated -= block.size
-                alloc.free(block)
+                alloc.free(block, other_stream_uses=op == "p")
         else:
             alloc.empty_cache()
         cached = alloc.cached()

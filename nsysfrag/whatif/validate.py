@@ -31,6 +31,7 @@ from nsysfrag.allocators import TorchConfig
 from nsysfrag.allocators.base import (
     ALLOC,
     EMPTY_CACHE,
+    FREE,
     I64,
     LOG_SEGMENT_ALLOC,
     LOG_SEGMENT_FREE,
@@ -39,10 +40,11 @@ from nsysfrag.allocators.base import (
     RequestStream,
 )
 from nsysfrag.allocators.torch import simulate_torch
-from nsysfrag.events import SEGMENT_ALLOC, SEGMENT_MAP
-from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
+from nsysfrag.events import FREE_COMPLETED, FREE_REQUESTED, SEGMENT_ALLOC, SEGMENT_MAP
+from nsysfrag.inputs.torch_snapshot.columns import HistoryColumns, SnapshotColumns
 from nsysfrag.models.segments.requests import (
     PlacedBlocks,
+    SnapshotRequests,
     first_seen,
     segment_of,
     snapshot_requests,
@@ -239,6 +241,8 @@ def _replay(
         window.segment_stream[segment_of(window, window.block_address[k])],
     )
     req = snapshot_requests(history, window, empty_at, placed, window.segment_stream)
+    allocator_runs = np.setdiff1d(record.runs.first, empty_at)
+    pending = _pending_frees(history, req, allocator_runs)
     kind, request, time_ns = req.kind, req.request, req.time_ns
     if not len(kind):  # a no-op keeps the arrays non-empty
         kind, request = np.array([EMPTY_CACHE]), np.zeros(1, dtype=np.int64)
@@ -249,7 +253,10 @@ def _replay(
     stream = RequestStream.build(
         kind, request, time_ns, size, streams, stream_names(req.stream_values)
     )
-    result = simulate_torch(stream, cap, config, layout, es_va_bytes=ES_VA_VALIDATION)
+    if len(pending) < stream.n_requests:  # the placeholder request of an empty stream
+        pending = np.zeros(stream.n_requests, dtype=np.int64)
+    result = simulate_torch(stream, cap, config, layout, es_va_bytes=ES_VA_VALIDATION,
+                            pending_frees=pending)  # fmt: skip
     log = result.segment_log
     kind_wanted = LOG_SEGMENT_MAP if recorded_action == "segment_map" else LOG_SEGMENT_ALLOC
     simulated = log["size"][log["kind"] == kind_wanted].tolist()
@@ -274,3 +281,33 @@ def _replay(
         empty_cache_calls=len(empty_at),
         note=note,
     )
+
+
+def _pending_frees(history: HistoryColumns, req: SnapshotRequests, allocator_runs: I64) -> I64:
+    """Per request: 1 where its free waited on another stream and completed in the OOM path
+    of the malloc that followed.
+
+    A free the program asked for while another stream still used the block completes when
+    PyTorch sees the stream's event: polled at a malloc's start, or waited for in
+    ``release_cached_blocks`` before it frees the cached segments; either way its
+    ``free_completed`` lies right before that malloc's releases, and the record does not say
+    which. But the malloc's cache search failed, or it would have released nothing: the
+    replay completes such a free in the OOM path, where a block the search could have used
+    must have completed. A ``free_completed`` right after its own ``free_requested`` is an
+    ordinary free (or one whose event had completed by then): it stays where it is."""
+    action, address = history.action, history.address
+    n = len(action)
+    flags = np.zeros(len(req.size), dtype=np.int64)
+    if not len(allocator_runs):
+        return flags
+    completed = action == FREE_COMPLETED
+    ordinary = np.zeros(n, dtype=np.bool_)
+    ordinary[1:] = (action[:-1] == FREE_REQUESTED) & (address[:-1] == address[1:])
+    others = np.append(np.flatnonzero(~completed), n)
+    then = others[np.searchsorted(others, np.arange(n))]  # the next entry that is not one
+    at_run = np.zeros(n + 1, dtype=np.bool_)
+    at_run[allocator_runs] = True
+    in_oom_path = completed & ~ordinary & at_run[then]
+    frees = (req.kind == FREE) & (req.entry >= 0)
+    flags[req.request[frees][in_oom_path[req.entry[frees]]]] = 1
+    return flags

@@ -1,7 +1,7 @@
 """Getting memory for the ``torch`` kernel and giving it back: the cached-block search
 (``get_free_block``), new segments (``alloc_block``: cudaMalloc, or mapping pages of an
 expandable segment), and the three ways memory returns to CUDA — ``release_cached_blocks``
-(the OOM path and ``empty_cache``), ``release_available_cached_blocks`` (oversize blocks, only
+(the OOM path and ``empty_cache``; it first completes the frees that wait on other streams), ``release_available_cached_blocks`` (oversize blocks, only
 with ``max_split_size``) and the garbage collector (``garbage_collection_threshold``).
 """
 
@@ -138,8 +138,25 @@ def _unmap_block(st: TorchState, n: int) -> None:
 
 
 @kernel_step
+def synchronize_and_free_events(st: TorchState) -> None:
+    """Complete every free still waiting on another stream: merge and cache its block."""
+    b = st.blocks
+    c = st.counters[0]
+    while c.pending != 0:
+        n = c.pending
+        c.pending = b[n].pending_next
+        b[n].pending_next = 0
+        b[n].allocated = 0
+        try_merge(st, n, b[n].prev)
+        try_merge(st, n, b[n].next)
+        cache_block(st, n)
+
+
+@kernel_step
 def release_cached_blocks(st: TorchState) -> None:
-    """Free every whole free segment; unmap the free pages of expandable segments."""
+    """Complete the pending frees, then free every whole free segment and unmap the free
+    pages of expandable segments."""
+    synchronize_and_free_events(st)
     for k in range(candidates(st)):
         n = st.scratch[k]
         if st.blocks[n].segment < 0:

@@ -48,6 +48,7 @@ TORCH_COUNTERS = np.dtype([
     ("log_length", np.int64),
     ("event", np.int64),  # the event being replayed, for the log
     ("overflow", np.int64),  # 1 when a table ran out of room: the run is retried bigger
+    ("pending", np.int64),  # head of the list of blocks whose free waits on another stream
 ])  # fmt: skip
 
 
@@ -65,6 +66,7 @@ BLOCK = np.dtype([
     ("cand_prev", np.int64),  # release-candidate list links
     ("cand_next", np.int64),
     ("flags", np.int64),  # IN_FREE | IN_UNMAPPED | IN_CANDIDATES
+    ("pending_next", np.int64),  # the next block of the pending-free list
 ])  # fmt: skip
 
 
@@ -85,6 +87,7 @@ LOG_ENTRY = np.dtype([  # one of the model's cudaMalloc / cudaFree / map / unmap
 REQUEST = np.dtype([
     ("block", np.int64),  # the block it holds, 0 for none
     ("stream", np.int64),
+    ("pending_free", np.int64),  # 1: its free completes only in the next malloc (see kernel)
 ])  # fmt: skip
 
 
@@ -110,10 +113,11 @@ def _zeros(n: int) -> I64:
 
 def new_state(
     max_blocks: int, max_expandables: int, max_log: int,
-    request_stream: I64,
+    request_stream: I64, pending_free: I64,
 ) -> TorchState:  # fmt: skip
     requests = np.zeros(len(request_stream), dtype=REQUEST)
     requests["stream"] = request_stream
+    requests["pending_free"] = pending_free
     counters = np.zeros(1, dtype=TORCH_COUNTERS)
     counters[0]["next_address"] = ADDRESS_BASE
     blocks = np.zeros(max_blocks, dtype=BLOCK)
@@ -147,6 +151,7 @@ def new_block(st: TorchState) -> int:
     b[n].cand_prev = 0
     b[n].cand_next = 0
     b[n].flags = 0
+    b[n].pending_next = 0
     return int(n)
 
 
