@@ -644,7 +644,7 @@ def test_a_collection_threshold_without_a_memory_fraction_collects_nothing(tmp_p
     (d,) = validate_snapshot(read_snapshot_columns(path)).devices
     # THEN the replay reads the record as a run without the collector (with it, the model
     # collected before 76 mallocs and peaked 29 % low) and reproduces it
-    assert "without garbage collection" in (d.note or "")
+    assert "without garbage collection" in (d.note or "") and d.collector is False
     assert d.simulated_oom_paths == d.recorded_oom_paths == 4 and d.empty_cache_calls == 0
     assert d.matched_segment_allocs == d.recorded_segment_allocs
     assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes
@@ -661,7 +661,7 @@ def test_a_collector_under_a_memory_fraction_runs_on_the_allowed_maximum_it_impl
     # collector ran at, over the 0.5 threshold: 940 MiB, less a page), not from the peak
     # (taking the collector's releases for refusals put it at 678 MiB: 97 % reproduced)
     assert "collector" in d.capacity_source and d.capacity_bytes == 938 * MiB
-    assert "with garbage collection" in (d.note or "")
+    assert "with garbage collection" in (d.note or "") and d.collector is True
     assert d.simulated_oom_paths == d.recorded_oom_paths == 81 and d.empty_cache_calls == 0
     assert d.matched_segment_allocs == d.recorded_segment_allocs
     assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes

@@ -75,6 +75,9 @@ class DeviceValidation:
     simulated_oom_paths: int  # mallocs that released cached memory first in the model
     empty_cache_calls: int  # the program's own releases, replayed as such
     note: str | None = None
+    # garbage_collection_threshold set: whether the replay kept ran the collector (the record
+    # read as a run under a memory fraction); None when the threshold is not set
+    collector: bool | None = None
 
     @property
     def segment_alloc_match(self) -> float | None:
@@ -184,10 +187,14 @@ def _validate_device(
     if not count[recorded_action] and count[other]:
         recorded_action = other  # expandable segments were toggled at run time
     recorded = history.size[history.action == _NEW_SEGMENT[recorded_action]].tolist()
+    readings = _readings(record, config, capacity)
     replays = [
         _replay(d, start, recorded, recorded_action, c, cap, source, note)
-        for c, (cap, source), note in _readings(record, config, capacity)
+        for c, (cap, source), note in readings
     ]
+    if len(readings) > 1:  # read with and without the collector
+        replays = [replace(r, collector=c.garbage_collection_threshold > 0)
+                   for r, (c, _, _) in zip(replays, readings, strict=True)]  # fmt: skip
     # The reading that leaves the fewest of the record's releases to the program, then
     # reproduces the most; the recorded settings win a tie.
     best = min(replays, key=lambda r: (r.empty_cache_calls, -r.matched_segment_allocs,
