@@ -46,12 +46,14 @@ class Recorder:
     # -- start
 
     def start(self, sample_in_background: bool = True) -> str:
-        """Claim the rank's folder, turn history on, attach the observer; the folder's path."""
+        """Turn history on, attach the observer, claim the rank's folder; the folder's path.
+        History first: an allocator that cannot record (``backend:cudaMallocAsync``) leaves
+        no empty rank folder behind."""
+        record_history(self.torch, self.options)
+        self.torch._C._cuda_attach_out_of_memory_observer(self.on_oom)
         self.folder = claim_rank_folder(self.out_dir, self.rank, self.pid)
         self.who = device_facts.identity(self.torch)
         self.who["folder"] = os.path.basename(self.folder.path)
-        record_history(self.torch, self.options)
-        self.torch._C._cuda_attach_out_of_memory_observer(self.on_oom)
         atexit.register(self.finish, "exit")
         self._finish_on_sigterm()
         if sample_in_background:

@@ -134,11 +134,11 @@ class Sampler:
             old = state_name(self.states)
             folder.remove(old)
             folder.remove(facts_name(old))
-        cost = time.perf_counter() - started
         self.states, self.since_state = n, 0
         self.at_state = figures
-        self.last_state_at, self.last_state_cost = time.monotonic(), cost
-        if recorder.on_state is not None:
+        if recorder.on_state is not None:  # the Python API rates in this process: its cost too
             recorder.on_state(segments, about)
+        cost = time.perf_counter() - started
+        self.last_state_at, self.last_state_cost = time.monotonic(), cost
         return name, cost
 

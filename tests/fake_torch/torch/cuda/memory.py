@@ -3,6 +3,7 @@ the devices' allocators (``torch._devices``)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from typing import Any
@@ -69,6 +70,12 @@ def _record_memory_history(
     compile_context: bool = False,
     global_record_annotations: bool = False,
 ) -> None:
+    if "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        # PyTorch's cudaMallocAsync backend records no history (CUDAMallocAsyncAllocator.cpp).
+        raise RuntimeError(
+            "cudaMallocAsync does not yet support recordHistory. If you need it, please file an"
+            " issue describing your use case."
+        )
     if isinstance(enabled, bool):
         raise TypeError("fake torch: only the current form of _record_memory_history is modelled")
     if enabled not in (None, "state", "all"):
