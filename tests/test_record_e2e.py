@@ -19,7 +19,7 @@ import pytest
 from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import rate_state
-from tests.record_helpers import GiB, LAUNCH, TRAIN, Run, fake_env, jsonl, record, warnings_of
+from tests.record_helpers import LAUNCH, TRAIN, GiB, Run, fake_env, jsonl, record, warnings_of
 from tests.test_snapshot import test_real_snapshot_analyzes as check_like_a_real_snapshot
 from tests.test_snapshot_columns import test_columns_hold_what_the_records_hold as check_columns
 

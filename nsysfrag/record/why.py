@@ -25,8 +25,8 @@ def nothing_recorded(out: Path) -> str:
         )
     if any(r.path for r in rank_folders(out)):
         return (
-            "a process initialized CUDA but ended before it wrote a snapshot (killed, or it"
-            " called os._exit); see the timeline in its rank folder"
+            "a process initialized CUDA but left no snapshot (it was killed, called os._exit,"
+            " or could not write one: see its warnings); see the timeline in its rank folder"
         )
     if "cuda" in by_kind:
         return "a process initialized CUDA but wrote nothing (its rank folder is gone)"
