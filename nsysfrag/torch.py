@@ -62,7 +62,7 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-class monitor:  # noqa: N801  (used as a function: `with monitor(...)`)
+class monitor:
     """Record this process into ``out`` while the block runs (or between ``start()`` and
     ``stop()``); ``step()`` rates a state every ``every`` calls."""
 
@@ -99,7 +99,7 @@ class monitor:  # noqa: N801  (used as a function: `with monitor(...)`)
 
     # -- the context manager
 
-    def __enter__(self) -> monitor:
+    def __enter__(self) -> monitor:  # noqa: PYI034  (Self needs Python 3.11)
         self.start()
         return self
 

@@ -17,7 +17,7 @@ from nsysfrag.errors import InputError
 from nsysfrag.inputs import InputOptions
 from nsysfrag.inputs.torch_snapshot import open_snapshot
 from nsysfrag.record.alerts import Alert, Levels, send
-from nsysfrag.record.bootstrap.nsysfrag_recorder.names import FACTS_SCHEMA, ENV_OPTIONS
+from nsysfrag.record.bootstrap.nsysfrag_recorder.names import ENV_OPTIONS, FACTS_SCHEMA
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import Options
 from nsysfrag.record.layout import job_inputs, prepare, rank_folders
 from nsysfrag.record.rating import Rating, rate_state
@@ -125,7 +125,7 @@ def test_prepare_refuses_a_file_and_a_record(tmp_path: Path) -> None:
 
 def state_segments() -> list[object]:
     with open(SAMPLE, "rb") as f:
-        return pickle.load(f)["segments"]  # noqa: S301  (our own sample)
+        return pickle.load(f)["segments"]
 
 
 def test_a_rating_is_analyze_on_the_same_state(tmp_path: Path) -> None:
@@ -145,12 +145,13 @@ def test_a_rating_is_analyze_on_the_same_state(tmp_path: Path) -> None:
 
 
 def rating(**figures: object) -> Rating:
-    base: dict[str, object] = dict(
-        device=0, time_unix_ns=0, global_frag=0.0, local_frag=0.0, free_blocks=1, material=True,
-        reserved_bytes=0, allocated_bytes=0, stranded_bytes=0, releasable_bytes=0,
-        device_free_bytes=0, largest_usable_bytes=0, capacity_bytes=GiB, capacity_source="device",
-        pinning_site="train.py:1 f", pinning_bytes=GiB // 2,
-    )  # fmt: skip
+    base: dict[str, object] = {
+        "device": 0, "time_unix_ns": 0, "global_frag": 0.0, "local_frag": 0.0, "free_blocks": 1,
+        "material": True, "reserved_bytes": 0, "allocated_bytes": 0, "stranded_bytes": 0,
+        "releasable_bytes": 0, "device_free_bytes": 0, "largest_usable_bytes": 0,
+        "capacity_bytes": GiB, "capacity_source": "device", "pinning_site": "train.py:1 f",
+        "pinning_bytes": GiB // 2,
+    }  # fmt: skip
     return Rating(**{**base, **figures})  # type: ignore[arg-type]
 
 

@@ -80,8 +80,8 @@ def parse_facts(path: Path, data: Any) -> DeviceFacts | None:
     for d in devices[:4096]:
         if not isinstance(d, dict):
             return None
-        index, total = d.get("index"), d.get("total_memory_bytes")
-        if _count(index, 1 << 16) is None:
+        index, total = _count(d.get("index"), 1 << 16), d.get("total_memory_bytes")
+        if index is None:
             return None
         if total is not None:
             if _count(total, _MAX_BYTES_VALUE) is None or total < 1:

@@ -117,7 +117,8 @@ def _records_of(f: Iterable[str]) -> Iterator[dict[str, Any]]:
 
 
 def _timeline(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    samples, ooms = [], []
+    samples: list[dict[str, Any]] = []
+    ooms: list[dict[str, Any]] = []
     for record in _lines(path):
         (ooms if record.get("event") == "oom" else samples).append(record)
     return samples, ooms

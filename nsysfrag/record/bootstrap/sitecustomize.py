@@ -14,7 +14,8 @@ def _arm_recorder() -> None:
     if not os.environ.get("NSYSFRAG_RECORD_DIR"):
         return
     try:
-        import nsysfrag_recorder
+        # This folder is on sys.path in a recorded process; mypy does not know it.
+        import nsysfrag_recorder  # type: ignore[import-not-found]
 
         nsysfrag_recorder.install()
     except Exception as err:  # noqa: BLE001

@@ -36,8 +36,11 @@ def install() -> None:
         return
     log_process(out_dir, "python")
     options = Options.from_environment()
+    def begin(torch: Any) -> None:
+        start(torch, options, out_dir)
+
     when_cuda_initialized(
-        lambda torch: start(torch, options, out_dir),
+        begin,
         on_import=lambda: log_process(out_dir, "torch"),
     )
 

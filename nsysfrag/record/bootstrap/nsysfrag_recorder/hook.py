@@ -99,12 +99,12 @@ class _Watcher(importlib.abc.MetaPathFinder):
             return None
         self.busy = True
         try:
-            spec = None
+            spec: importlib.machinery.ModuleSpec | None = None
             for finder in list(sys.meta_path):
                 find = getattr(finder, "find_spec", None)
                 if finder is self or find is None:
                     continue
-                spec = find(fullname, path, target)
+                spec = find(fullname, path, target)  # a finder's own: untyped
                 if spec is not None:
                     break
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):

@@ -13,7 +13,7 @@ import atexit
 import os
 import signal
 import threading
-from typing import Any, Callable  # noqa: UP035  (the program may run Python 3.8)
+from typing import Any, Callable, Dict, List  # noqa: UP035  (the program may run Python 3.8)
 
 from . import facts as device_facts
 from .files import Folder, warn
@@ -21,7 +21,8 @@ from .names import FINAL, PROCESS, RANK_PREFIX, TIMELINE, facts_name, oom_name
 from .options import Options
 from .sampler import Sampler
 
-OnState = Callable[[list, dict], None]  # (the state snapshot's segments, its facts)
+# (the state snapshot's segments, its facts); typing's names: the program may run Python 3.8.
+OnState = Callable[[List[Any], Dict[str, Any]], None]  # noqa: UP006
 
 
 class Recorder:
