@@ -29,7 +29,9 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run, dict[str, 
     base = tmp_path_factory.mktemp("record")
     out = base / "rec"
     run = record(
-        out, "--interval", "1", "--json", str(base / "job.json"),
+        # A state snapshot of the fake costs far more than PyTorch's (its allocator is Python):
+        # a larger budget lets rank 1's fragmented state be rated before its OOM.
+        out, "--interval", "1", "--state-budget", "0.5", "--json", str(base / "job.json"),
         "--", sys.executable, str(LAUNCH), str(TRAIN),
         env=fake_env(FAKE_TORCH_GPUS="2", STEPS="30", STEP_S="0.5", HOLD_S="2.5"),
     )  # fmt: skip
@@ -81,6 +83,11 @@ def test_alert_lines_name_rank_metric_value_and_pinning_site(
     stored = jsonl(out / "rank1" / "alerts.jsonl")
     assert [a["message"] for a in stored] == [ln.removeprefix("nsysfrag: ") for ln in alerts]
     assert not (out / "rank0" / "alerts.jsonl").exists()
+    # Live: rank 1's fragmented state was rated, and alerted, before its OOM.
+    timeline = jsonl(out / "rank1" / "timeline.jsonl")
+    oom_at = next(e["time_unix_ns"] for e in timeline if e.get("event") == "oom")
+    (frag,) = [a for a in stored if a["metric"] == "global_frag"]
+    assert frag["time_unix_ns"] < oom_at
 
 
 def test_the_report_rates_against_the_recorded_device_size(

@@ -8,6 +8,7 @@ import json
 import os
 import pickle
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -183,9 +184,10 @@ def test_the_alert_command_gets_the_alert_as_json_on_stdin(tmp_path: Path) -> No
     assert (doc["rank"], doc["host"], doc["metric"], doc["level"]) == (2, "node7", "global_frag", "warn")
     assert doc["value"] == 0.25 and doc["pinning_site"] == "train.py:1 f"
     assert doc["message"] == alert.line()
+    clock = time.strftime("%H:%M:%S", time.localtime(0))
     assert alert.line() == (
-        "ALERT rank 2 cuda:0 at 12.5 s: global_frag 25.0% (warn, ≥ 20%); top pinning site"
-        " train.py:1 f (512.00 MiB stranded)"
+        f"ALERT rank 2 cuda:0 at {clock} (+12.5 s): global_frag 25.0% (warn, ≥ 20%); top"
+        " pinning site train.py:1 f (512.00 MiB stranded)"
     )
     send(alert, "echo nope >&2; exit 4", said.append)
     assert said == ["--alert-command exited with code 4: nope"]

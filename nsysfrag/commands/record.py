@@ -32,7 +32,11 @@ DEFAULT_OUT = Path("nsysfrag-record")
               help="Sample memory_stats() and mem_get_info() this often (1 s at the least).")
 @click.option("--state-every", type=click.IntRange(min=1), default=12, show_default=True,
               metavar="K", help="Rate a state snapshot every K samples, and whenever reserved"
-              " memory moved (within 1 %% of the run's time).")
+              " memory or the memory free inside it moved (within --state-budget).")
+@click.option("--state-budget", type=click.FloatRange(min=0.0001, max=1.0), default=0.01,
+              show_default=True, metavar="SHARE",
+              help="The share of the run's time state snapshots may take (each costs more the"
+              " longer the history).")
 @click.option("--max-oom-snapshots", type=click.IntRange(min=0), default=8, show_default=True,
               metavar="N", help="Snapshots kept per process for its first N out-of-memory errors.")
 @click.option("--alert-command", metavar="CMD",
@@ -46,6 +50,7 @@ def record_command(
     stacks: str,
     interval_s: float,
     state_every: int,
+    state_budget: float,
     max_oom_snapshots: int,
     alert_command: str | None,
     command: tuple[str, ...],
@@ -75,7 +80,7 @@ def record_command(
     check_outputs(request, out)
     recorder_options = Options(
         entries=entries, stacks=stacks, interval_s=interval_s, state_every=state_every,
-        max_oom_snapshots=max_oom_snapshots,
+        state_budget=state_budget, max_oom_snapshots=max_oom_snapshots,
     )  # fmt: skip
     layout.prepare(out, command, recorder_options.as_dict(), overwrite)
     started = time.time_ns()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +46,9 @@ class Alert:
         return f"{self.value:.0f}" if self.metric == "free_blocks" else f"{self.value:.1%}"
 
     def line(self) -> str:
-        """``ALERT rank 1 cuda:0 at 42.0 s: global_frag 23.5% (warn, ≥ 20%); top pinning site
-        train.py:58 step (1.20 GiB stranded)``."""
+        """``ALERT rank 1 cuda:0 at 14:03:07 (+42.0 s): global_frag 23.5% (warn, ≥ 20%); top
+        pinning site train.py:58 step (1.20 GiB stranded)``: the sample's local time, and how
+        long after the record started."""
         r = self.rating
         site = (
             f"top pinning site {r.pinning_site} ({format_bytes(r.pinning_bytes)} stranded)"
@@ -54,10 +56,13 @@ class Alert:
             else "no stranded memory pinned by a site"
         )
         return (
-            f"ALERT rank {self.rank} cuda:{r.device} at {self.since_start_s:.1f} s:"
+            f"ALERT rank {self.rank} cuda:{r.device} at {self.clock()} (+{self.since_start_s:.1f} s):"
             f" {self.metric} {self.value_text()} ({self.level.label},"
             f" {THRESHOLDS[self.metric][self.level]}); {site}"
         )
+
+    def clock(self) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(self.rating.time_unix_ns / 1e9))
 
     def document(self) -> dict[str, Any]:
         return {
