@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
+from nsysfrag.job import heatmap
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import rate_state
 from tests.record_helpers import LAUNCH, TRAIN, GiB, Run, fake_env, jsonl, record, warnings_of
@@ -31,11 +32,22 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run, dict[str, 
     run = record(
         # A state snapshot of the fake costs far more than PyTorch's (its allocator is Python):
         # a larger budget lets rank 1's fragmented state be rated before its OOM.
-        out, "--interval", "1", "--state-budget", "0.5", "--json", str(base / "job.json"),
+        out, "--interval", "1", "--state-budget", "1", "--json", str(base / "job.json"),
+        "--html", str(base / "job.html"),
         "--", sys.executable, str(LAUNCH), str(TRAIN),
-        env=fake_env(FAKE_TORCH_GPUS="2", STEPS="30", STEP_S="0.5", HOLD_S="2.5"),
+        env=fake_env(
+            FAKE_TORCH_GPUS="2", FAKE_TORCH_DEVICE_MEMORY=str(DEVICE), STEPS="30", STEP_S="0.5",
+            HOLD_S="4",
+        ),
     )  # fmt: skip
     return out, run, json.loads((base / "job.json").read_text())
+
+
+DEVICE = 4 * GiB
+# The line of train.py whose tensors pin rank 1's segments.
+PINNING_LINE = next(
+    n for n, line in enumerate(TRAIN.read_text().splitlines(), 1) if "blocks = [torch.empty" in line
+)
 
 
 def rank_doc(doc: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -60,7 +72,7 @@ def test_each_rank_has_its_folder_and_the_failing_rank_its_oom_snapshot(
     oom_facts = json.loads((ranks[1].path / "oom-1.device.json").read_text())
     assert oom_facts["reason"] == "oom" and oom_facts["rank"] == 1 and oom_facts["world_size"] == 2
     assert oom_facts["oom"]["requested_bytes"] == 1 * GiB
-    assert oom_facts["devices"][1]["total_memory_bytes"] == 8 * GiB
+    assert oom_facts["devices"][1]["total_memory_bytes"] == DEVICE
     assert "memory_stats" in oom_facts["devices"][1] and "memory_stats" not in oom_facts["devices"][0]
     # Rank 0 was ended by the launcher's SIGTERM: its handler took the final snapshot.
     assert json.loads((ranks[0].path / "final.device.json").read_text())["reason"] == "SIGTERM"
@@ -79,14 +91,14 @@ def test_alert_lines_name_rank_metric_value_and_pinning_site(
     assert alerts and all(ln.startswith("nsysfrag: ALERT rank 1 cuda:1 at ") for ln in alerts)
     critical = [ln for ln in alerts if "global_frag" in ln and "(critical, ≥ 40%)" in ln]
     assert len(critical) == 1, alerts
-    assert "top pinning site record_workloads/train.py:36 <listcomp>" in critical[0]
+    assert f"top pinning site record_workloads/train.py:{PINNING_LINE} <listcomp>" in critical[0]
     stored = jsonl(out / "rank1" / "alerts.jsonl")
     assert [a["message"] for a in stored] == [ln.removeprefix("nsysfrag: ") for ln in alerts]
     assert not (out / "rank0" / "alerts.jsonl").exists()
     # Live: rank 1's fragmented state was rated, and alerted, before its OOM.
     timeline = jsonl(out / "rank1" / "timeline.jsonl")
     oom_at = next(e["time_unix_ns"] for e in timeline if e.get("event") == "oom")
-    (frag,) = [a for a in stored if a["metric"] == "global_frag"]
+    (frag,) = [a for a in stored if a["metric"] == "global_frag" and a["level"] == "critical"]
     assert frag["time_unix_ns"] < oom_at
 
 
@@ -97,7 +109,7 @@ def test_the_report_rates_against_the_recorded_device_size(
     for rank in (0, 1):
         analysis = rank_doc(doc, rank)
         (space,) = analysis["spaces"]
-        assert space["capacity_bytes"] == 8 * GiB and space["capacity_source"] == "device"
+        assert space["capacity_bytes"] == DEVICE and space["capacity_source"] == "device"
         assert not any("capacity" in w for w in analysis["trace"]["warnings"])
     (oom,) = rank_doc(doc, 1)["spaces"][0]["ooms"]
     assert oom["verdict"] == "fragmentation" and oom["requested_bytes"] == 1 * GiB
@@ -122,7 +134,7 @@ def test_the_live_rating_is_the_analysis_of_the_same_state(
         assert rating[key] == final[key], key
     assert rating["global_frag"] >= 0.40
     # The same function, in this process, on the file: the same figures again.
-    (again,) = rate_state(load_plain_pickle(folder.state), "s", {1: 8 * GiB}, 0)
+    (again,) = rate_state(load_plain_pickle(folder.state), "s", {1: DEVICE}, 0)
     assert again.global_frag == rating["global_frag"]
 
 
@@ -133,13 +145,24 @@ def test_the_report_holds_the_sampled_timeline(job: tuple[Path, Run, dict[str, A
     assert recorded["samples"] >= 2 and recorded["host"] and recorded["pid"]
     t = recorded["timeline"]
     assert len(t["time_ns"]) == recorded["samples"] and t["device"] == [1] * len(t["time_ns"])
-    assert max(t["reserved_bytes"]) > 6 * GiB
+    assert max(t["reserved_bytes"]) > 0.7 * DEVICE  # the fill: all but the context and 400 MiB
     assert max(recorded["ratings"]["global_frag"]) >= 0.40
     assert [o["snapshot"] for o in recorded["ooms"]] == ["oom-1.pickle"]
     assert {a["metric"] for a in recorded["alerts"]} >= {"global_frag"}
     assert "Recorded live (nsysfrag record):" in run.out
     assert "rank 1 · " in run.out and "snapshots oom-1.pickle" in run.out
     assert all(len(line) <= 80 for line in run.out.splitlines())
+
+
+def test_the_heatmap_rows_take_the_live_ratings(job: tuple[Path, Run, dict[str, Any]]) -> None:
+    out, _, doc = job
+    rows, span = heatmap.heat_rows(doc["ranks"])
+    row = next(r for r in rows if r.rank == 1)
+    ratings = rank_doc(doc, 1)["recorded"]["ratings"]
+    assert row.peak == max(rank_doc(doc, 1)["spaces"][0]["peak"]["global_frag"], *ratings["global_frag"])
+    assert span >= ratings["time_ns"][-1] - ratings["time_ns"][0]
+    page = (out.parent / "job.html").read_text()
+    assert "global fragmentation by rank over time" in page and "rank 1" in page
 
 
 def test_analyze_reads_the_record_folder_later(job: tuple[Path, Run, dict[str, Any]]) -> None:

@@ -1,10 +1,11 @@
 """A training job for the fake torch (tests/fake_torch), one process per rank.
 
-Rank 0 trains steadily: weights, then per step activations allocated and freed. Rank 1 holds
-many 6 MiB tensors (PyTorch packs three into each 20 MiB segment), frees two of every three
-(the one left pins its segment: the rest is stranded), waits for the recorder to rate that,
-then asks for 1 GiB: more than the device has outside its segments, less than what is free in
-them, so the out-of-memory is fragmentation's. Its OutOfMemoryError ends the process (exit 1).
+Rank 0 trains steadily: weights, then per step activations allocated and freed. Rank 1 fills
+its device with 6 MiB tensors (PyTorch packs three into each 20 MiB segment) until about
+400 MiB are left, frees two of every three (the one left pins its segment: the rest is
+stranded), waits for the recorder to rate that, then asks for 1 GiB: more than the device has
+outside its segments, less than what is free in them, so the out-of-memory is fragmentation's.
+Its OutOfMemoryError ends the process (exit 1).
 
 ``STEPS`` and ``STEP_S`` (environment) set rank 0's length; ``HOLD_S`` how long rank 1 waits.
 """
@@ -33,7 +34,8 @@ def steady(steps: int, step_s: float) -> None:
 
 
 def fragmenting(hold_s: float) -> None:
-    blocks = [torch.empty(6 * MiB, dtype=torch.uint8, device="cuda") for _ in range(1100)]
+    segments = (torch.cuda.mem_get_info()[0] - 400 * MiB) // (20 * MiB)
+    blocks = [torch.empty(6 * MiB, dtype=torch.uint8, device="cuda") for _ in range(3 * segments)]
     pinned = blocks[::3]  # one tensor in each segment stays
     del blocks
     time.sleep(hold_s)
