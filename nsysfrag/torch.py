@@ -57,6 +57,13 @@ def _runtime() -> ModuleType:
     return module
 
 
+def _part(name: str) -> ModuleType:
+    """A module of the recorder package (``options``, ``facts``, ``hook``), loaded on demand as
+    the bootstrap loads them."""
+    _runtime()
+    return importlib.import_module(f"{RUNTIME}.{name}")
+
+
 def _say(line: str) -> None:
     sys.stderr.write(f"nsysfrag: {line}\n")
     sys.stderr.flush()
@@ -80,10 +87,9 @@ class monitor:
         on_alert: Callable[[str], None] | None = None,
         overwrite: bool = False,
     ) -> None:
-        runtime = _runtime()
         self.out = Path(out)
         self.every = max(1, int(every))
-        self.options = runtime.options.Options(
+        self.options = _part("options").Options(
             entries=entries, stacks=stacks, interval_s=interval, state_every=state_every,
             max_oom_snapshots=max_oom_snapshots,
         )  # fmt: skip
@@ -120,7 +126,7 @@ class monitor:
             return
         from nsysfrag.record.watch import Rater
 
-        rank = _runtime().facts.rank()
+        rank = _part("facts").rank()
         folder = self.out / f"{RANK_PREFIX}{0 if rank is None else rank}"
         if folder.exists():
             if not self.overwrite:
@@ -132,8 +138,7 @@ class monitor:
         self.out.mkdir(parents=True, exist_ok=True)
         _mark(self.out)
         self._rater = Rater(time.time_ns(), self.say, self.alert_command)
-        runtime = _runtime()
-        runtime.hook.when_cuda_initialized(self._cuda_ready, on_import=lambda: None)
+        _part("hook").when_cuda_initialized(self._cuda_ready, on_import=lambda: None)
 
     def step(self) -> list[Rating] | None:
         """Count a step; every ``every``-th, sample now with a state snapshot and return its

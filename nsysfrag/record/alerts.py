@@ -39,8 +39,9 @@ class Alert:
     rating: Rating
 
     @property
-    def value(self) -> float:
-        return float(getattr(self.rating, self.metric))
+    def value(self) -> float | int:
+        value = getattr(self.rating, self.metric)
+        return int(value) if self.metric == "free_blocks" else float(value)
 
     def value_text(self) -> str:
         return f"{self.value:.0f}" if self.metric == "free_blocks" else f"{self.value:.1%}"

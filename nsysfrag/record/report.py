@@ -180,9 +180,10 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
     if r["samples"]:
         span = (times[-1] - times[0]) / 1e9 if len(times) > 1 else 0.0
         cost = r["sample_cost_s"]
+        samples = _count(r["samples"], "sample")
         parts.append(
-            f"{r['samples']} samples over {span:.1f} s (each {cost['median'] * 1e3:.2f} ms,"
-            f" at most {cost['max'] * 1e3:.2f} ms)" if cost else f"{r['samples']} samples"
+            f"{samples} over {span:.1f} s (each {cost['median'] * 1e3:.2f} ms, at most"
+            f" {cost['max'] * 1e3:.2f} ms)" if cost else samples
         )
     else:
         parts.append("no samples")
@@ -192,7 +193,7 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
         k = int(np.argmax(values))
         state = r["state_cost_s"]
         parts.append(
-            f"{len(values)} state ratings, worst global frag {values[k]:.1%} at"
+            f"{_count(len(values), 'state rating')}, worst global frag {values[k]:.1%} at"
             f" {at(ratings['time_ns'][k])}"
             + (f" (a state snapshot cost {state['median'] * 1e3:.1f} ms)" if state else "")
         )
@@ -217,3 +218,7 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
         )
     parts.append(f"analyzed {r['folder']}/{r['snapshot']}")
     return " · ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

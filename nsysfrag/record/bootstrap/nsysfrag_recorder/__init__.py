@@ -10,16 +10,17 @@ is one warning line on stderr (``files.warn``).
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .files import warn
 from .hook import when_cuda_initialized
 from .names import ENV_DIR, PROCESSES
-from .options import Options
-from .recorder import OnState, Recorder
+from .stderr import warn
+
+if TYPE_CHECKING:  # imported once torch.cuda loads: every Python process starts the bootstrap
+    from .options import Options
+    from .recorder import OnState, Recorder
 
 _recorder: Recorder | None = None
 
@@ -35,9 +36,11 @@ def install() -> None:
     if not out_dir:
         return
     log_process(out_dir, "python")
-    options = Options.from_environment()
+
     def begin(torch: Any) -> None:
-        start(torch, options, out_dir)
+        from .options import Options
+
+        start(torch, Options.from_environment(), out_dir)
 
     when_cuda_initialized(
         begin,
@@ -54,6 +57,8 @@ def start(
 ) -> Recorder | None:
     """Record this process (CUDA is initialized); None, with a warning, when it cannot."""
     global _recorder
+    from .recorder import Recorder
+
     if _recorder is not None and _recorder.pid == os.getpid():
         return _recorder
     recorder = Recorder(torch, options, out_dir, on_state)
@@ -77,7 +82,7 @@ def log_process(out_dir: str, event: str, **fields: Any) -> None:
         import sys
 
         record["argv"] = [str(a)[:200] for a in getattr(sys, "argv", [])[:8]]
-    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    line = (_json(record) + "\n").encode()
     try:
         fd = os.open(os.path.join(out_dir, PROCESSES), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -86,3 +91,23 @@ def log_process(out_dir: str, event: str, **fields: Any) -> None:
             os.close(fd)
     except OSError:
         pass  # a record folder that vanished: nothing to tell
+
+
+# JSON for the processes log without the json module (and the re it imports): every Python
+# process of the command writes a line at start-up, and most of them never use CUDA.
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
+_ESCAPES.update({ord("\\"): "\\\\", ord('"'): '\\"'})
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.translate(_ESCAPES) + '"'
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_json(str(k))}: {_json(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_json(v) for v in value) + "]"
+    return _json(str(value))

@@ -10,20 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 from typing import Any, Callable  # noqa: UP035  (the program may run Python 3.8)
 
+from .stderr import warn
+
 _said_lock = threading.Lock()
-
-
-def warn(message: str) -> None:
-    """One line on stderr that can never raise (a closed stderr, a broken pipe)."""
-    try:
-        sys.stderr.write(f"nsysfrag record: warning: {message}\n")
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001, S110  (nowhere left to say it)
-        pass
 
 
 class Folder:

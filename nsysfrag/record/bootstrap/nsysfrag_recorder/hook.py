@@ -12,13 +12,13 @@ own CUDA initialization fail.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
-import threading
-from typing import Any, Callable, Sequence  # noqa: UP035  (the program may run Python 3.8)
+from typing import TYPE_CHECKING, Any, Callable, Sequence  # noqa: UP035  (Python 3.8)
 
-from .files import warn
+from .stderr import warn
+
+if TYPE_CHECKING:
+    import importlib.machinery
 
 WATCHED = "torch.cuda"
 POLL_S = 0.1
@@ -49,10 +49,14 @@ def _arm(cuda: Any, callback: Callable[[Any], None]) -> None:
             return
         except Exception as err:  # noqa: BLE001
             warn(f"torch.cuda._lazy_call refused the recorder ({err}); polling instead")
+    import threading
+
     threading.Thread(target=_poll, args=(cuda, once), name="nsysfrag-record-poll", daemon=True).start()
 
 
 def _poll(cuda: Any, once: _Once) -> None:
+    import threading
+
     stop = threading.Event()
     while not stop.wait(POLL_S):
         try:
@@ -67,6 +71,8 @@ class _Once:
     """The callback, run at most once, its errors caught and said."""
 
     def __init__(self, callback: Callable[[Any], None], torch: Any) -> None:
+        import threading
+
         self.callback = callback
         self.torch = torch
         self.done = False
@@ -83,9 +89,11 @@ class _Once:
             warn(f"the recorder could not start ({type(err).__name__}: {err}); the program runs on unrecorded")
 
 
-class _Watcher(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: it hands ``torch.cuda``'s own spec back with a loader that, once
-    the module has run, arms the callback; then it leaves ``sys.meta_path``."""
+class _Watcher:
+    """A meta path finder that finds nothing itself: it hands ``torch.cuda``'s own spec back
+    with a loader that, once the module has run, arms the callback; then it leaves
+    ``sys.meta_path``. (No importlib.abc base: importing that costs every Python process of the
+    command milliseconds at start-up.)"""
 
     def __init__(self, callback: Callable[[Any], None], on_import: Callable[[], None]) -> None:
         self.callback = callback
@@ -109,7 +117,7 @@ class _Watcher(importlib.abc.MetaPathFinder):
                     break
             if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
                 return spec
-            spec.loader = _ArmingLoader(spec.loader, self)
+            spec.loader = _ArmingLoader(spec.loader, self)  # type: ignore[assignment]
             return spec
         except Exception as err:  # noqa: BLE001
             warn(f"could not watch the import of torch.cuda ({err}); the program runs on unrecorded")
@@ -122,7 +130,7 @@ class _Watcher(importlib.abc.MetaPathFinder):
                 pass
 
 
-class _ArmingLoader(importlib.abc.Loader):
+class _ArmingLoader:
     """torch.cuda's loader, plus arming the callback once the module has run."""
 
     def __init__(self, loader: Any, watcher: _Watcher) -> None:

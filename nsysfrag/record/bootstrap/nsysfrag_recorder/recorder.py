@@ -16,10 +16,11 @@ import threading
 from typing import Any, Callable, Dict, List  # noqa: UP035  (the program may run Python 3.8)
 
 from . import facts as device_facts
-from .files import Folder, warn
+from .files import Folder
 from .names import FINAL, PROCESS, RANK_PREFIX, TIMELINE, facts_name, oom_name
 from .options import Options
 from .sampler import Sampler
+from .stderr import warn
 
 # (the state snapshot's segments, its facts); typing's names: the program may run Python 3.8.
 OnState = Callable[[List[Any], Dict[str, Any]], None]  # noqa: UP006

@@ -19,8 +19,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .facts import facts, usage
-from .files import warn
 from .names import TIMELINE, facts_name, state_name
+from .stderr import warn
 
 if TYPE_CHECKING:
     from .recorder import Recorder
