@@ -177,3 +177,24 @@ def test_processes_that_never_use_cuda_write_nothing_of_their_own(tmp_path: Path
     assert [e["event"] for e in events].count("python") == 2
     assert [e["event"] for e in events].count("cuda") == 1
     assert [r.path.name for r in rank_folders(out)] == ["rank0"]
+
+
+def test_options_that_cannot_apply_are_refused_before_the_command_starts(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    for bad in (["--csv", str(tmp_path / "t.csv")], ["--png", str(tmp_path / "png")],
+                ["--fail-on", "nonsense"], ["--baseline", str(tmp_path / "missing.json")]):  # fmt: skip
+        run = record(tmp_path / "rec", *bad, "--", "touch", str(ran))
+        assert run.code == 2 and not ran.exists(), (bad, run.err)
+        assert run.err.startswith("nsysfrag: error: "), run.err
+        assert not (tmp_path / "rec").exists()
+
+
+def test_a_record_compares_with_an_earlier_record(tmp_path: Path) -> None:
+    program = ["-c", "import torch; x = torch.empty(1 << 24, device='cuda')"]
+    first = tmp_path / "first.json"
+    assert record(tmp_path / "a", "--json", str(first), "--", PY, *program).code == 0
+    run = record(tmp_path / "b", "--baseline", str(first), "--fail-on-regression", "0.05",
+                 "--", PY, *program)  # fmt: skip
+    assert run.code == 0, run.err
+    # The comparison table of rank 0 against the earlier record follows the job report.
+    assert "rank 0" in run.out.split("Recorded live")[-1] and "first.json" in run.out.replace("\n", "")

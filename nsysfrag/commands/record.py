@@ -12,7 +12,7 @@ import click
 
 from nsysfrag.commands.feedback import say
 from nsysfrag.commands.profile import check_program
-from nsysfrag.commands.report_options import ReportRequest, check_outputs, report_options
+from nsysfrag.commands.report_options import ReportRequest, report_options
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import MIN_INTERVAL_S, STACKS, Options
 
 DEFAULT_OUT = Path("nsysfrag-record")
@@ -74,10 +74,11 @@ def record_command(
     from nsysfrag.record import launch, layout
     from nsysfrag.record.watch import Rater, Watch
 
-    # -o names the record folder here, so the report options' -o/--output is not offered.
-    request = ReportRequest.from_options({**options, "output": None})
+    # -o names the record folder here, so the report options' -o/--output is not offered; nor
+    # are a single input's reports (--csv, --png): the record is analyzed as a job.
+    request = ReportRequest.from_options({**options, **dict.fromkeys(NOT_OFFERED)})
     check_program(command)
-    check_outputs(request, out)
+    _check_outputs(request, out)
     recorder_options = Options(
         entries=entries, stacks=stacks, interval_s=interval_s, state_every=state_every,
         state_budget=state_budget, max_oom_snapshots=max_oom_snapshots,
@@ -113,7 +114,21 @@ def record_command(
 
 
 # The report options define -o/--output (a report named by suffix); here -o is the folder.
-record_command.params = [p for p in record_command.params if p.name != "output"]
+NOT_OFFERED = ("output", "csv_path", "png_path")
+record_command.params = [p for p in record_command.params if p.name not in NOT_OFFERED]
+
+
+def _check_outputs(request: ReportRequest, out: Path) -> None:
+    """Before the command starts: every report can be written and replaces nothing of the
+    record's, and a --baseline is a job's document (the record is analyzed as a job)."""
+    from nsysfrag.commands.outputs import Kept, check_destinations
+    from nsysfrag.job.comparison import load_job_document
+
+    kept = [Kept("the record folder", out)]
+    if request.baseline is not None:
+        kept.append(Kept("the --baseline document", request.baseline))
+        load_job_document(request.baseline)
+    check_destinations(request.outputs(), kept, request.db)
 
 
 def _analyze(out: Path, request: ReportRequest) -> int:
