@@ -209,11 +209,17 @@ def read_record(history: HistoryColumns, initial: int) -> Record:
     return Record(initial, reserved, runs, oom)
 
 
-def snapshot_capacity(capacity: int | None, record: Record) -> tuple[int, str]:
-    """The device the policies replay on: --capacity; else what the record implies; else an
-    assumed 80 GiB (or the recorded peak, if larger: the run did not run out)."""
+def snapshot_capacity(
+    capacity: int | None, record: Record, device_bytes: int | None = None
+) -> tuple[int, str]:
+    """The device the policies replay on: --capacity; else the device's total memory where
+    nsysfrag record wrote it beside the snapshot (``device_bytes``); else what the record
+    implies; else an assumed 80 GiB (or the recorded peak, if larger: the run did not run
+    out)."""
     if capacity is not None:
         return capacity, "--capacity"
+    if device_bytes is not None:
+        return device_bytes, "device: its total memory, recorded beside the snapshot"
     implied = record.implied_capacity()
     if implied is not None:
         return implied
