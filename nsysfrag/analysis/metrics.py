@@ -31,15 +31,18 @@ def global_frag(free_bytes: I64, largest_free_bytes: I64, capacity_bytes: int) -
     """``(F - L) / C``: free memory outside the largest free block, as a share of the device;
     at most 1 (more is free than the device has only when the capacity is wrong for the
     space, which its warnings say)."""
-    ratio: F64 = np.minimum((free_bytes - largest_free_bytes) / float(capacity_bytes), 1.0)
+    # In place: a trace has millions of points, and every temporary is as large as the trace.
+    ratio: F64 = np.subtract(free_bytes, largest_free_bytes, dtype=np.float64)
+    ratio /= float(capacity_bytes)
+    np.minimum(ratio, 1.0, out=ratio)
     return ratio
 
 
 def local_frag(free_bytes: I64, largest_free_bytes: I64) -> F64:
     """``1 - L / F`` (0 when ``F == 0``): the share of free memory a maximal request cannot use."""
     out = np.zeros(len(free_bytes), dtype=np.float64)
-    has_free = free_bytes > 0
-    out[has_free] = 1.0 - largest_free_bytes[has_free] / free_bytes[has_free]
+    np.divide(largest_free_bytes, free_bytes, out=out, where=free_bytes > 0)
+    np.subtract(1.0, out, out=out, where=free_bytes > 0)
     return out
 
 

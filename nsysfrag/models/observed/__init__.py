@@ -96,7 +96,9 @@ class ObservedModel:
             # A failed call is no point: it failed in the state of the last point before it.
             failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
             - 1,
-            pool=from_replay(PoolColumns, out, releasable_bytes=releasable),
+            pool=from_replay(
+                PoolColumns, out, releasable_bytes=releasable, capacity_bytes=space.capacity_bytes
+            ),
             page_bytes=self.page_bytes,
         )
         return ObservedRun(series, space.capacity_bytes, kernel_events, out, base)
