@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from nsysfrag.analysis.peak_sites import stranded_by_site
 from nsysfrag.analysis.results import (
     CAPACITY,
     FRAGMENTATION,
@@ -91,18 +92,10 @@ def stranded_sites(
 ) -> tuple[StrandedSite, ...]:
     """The sites of the allocated blocks in ``segments``, each credited with the stranded bytes
     of every segment it has a block in; largest first, the first STRANDED_SITES_LISTED."""
-    totals: dict[int, list[int]] = {}  # site code -> [stranded bytes, segments]
-    for segment in segments:
-        codes = {int(series.site[p]) for p in segment.block_points if 0 <= p < len(series.site)}
-        for code in codes:
-            total = totals.setdefault(code, [0, 0])
-            total[0] += segment.stranded_bytes
-            total[1] += 1
     names = series.site_names
-    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], -kv[1][1], names[kv[0]]))
     return tuple(
         StrandedSite(names[code], total, count)
-        for code, (total, count) in ranked[:STRANDED_SITES_LISTED]
+        for code, total, count in stranded_by_site(segments, series)[:STRANDED_SITES_LISTED]
     )
 
 

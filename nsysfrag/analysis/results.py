@@ -11,6 +11,7 @@ from nsysfrag.analysis.metrics import F64, Health, HealthBasis, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
+    from nsysfrag.analysis.peak_sites import PeakSites
     from nsysfrag.models.segments import SnapshotSection
     from nsysfrag.models.series import PoolColumns
 
@@ -57,6 +58,14 @@ class StrandedSite:
     site: str
     stranded_bytes: int  # stranded in the segments holding this site's blocks
     segments: int
+
+
+@dataclass(frozen=True, slots=True)
+class SiteBytes:
+    """One allocation site's bytes of some kind (live, stranded) at one moment."""
+
+    site: str
+    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +184,8 @@ class SpaceAnalysis:
     memory_peak: State | None = None
     memory_peak_index: int | None = None
     page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages
+    # Each site's live and stranded bytes at the memory peak (None without one).
+    memory_peak_sites: PeakSites | None = None
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from nsysfrag.analysis.metrics import (
     material,
     rate_health,
 )
+from nsysfrag.analysis.peak_sites import peak_sites
 from nsysfrag.analysis.results import Counts, PoolState, SpaceAnalysis, State, Timeline
 from nsysfrag.events import FAILED_ALLOC, I64, SourceInfo
 from nsysfrag.inputs import RecordedSpace
@@ -180,6 +181,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         peak_index=f.peak_index,
         memory_peak=None if memory_peak is None else f.state(memory_peak),
         memory_peak_index=memory_peak,
+        memory_peak_sites=None if memory_peak is None else peak_sites(run, memory_peak),
         page_bytes=series.page_bytes,
         internal_frag=(held - live_at_held) / held if held > 0 else 0.0,
         health_basis=f.health_basis,

@@ -1,4 +1,9 @@
-"""Run-to-run comparison of two analyses (their JSON documents)."""
+"""Run-to-run comparison of two analyses (their JSON documents): space by space, the key
+metrics' changes (which ``--fail-on-regression`` gates), the state at peak memory, at worst
+fragmentation and final, the sites' figures, and a verdict in words.
+
+Every document a comparison reads back comes through :func:`read_json` and
+:func:`checked_document` (a job's through ``nsysfrag.job.comparison``)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.checks.document_words import Clock, DocumentWords, clock_of, document_words
 from nsysfrag.checks.gates import HEALTH_ORDER
+from nsysfrag.checks.space_changes import (
+    MomentChange,
+    SiteFigure,
+    missing_moments,
+    moment_changes,
+    site_figures,
+)
+from nsysfrag.checks.verdict import Piece, verdict
 from nsysfrag.errors import InputError
 from nsysfrag.reporters.json_report import SCHEMA
 
@@ -17,8 +31,7 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("max local frag", "max.local_frag", True),
     ("peak global frag", "peak.global_frag", True),
     ("max free blocks", "max.free_blocks", False),
-    ("largest free at peak", "peak.largest_free_bytes", False),
-    ("max live bytes", "max.live_bytes", False),
+    ("max requested", "max.live_bytes", False),
     ("alloc failure rate", "alloc_failure_rate", False),
     ("internal frag", "internal_frag", True),
     ("growth per s", "growth_per_s", False),
@@ -47,6 +60,10 @@ class SpaceComparison:
     base_health: str
     current_health: str
     deltas: tuple[MetricDelta, ...]
+    moments: tuple[MomentChange, ...] = ()
+    sites: tuple[SiteFigure, ...] = ()
+    verdict: tuple[Piece, ...] = ()
+    missing: tuple[str, ...] = ()  # what one run's document lacks, in words
 
     @property
     def health_worse(self) -> bool:
@@ -58,6 +75,9 @@ class Comparison:
     spaces: tuple[SpaceComparison, ...]
     only_in_base: tuple[str, ...]
     only_in_current: tuple[str, ...]
+    words: DocumentWords | None = None  # the current run's (both are of one kind)
+    base_clock: Clock = Clock(0, True, "entry")
+    current_clock: Clock = Clock(0, True, "entry")
 
     def regressions(self, threshold: float) -> list[str]:
         """One line per fragmentation metric that grew by more than ``threshold`` (absolute)."""
@@ -97,6 +117,9 @@ def checked_document(doc: Any, path: Path) -> dict[str, Any]:
 
 
 def _name(space: dict[str, Any]) -> str:
+    # A snapshot's spaces are its devices (pid 0): their pid says nothing.
+    if space["pid"] == 0:
+        return f"device {space['device']}"
     return f"pid {space['pid']} device {space['device']}"
 
 
@@ -129,35 +152,52 @@ def _match(base: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tu
     return pairs
 
 
-def compare(base: dict[str, Any], current: dict[str, Any]) -> Comparison:
-    """Pair the spaces of two documents and compute each key metric's change."""
+def compare(
+    base: dict[str, Any], current: dict[str, Any], names: tuple[str, str] = ("the base run", "this run")
+) -> Comparison:
+    """Pair the spaces of two documents and compute what changed in each (``names``: how the
+    runs are named where a figure is missing from one)."""
     try:
-        return _compare(base, current)
-    except (KeyError, TypeError, ValueError) as err:
+        return _compare(base, current, names)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise InputError(
             f"an analysis document lacks or mangles {err}; re-run `nsysfrag analyze --json`"
         ) from None
 
 
-def _compare(base: dict[str, Any], current: dict[str, Any]) -> Comparison:
+def _compare(base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]) -> Comparison:
     pairs = _match(base["spaces"], current["spaces"])
     matched_base = {id(b) for b, _ in pairs}
     matched_current = {id(c) for _, c in pairs}
-    spaces = tuple(
-        SpaceComparison(
-            base_space=_name(b),
-            current_space=_name(c),
-            base_health=b["health"],
-            current_health=c["health"],
-            deltas=tuple(
-                MetricDelta(label, key, _value(b, key), _value(c, key), frag)
-                for label, key, frag in METRICS
-            ),
-        )
-        for b, c in pairs
-    )
     return Comparison(
-        spaces=spaces,
+        spaces=tuple(_space(b, c, names) for b, c in pairs),
         only_in_base=tuple(_name(s) for s in base["spaces"] if id(s) not in matched_base),
         only_in_current=tuple(_name(s) for s in current["spaces"] if id(s) not in matched_current),
+        words=document_words(current),
+        base_clock=clock_of(base),
+        current_clock=clock_of(current),
+    )
+
+
+def _space(b: dict[str, Any], c: dict[str, Any], names: tuple[str, str]) -> SpaceComparison:
+    moments = moment_changes(b, c)
+    sites, missing = site_figures(b, c, names)
+    return SpaceComparison(
+        base_space=_name(b),
+        current_space=_name(c),
+        base_health=b["health"],
+        current_health=c["health"],
+        deltas=tuple(
+            MetricDelta(label, key, _value(b, key), _value(c, key), frag)
+            for label, key, frag in METRICS
+        ),
+        moments=moments,
+        sites=sites,
+        verdict=verdict(
+            moments,
+            sites,
+            (str(b["health"]), str(c["health"])),
+            (_value(b, "max.live_bytes"), _value(c, "max.live_bytes")),
+        ),
+        missing=tuple(missing_moments(b, c, names) + missing),
     )

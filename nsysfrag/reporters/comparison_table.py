@@ -1,4 +1,6 @@
-"""The terminal table of a run-to-run comparison."""
+"""The terminal report of a run-to-run comparison: per space the verdict, the state side by
+side (at peak memory, at worst fragmentation, final, over the run) and the sites whose figures
+changed most."""
 
 from __future__ import annotations
 
@@ -7,64 +9,91 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.checks.comparison import Comparison, MetricDelta
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
+from nsysfrag.checks.comparison import Comparison, SpaceComparison
+from nsysfrag.checks.verdict import plain, signed_bytes
+from nsysfrag.reporters.comparison_cells import (
+    BETTER,
+    WORSE,
+    Change,
+    site_rows,
+    state_sections,
+    unchanged_words,
+)
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
 
-_RATIOS = {"max.global_frag", "max.local_frag", "peak.global_frag", "internal_frag", "alloc_failure_rate"}
-_BYTES = {"peak.largest_free_bytes", "max.live_bytes"}
-# For these a larger value is better; for every other metric larger is worse.
-_HIGHER_IS_BETTER = {"peak.largest_free_bytes"}
-
-
-def _format(key: str, value: float) -> str:
-    if key in _RATIOS:
-        return f"{value:.2%}"
-    if key in _BYTES:
-        return format_bytes(value)
-    if key == "growth_per_s":
-        return f"{value * 100:+.4f} pt/s"
-    return f"{value:,.0f}"
-
-
-def _delta(d: MetricDelta) -> Text:
-    # Ratios print to 0.01 points: a smaller change would show as a confusing "-0.00".
-    if d.delta == 0 or (d.key in _RATIOS and abs(d.delta) < 5e-5):
-        return Text("=", style="dim")
-    worse = (d.delta > 0) != (d.key in _HIGHER_IS_BETTER)
-    if d.key in _RATIOS:
-        text = f"{d.delta * 100:+.2f} pt"
-    elif d.key in _BYTES:
-        text = ("+" if d.delta > 0 else "−") + format_bytes(abs(d.delta))
-    elif d.key == "growth_per_s":
-        text = f"{d.delta * 100:+.4f} pt/s"
-    else:
-        text = f"{d.delta:+,.0f}"
-    return Text(text, style="red" if worse else "green")
-
-
-_COLUMNS = (
-    Column("metric", kind="words"),
+_STYLE = {WORSE: "red", BETTER: "green"}
+_STATE_COLUMNS = (
+    Column("", kind="words"),
     Column("base", justify="right"),
     Column("current", justify="right"),
     Column("change", justify="right"),
 )
+_SITE_COLUMNS = (
+    Column("site", kind="site"),
+    Column("base", justify="right"),
+    Column("current", justify="right"),
+    Column("change", justify="right", kind="words"),
+)
+
+
+def _change(c: Change) -> Text:
+    if c.text == "=":
+        return Text("=", style="dim")
+    return Text(c.text, style=_STYLE.get(c.tone, ""))
 
 
 def render(comparison: Comparison, base_name: str, current_name: str, console: Console) -> None:
     for s in comparison.spaces:
-        title = outside(
-            f"{s.base_space} ({base_name}) → {s.current_space} ({current_name}) · observed"
-            " address space"
-        )
-        health = Text(f"{s.base_health} → {s.current_health}", style="red" if s.health_worse else "")
-        rows: list[list[Cell]] = [["health", s.base_health, s.current_health, health]]
-        for d in s.deltas:
-            rows.append([d.label, _format(d.key, d.base), _format(d.key, d.current), _delta(d)])
-        console.print(FittedTable(title, Layout(_COLUMNS, rows)))
+        render_space(comparison, s, base_name, current_name, console)
     unpaired(comparison.only_in_base, comparison.only_in_current, base_name, current_name, console)
     if not comparison.spaces:
         console.print(Text("No matching spaces to compare.", style="yellow"))
+
+
+def title(comparison: Comparison, s: SpaceComparison, base_name: str, current_name: str) -> str:
+    """``pytorch-segments address space · device 0 (a.json) → device 0 (b.json)``."""
+    words = comparison.words
+    what = f"{words.space_title} · " if words is not None else ""
+    return f"{what}{s.base_space} ({base_name}) → {s.current_space} ({current_name})"
+
+
+def render_space(
+    comparison: Comparison, s: SpaceComparison, base_name: str, current_name: str, console: Console
+) -> None:
+    console.print(Prose(outside(title(comparison, s, base_name, current_name), style="bold")))
+    if s.verdict:
+        console.print(Prose(outside(plain(s.verdict))))
+    for lacking in s.missing:
+        console.print(Prose(outside(f"not compared: {lacking}", style="yellow")))
+    rows: list[list[Cell]] = []
+    ends: set[int] = set()
+    for section in state_sections(comparison, s):
+        for r in section:
+            label = Text(r.label, style="bold") if r.heading else Text("  " + r.label)
+            rows.append([label, r.base, r.current, _change(r.change)])
+        ends.add(len(rows) - 1)
+    console.print(FittedTable(None, Layout(_STATE_COLUMNS, rows, frozenset(ends))))
+    site_label = comparison.words.site_label if comparison.words is not None else "site"
+    for figure in s.sites:
+        shown, more, more_delta = site_rows(figure)
+        if not shown:
+            console.print(Prose(Text(unchanged_words(figure), style="dim")))
+            continue
+        cells: list[list[Cell]] = [
+            [
+                Site(r.site),
+                r.base,
+                r.current,
+                _change(Change(" ".join(filter(None, (r.change.text, r.short_status))), r.change.tone)),
+            ]
+            for r in shown
+        ]
+        heading = Text(f"{figure.label}, per {site_label}", style="bold")
+        console.print(FittedTable(heading, Layout(_SITE_COLUMNS, cells)))
+        if more:
+            console.print(
+                Prose(Text(f"… and {more} more sites changed, {signed_bytes(more_delta)} in all", style="dim"))
+            )
 
 
 def unpaired(

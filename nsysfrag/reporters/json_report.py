@@ -12,9 +12,13 @@ from nsysfrag.analysis.metrics import HealthBasis, size_class_label
 from nsysfrag.analysis.results import FRAGMENTATION, Failure
 
 if TYPE_CHECKING:  # a snapshot's figures; an nsys trace's document loads no snapshot model
+    from nsysfrag.analysis.peak_sites import PeakSites
     from nsysfrag.models.segments import SnapshotSection
 
 SCHEMA = "nsysfrag/1"
+# The sites each per-site list of a document names (the rest are one "other sites" total), so
+# that a document stays small whatever the input; compare reads them back.
+SITES_LISTED = 50
 
 
 def state_document(s: State) -> dict[str, Any]:
@@ -59,7 +63,31 @@ def _buckets(buckets: list[Bucket]) -> list[dict[str, int]]:
     ]
 
 
-def space_document(s: SpaceAnalysis) -> dict[str, Any]:
+def peak_sites_document(x: PeakSites, listed: int | None = SITES_LISTED) -> dict[str, Any]:
+    """Each site's live and stranded bytes at the memory peak: the first ``listed`` sites of
+    each (every site when None), then what the others hold. The stranded bytes of the sites
+    overlap (a segment counts for each site with a block in it); ``other_bytes`` there is the
+    stranded memory no listed site pins."""
+    live = x.live if listed is None else x.live[:listed]
+    stranded = x.stranded if listed is None else x.stranded[:listed]
+    names = {s.site for s in stranded}
+    return {
+        "live": {
+            "total_bytes": sum(s.bytes for s in x.live),
+            "sites": [{"site": s.site, "bytes": s.bytes} for s in live],
+            "other_sites": len(x.live) - len(live),
+            "other_bytes": sum(s.bytes for s in x.live[len(live) :]),
+        },
+        "stranded": {
+            "total_bytes": x.stranded_bytes,
+            "sites": [{"site": s.site, "bytes": s.bytes} for s in stranded],
+            "other_sites": len(x.stranded) - len(stranded),
+            "other_bytes": x.unpinned_by(names) if len(stranded) < len(x.stranded) else 0,
+        },
+    }
+
+
+def space_document(s: SpaceAnalysis, sites_listed: int | None = SITES_LISTED) -> dict[str, Any]:
     c = s.counts
     t = s.timeline
     idx = t.sample_indices(s.peak_index)
@@ -85,6 +113,11 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         "alloc_failure_rate": s.alloc_failure_rate,
         "peak": state_document(s.peak),
         **({} if s.memory_peak is None else {"memory_peak": state_document(s.memory_peak)}),
+        **(
+            {}
+            if s.memory_peak_sites is None
+            else {"memory_peak_sites": peak_sites_document(s.memory_peak_sites, sites_listed)}
+        ),
         "max": {
             "global_frag": s.max_global_frag,
             "local_frag": s.max_local_frag,
@@ -159,13 +192,24 @@ def model_document(analysis: Analysis) -> dict[str, Any]:
     return doc
 
 
-def document(analysis: Analysis) -> dict[str, Any]:
-    """The whole analysis as JSON-ready data (keys stable; new keys may be added)."""
+def document(analysis: Analysis, sites_listed: int | None = SITES_LISTED) -> dict[str, Any]:
+    """The whole analysis as JSON-ready data (keys stable; new keys may be added); each
+    per-site list names its first ``sites_listed`` sites (None: all)."""
     counts = analysis.input_counts
+    words = analysis.source.words
     return {
         "schema": SCHEMA,
         "trace": {
             "path": analysis.source.path,
+            # Which input this is, and the words its reports use, so that a report made from
+            # the document alone (compare) speaks of it as the analysis did.
+            "input": analysis.source.kind,
+            "words": {
+                "space_title": words.space_title,
+                "input_noun": words.input_noun,
+                "site_label": words.site_label,
+                "untimed": words.untimed,
+            },
             "nsys_version": analysis.source.version,
             "skipped_rows": counts.skipped_rows,
             "vmm_calls": counts.vmm_calls,
@@ -178,7 +222,7 @@ def document(analysis: Analysis) -> dict[str, Any]:
             "warnings": analysis.warnings,
         },
         "model": model_document(analysis),
-        "spaces": [space_document(s) for s in analysis.spaces],
+        "spaces": [space_document(s, sites_listed) for s in analysis.spaces],
     }
 
 

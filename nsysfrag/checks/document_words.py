@@ -1,0 +1,99 @@
+"""How a report made from analysis documents alone (compare) speaks of their input: the words
+the analysis used, which the document records, and its clock.
+
+A document records its input and words (``trace.input``, ``trace.words``); one written before
+them is told by its model: a pytorch-segments document is a snapshot's, any other an nsys
+export's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nsysfrag.errors import InputError
+from nsysfrag.reporters.time_base import moment_since
+
+SNAPSHOT_MODEL = "pytorch-segments"
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentWords:
+    model: str  # the model that produced the figures
+    input: str  # the input format's name, e.g. "torch-snapshot"
+    description: str  # "a PyTorch memory snapshot"
+    space_title: str  # what one space's figures describe
+    input_noun: str  # "snapshot", "trace"
+    site_label: str  # "allocation site (stack frame)"
+    untimed: str  # a moment of an input without times: "entry 17"
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """A document's time base: its input's first event, and whether times are timestamps."""
+
+    origin_ns: int
+    timestamps: bool
+    untimed: str
+
+    def at(self, time_ns: int) -> str:
+        return moment_since(time_ns, self.origin_ns, self.timestamps, self.untimed)
+
+
+def document_words(doc: dict[str, Any]) -> DocumentWords:
+    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
+    model = str((doc.get("model") or {}).get("name") or "observed")
+    kind = trace.get("input")
+    if not isinstance(kind, str):
+        kind = "torch-snapshot" if model == SNAPSHOT_MODEL else "nsys-export"
+    recorded = trace.get("words") if isinstance(trace.get("words"), dict) else None
+    names = ("space_title", "input_noun", "site_label", "untimed")
+    if recorded is not None and all(isinstance(recorded.get(n), str) for n in names):
+        words = {n: str(recorded[n]) for n in names}
+    else:
+        fallback = _input_words(kind)
+        words = {n: str(getattr(fallback, n)) for n in names}
+    return DocumentWords(model=model, input=kind, description=_description(kind), **words)
+
+
+def clock_of(doc: dict[str, Any]) -> Clock:
+    from nsysfrag.job.document import time_origin
+
+    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
+    return Clock(
+        time_origin(doc), bool(trace.get("timestamps", True)), document_words(doc).untimed
+    )
+
+
+def same_model(base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]) -> None:
+    """InputError, in one line, unless both documents are of one input kind and one model."""
+    b, c = document_words(base), document_words(current)
+    if (b.input, b.model) == (c.input, c.model):
+        return
+    if b.input == c.input:
+        raise InputError(
+            f"{names[0]} was analyzed in the {b.model} model and {names[1]} in the {c.model}"
+            f" model; analyze both the same way, then compare"
+        )
+    raise InputError(
+        f"{names[0]} is {b.description} ({b.model} model) and {names[1]} {c.description}"
+        f" ({c.model} model): their figures mean different things; compare a {b.input_noun}"
+        f" with a {b.input_noun}, or a {c.input_noun} with a {c.input_noun}"
+    )
+
+
+def _input_words(kind: str) -> Any:
+    if kind == "torch-snapshot":
+        from nsysfrag.inputs.torch_snapshot.words import WORDS
+
+        return WORDS
+    from nsysfrag.inputs.nsys.words import WORDS as NSYS_WORDS
+
+    return NSYS_WORDS
+
+
+def _description(kind: str) -> str:
+    from nsysfrag.inputs import formats
+
+    found = next((f.description for f in formats() if f.name == kind), None)
+    return found if found is not None else f"a {kind} input"
