@@ -169,14 +169,16 @@ def test_baseline_and_compare_go_rank_by_rank(job: tuple[Path, dict[str, Any], b
     swapped = run("analyze", "job/rank1.pickle", "job/rank0.sqlite", "--rank-pattern", r"rank(\d)",
                   "--json", "swapped.json", "-q", cwd=folder.parent)  # fmt: skip
     assert swapped.returncode == 0, swapped.stderr
-    shutil.copyfile(folder / "rank1.pickle", folder.parent / "rank0.pickle")
-    shutil.copyfile(folder / "rank0.sqlite", folder.parent / "rank1.sqlite")
-    result = run("analyze", "rank0.pickle", "rank1.sqlite", "--baseline", "job.json",
+    # Inputs of one kind trade ranks: rank 0 holds rank 2's export now, rank 1 rank 3's snapshot.
+    partner = {0: 2, 1: 3}
+    shutil.copyfile(folder / "rank2.sqlite", folder.parent / "rank0.sqlite")
+    shutil.copyfile(folder / "rank3.pickle", folder.parent / "rank1.pickle")
+    result = run("analyze", "rank0.sqlite", "rank1.pickle", "--baseline", "job.json",
                  "--fail-on-regression", "0.01", cwd=folder.parent)  # fmt: skip
     # A rank regresses when comparing its baseline analysis with its new one, alone, does.
     grew = [
         r for r in (0, 1)
-        if compare(doc["ranks"][r]["analysis"], doc["ranks"][1 - r]["analysis"]).regressions(0.01)
+        if compare(doc["ranks"][r]["analysis"], doc["ranks"][partner[r]]["analysis"]).regressions(0.01)
     ]  # fmt: skip
     assert grew
     assert result.returncode == 1
@@ -188,6 +190,19 @@ def test_baseline_and_compare_go_rank_by_rank(job: tuple[Path, dict[str, Any], b
     compared = run("compare", str(base), str(folder.parent / "swapped.json"), cwd=folder.parent)
     assert compared.returncode == 0, compared.stderr
     assert "(job.json, rank 1) → " in " ".join(compared.stdout.split())
+    # Ranks whose inputs are of different kinds in the two jobs are not compared, and say so.
+    crossed = json.loads(json.dumps(doc))
+    crossed["ranks"][0]["analysis"], crossed["ranks"][1]["analysis"] = (
+        doc["ranks"][1]["analysis"], doc["ranks"][0]["analysis"],
+    )  # fmt: skip
+    (folder.parent / "crossed.json").write_text(json.dumps(crossed))
+    compared = run("compare", str(base), "crossed.json", cwd=folder.parent)
+    assert compared.returncode == 0, compared.stderr
+    said = " ".join(compared.stdout.split())
+    assert (
+        "rank 1 is a PyTorch memory snapshot (pytorch-segments model) in job.json and an nsys"
+        " export (observed model) in crossed.json: not compared"
+    ) in said
     mixed = run("compare", str(base), str(SAMPLES / "training_loop.sqlite"))
     assert mixed.returncode == 2
     single_doc = folder.parent / "single.json"

@@ -75,10 +75,14 @@ def same_model(base: dict[str, Any], current: dict[str, Any], names: tuple[str, 
             f"{names[0]} was analyzed in the {b.model} model and {names[1]} in the {c.model}"
             f" model; analyze both the same way, then compare"
         )
-    raise InputError(
-        f"{names[0]} is {b.description} ({b.model} model) and {names[1]} {c.description}"
-        f" ({c.model} model): their figures mean different things; compare a {b.input_noun}"
-        f" with a {b.input_noun}, or a {c.input_noun} with a {c.input_noun}"
+    raise InputError(other_kinds(names, (b.description, c.description)))
+
+
+def other_kinds(names: tuple[str, str], descriptions: tuple[str, str]) -> str:
+    """The one-line refusal of two runs of different kinds of input, and what would work."""
+    return (
+        f"{names[0]} is {descriptions[0]} and {names[1]} {descriptions[1]}: their figures mean"
+        " different things; compare two of one kind (two snapshots, two nsys exports)"
     )
 
 

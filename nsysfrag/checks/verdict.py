@@ -44,6 +44,11 @@ def signed_bytes(n: float) -> str:
     return ("+" if n > 0 else "−") + format_bytes(abs(n))
 
 
+def signed(text: str) -> str:
+    """A figure formatted with ``+`` as its sign (``f"{x:+.2f}"``), with a true minus sign."""
+    return "−" + text[1:] if text.startswith("-") else text
+
+
 def signed_share(r: float) -> str:
     """``+14 %``, ``−2.5 %``."""
     text = f"{abs(r) * 100:.0f}" if abs(r) >= 0.1 else f"{abs(r) * 100:.1f}"
@@ -117,9 +122,12 @@ def _stranded(moment: MomentChange | None, stranded: SiteFigure | None) -> list[
     clause = [Piece(f"stranded {signed_bytes(figure.delta)}")]
     top = _top(stranded, figure.delta)
     if top is not None:
-        share = min(abs(top.delta) / abs(figure.delta), 1.0)
-        verb = "pinned by" if figure.delta > 0 else "of it was pinned by"
-        clause += [Piece(f", {share * 100:.0f} % {verb} "), Piece(top.site, True)]
+        share = abs(top.delta) / abs(figure.delta)
+        if share <= 1:
+            verb = "pinned by" if figure.delta > 0 else "of it was pinned by"
+            clause += [Piece(f", {share * 100:.0f} % {verb} "), Piece(top.site, True)]
+        else:  # other sites' stranded bytes moved the other way
+            clause += [Piece("; pinned by "), Piece(top.site, True), Piece(f": {signed_bytes(top.delta)}")]
         clause += _status(top)
     return [clause]
 

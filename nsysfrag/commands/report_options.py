@@ -13,6 +13,7 @@ import click
 
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
+from nsysfrag.checks.document_words import document_words, other_kinds, same_model
 from nsysfrag.checks.gates import Gate, evaluate, parse_gate
 from nsysfrag.commands.feedback import feedback, say, say_tripped
 from nsysfrag.commands.outputs import (
@@ -27,6 +28,7 @@ from nsysfrag.commands.params import ByteSize, Delta
 from nsysfrag.errors import InputError
 from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs import InputFormat, InputOptions, format_of
+from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.models.observed import DEFAULT_GRANULARITY, DEFAULT_PAGE_BYTES
 from nsysfrag.reporters import (
     REPORTERS,
@@ -189,7 +191,12 @@ def check_outputs(request: ReportRequest, source: Path) -> None:
     outputs = request.outputs()
     check_destinations(outputs, kept, request.db)
     if request.baseline is not None:
-        load_document(request.baseline)  # fail now, not after a long analysis
+        baseline = load_document(request.baseline)  # fail now, not after a long analysis
+        check_regular_file(source)  # recognising the format may read it: never a FIFO
+        words, fmt = document_words(baseline), format_of(source)
+        if words.input != fmt.name:
+            names = (f"--baseline {request.baseline}", str(source))
+            raise InputError(other_kinds(names, (f"an analysis of {words.description}", fmt.description)))
 
 
 # What the first run after installing spends compiling (benchmarks/bench_startup.py, 2 cores).
@@ -243,9 +250,14 @@ def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> in
         terminal.render(analysis, console)
     code = 0
     if request.baseline is not None:
-        comparison = compare(load_document(request.baseline), document)
+        names = (str(request.baseline), "this run")
+        baseline = load_document(request.baseline)
+        # This run in full (every site listed): only the baseline had to be kept small.
+        current = json_report.document(analysis, sites_listed=None)
+        same_model(baseline, current, names)
+        comparison = compare(baseline, current, names)
         if to_screen:
-            comparison_table.render(comparison, str(request.baseline), "this run", console)
+            comparison_table.render(comparison, *names, console)
         if request.fail_on_regression is not None:
             code = say_tripped(comparison.regressions(request.fail_on_regression))
     code = say_tripped(t.message() for t in evaluate(list(request.gates), document)) or code

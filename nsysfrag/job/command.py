@@ -102,7 +102,27 @@ def run_job(
         _note(note)
     _check_outputs(request, inputs)
     baseline = load_job_document(request.baseline) if request.baseline is not None else None
-    tasks = [
+    outcomes = _execute(_tasks(inputs, request, export), inputs, address, scheduler_file, options.jobs)
+    records.attach(outcomes)
+    return _report(outcomes, request, baseline)
+
+
+def job_document_of(
+    arguments: Sequence[Path], request: ReportRequest, export: ExportOptions
+) -> dict[str, Any]:
+    """The job's document of ``arguments``, every rank analyzed on the local pool as
+    :func:`run_job` would; nothing reported (``compare`` of a job's inputs)."""
+    from nsysfrag.job.document import job_document
+
+    inputs = job_inputs(arguments)
+    outcomes = _execute(_tasks(inputs, request, export), inputs, None, None, None)
+    outcomes.sort(key=lambda o: o.rank)
+    _relay_notes(outcomes)
+    return job_document(outcomes)
+
+
+def _tasks(inputs: Sequence[RankInput], request: ReportRequest, export: ExportOptions) -> list[RankTask]:
+    return [
         RankTask(
             rank=i.rank,
             path=str(i.path),
@@ -115,9 +135,6 @@ def run_job(
         )
         for i in inputs
     ]
-    outcomes = _execute(tasks, inputs, address, scheduler_file, options.jobs)
-    records.attach(outcomes)
-    return _report(outcomes, request, baseline)
 
 
 def _check_outputs(request: ReportRequest, inputs: Sequence[RankInput]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysfrag.checks.comparison import Comparison, checked_document, compare, read_json
+from nsysfrag.checks.document_words import document_words
 from nsysfrag.errors import InputError
 from nsysfrag.job.document import SCHEMA
 
@@ -23,6 +24,31 @@ class JobComparison:
     ranks: tuple[RankComparison, ...]
     only_in_base: tuple[int, ...]
     only_in_current: tuple[int, ...]
+    # Each job's worst rank, as its document names it (``worst``: rank, pid, device, metric,
+    # value), or None when it has none.
+    base_worst: dict[str, Any] | None = None
+    current_worst: dict[str, Any] | None = None
+
+    def worst_words(self, base_name: str, current_name: str) -> str | None:
+        """``worst rank: rank 3 in a.json (peak global frag 12.0 %), rank 5 in b.json
+        (31.0 %)``; None when neither job has one."""
+        if self.base_worst is None and self.current_worst is None:
+            return None
+        sides = []
+        for worst, name in ((self.base_worst, base_name), (self.current_worst, current_name)):
+            if worst is None:
+                sides.append(f"none in {name}")
+            else:
+                value = float(worst.get("value") or 0.0) * 100
+                sides.append(f"rank {worst['rank']} in {name} ({value:.1f} %)")
+        return f"worst rank (peak global frag): {sides[0]}, {sides[1]}"
+
+    def worst_rank(self) -> RankComparison | None:
+        """The comparison of the current job's worst rank with that rank in the base job."""
+        if self.current_worst is None:
+            return None
+        rank = self.current_worst.get("rank")
+        return next((r for r in self.ranks if r.rank == rank and r.comparison), None)
 
     def regressions(self, threshold: float) -> list[str]:
         """Each rank's regressions (see Comparison.regressions), naming the rank."""
@@ -77,15 +103,26 @@ def same_kind(base: dict[str, Any], current: dict[str, Any], base_path: Path, cu
         )
 
 
-def compare_jobs(base: dict[str, Any], current: dict[str, Any]) -> JobComparison:
-    """Pair ranks by number and compare each pair's analyses."""
+def compare_jobs(
+    base: dict[str, Any], current: dict[str, Any], names: tuple[str, str] = ("the base job", "this job")
+) -> JobComparison:
+    """Pair ranks by number and compare each pair's analyses; a rank analyzed from another kind
+    of input (or in another model) in one job is not compared, and says so."""
     base_ranks = {int(e["rank"]): e for e in base["ranks"]}
     current_ranks = {int(e["rank"]): e for e in current["ranks"]}
     pairs = []
     for rank in sorted(base_ranks.keys() & current_ranks.keys()):
         b, c = base_ranks[rank], current_ranks[rank]
         if "analysis" in b and "analysis" in c:
-            pairs.append(RankComparison(rank, compare(b["analysis"], c["analysis"])))
+            wb, wc = document_words(b["analysis"]), document_words(c["analysis"])
+            if (wb.input, wb.model) != (wc.input, wc.model):
+                pairs.append(RankComparison(rank, None, (
+                    f"rank {rank} is {wb.description} ({wb.model} model) in {names[0]} and"
+                    f" {wc.description} ({wc.model} model) in {names[1]}: not compared"
+                )))  # fmt: skip
+                continue
+            rank_names = (f"{names[0]}, rank {rank}", f"{names[1]}, rank {rank}")
+            pairs.append(RankComparison(rank, compare(b["analysis"], c["analysis"], rank_names)))
         else:
             side = "the base run" if "analysis" not in b else "this run"
             error = (b if "analysis" not in b else c).get("error", "not analyzed")
@@ -94,4 +131,11 @@ def compare_jobs(base: dict[str, Any], current: dict[str, Any]) -> JobComparison
         ranks=tuple(pairs),
         only_in_base=tuple(sorted(base_ranks.keys() - current_ranks.keys())),
         only_in_current=tuple(sorted(current_ranks.keys() - base_ranks.keys())),
+        base_worst=_worst(base),
+        current_worst=_worst(current),
     )
+
+
+def _worst(doc: dict[str, Any]) -> dict[str, Any] | None:
+    worst = doc.get("worst")
+    return worst if isinstance(worst, dict) and isinstance(worst.get("rank"), int) else None

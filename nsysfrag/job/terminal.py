@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import basis_words, format_bytes
+from nsysfrag.checks.verdict import plain
 from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
 from nsysfrag.printable import printable
@@ -173,7 +174,17 @@ def _ratio(value: float | None) -> str:
 def render_comparison(
     comparison: JobComparison, base_name: str, current_name: str, console: Console
 ) -> None:
-    """Each rank's side-by-side table, then the ranks that are not in both jobs."""
+    """The worst rank of each job and what changed in the current one's, then each rank's
+    comparison, then the ranks that are not in both jobs."""
+    worst = comparison.worst_words(base_name, current_name)
+    if worst is not None:
+        console.print(Prose(outside(worst, style="bold")))
+    top = comparison.worst_rank()
+    if top is not None and top.comparison is not None:
+        for s in top.comparison.spaces:
+            if s.verdict:
+                said = f"rank {top.rank}, {s.current_space}: {plain(s.verdict)}"
+                console.print(Prose(outside(said)))
     for r in comparison.ranks:
         if r.comparison is None:
             console.print(Prose(outside(r.problem or "", style="yellow")))

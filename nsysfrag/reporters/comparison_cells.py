@@ -9,7 +9,7 @@ from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.checks.comparison import Comparison, MetricDelta, SpaceComparison
 from nsysfrag.checks.site_changes import GONE, MOVED, NEW, SAME, UNLISTED, SiteChange
 from nsysfrag.checks.space_changes import BYTES, RATIO, FigureChange, SiteFigure
-from nsysfrag.checks.verdict import signed_bytes, signed_share
+from nsysfrag.checks.verdict import signed, signed_bytes, signed_share
 from nsysfrag.reporters.state_cells import percent
 
 WORSE, BETTER = "worse", "better"
@@ -72,10 +72,10 @@ def figure_change(f: FigureChange) -> Change:
     if f.kind == RATIO:
         if abs(f.delta) < 5e-5:  # 0.01 points: less would print as a confusing "-0.00"
             return Change("=")
-        return Change(f"{f.delta * 100:+.2f} pt", _tone(f.key, f.delta))
+        return Change(signed(f"{f.delta * 100:+.2f} pt"), _tone(f.key, f.delta))
     if f.delta == 0:
         return Change("=")
-    text = signed_bytes(f.delta) if f.kind == BYTES else f"{f.delta:+,.0f}"
+    text = signed_bytes(f.delta) if f.kind == BYTES else signed(f"{f.delta:+,.0f}")
     if f.relative is not None:
         text += f" ({signed_share(f.relative)})"
     return Change(text, _tone(f.key, f.delta))
@@ -107,8 +107,10 @@ def state_sections(c: Comparison, s: SpaceComparison) -> list[list[Row]]:
 def _metric_row(d: MetricDelta) -> Row:
     kind = {"max.live_bytes": BYTES}.get(d.key, RATIO if d.key in _RATIO_METRICS else "count")
     if d.key == "growth_per_s":
-        fmt = f"{d.base * 100:+.4f} pt/s", f"{d.current * 100:+.4f} pt/s"
-        change = Change("=" if d.delta == 0 else f"{d.delta * 100:+.4f} pt/s", _tone(d.key, d.delta))
+        fmt = signed(f"{d.base * 100:+.4f} pt/s"), signed(f"{d.current * 100:+.4f} pt/s")
+        change = Change(
+            "=" if d.delta == 0 else signed(f"{d.delta * 100:+.4f} pt/s"), _tone(d.key, d.delta)
+        )
         return Row(d.label, *fmt, change)
     f = FigureChange(d.key, d.label, kind, d.base, d.current)
     return Row(d.label, value(kind, d.base), value(kind, d.current), figure_change(f))

@@ -4,6 +4,8 @@ its change. Inline CSS, no script, every string from the inputs escaped."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nsysfrag.checks.comparison import Comparison, SpaceComparison
 from nsysfrag.checks.verdict import Piece, signed_bytes
 from nsysfrag.reporters.comparison_cells import (
@@ -16,6 +18,9 @@ from nsysfrag.reporters.comparison_cells import (
     unchanged_words,
 )
 from nsysfrag.reporters.html_page import BASE_CSS, esc, page, table, warnings_box
+
+if TYPE_CHECKING:
+    from nsysfrag.job.comparison import JobComparison
 
 # The sites a table lists on the page (the largest changes; the JSON has every listed site).
 SITES_SHOWN = 25
@@ -56,6 +61,34 @@ def render(comparison: Comparison, base_name: str, current_name: str) -> str:
         body.append(f"<dt>model</dt><dd>{esc(words.space_title)}</dd>")
     body.append("</dl>")
     body += space_sections(comparison, base_name, current_name)
+    return page(f"nsysfrag compare — {base_name} → {current_name}", _CSS, body)
+
+
+def render_job(comparison: JobComparison, base_name: str, current_name: str) -> str:
+    """Two jobs: the worst rank of each and what changed in the current one's, then rank by
+    rank."""
+    body = [f"<h1>nsysfrag compare: {esc(base_name)} → {esc(current_name)} (jobs)</h1>"]
+    worst = comparison.worst_words(base_name, current_name)
+    if worst is not None:
+        body.append(f"<p><strong>{esc(worst)}</strong></p>")
+    top = comparison.worst_rank()
+    if top is not None and top.comparison is not None:
+        for s in top.comparison.spaces:
+            if s.verdict:
+                body.append(
+                    f'<p class="verdict">rank {top.rank}, {esc(s.current_space)}:'
+                    f" {verdict_html(s.verdict)}</p>"
+                )
+    for r in comparison.ranks:
+        body.append(f'<h2 class="rank">rank {r.rank}</h2>')
+        if r.comparison is None:
+            body.append(warnings_box([r.problem or "not compared"]))
+            continue
+        body += space_sections(r.comparison, f"{base_name}, rank {r.rank}", f"{current_name}, rank {r.rank}")
+    unpaired = [f"only in {base_name}: rank {n}" for n in comparison.only_in_base]
+    unpaired += [f"only in {current_name}: rank {n}" for n in comparison.only_in_current]
+    if unpaired:
+        body.append(warnings_box(unpaired))
     return page(f"nsysfrag compare — {base_name} → {current_name}", _CSS, body)
 
 
