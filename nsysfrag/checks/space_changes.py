@@ -42,7 +42,7 @@ LIVE, STRANDED, HOLES = "live_at_memory_peak", "stranded_at_memory_peak", "hole_
 # (key, what reports call the figure, what a document without it lacks)
 SITE_FIGURES: tuple[tuple[str, str, str], ...] = (
     (LIVE, "live bytes at peak memory", "per-site live bytes at peak memory"),
-    (STRANDED, "stranded bytes at peak memory, by the sites pinning them", "per-site stranded bytes"),
+    (STRANDED, "stranded bytes at peak memory, by pinning site", "per-site stranded bytes"),
     (HOLES, "hole bytes of out-of-order frees (hotspots)", "hotspots"),
 )
 

@@ -111,7 +111,7 @@ def _memory(
             clause += [Piece(f"; {format_bytes(abs(top.delta))} of it {verb} at "), Piece(top.site, True)]
         else:
             clause += [Piece("; live at "), Piece(top.site, True), Piece(f" {signed_bytes(top.delta)}")]
-        clause += _status(top)
+        clause += _status(top, LIVE)
     return [clause]
 
 
@@ -128,7 +128,7 @@ def _stranded(moment: MomentChange | None, stranded: SiteFigure | None) -> list[
             clause += [Piece(f", {share * 100:.0f} % {verb} "), Piece(top.site, True)]
         else:  # other sites' stranded bytes moved the other way
             clause += [Piece("; pinned by "), Piece(top.site, True), Piece(f": {signed_bytes(top.delta)}")]
-        clause += _status(top)
+        clause += _status(top, STRANDED)
     return [clause]
 
 
@@ -142,7 +142,7 @@ def _fragmentation(moment: MomentChange | None, holes: SiteFigure | None) -> lis
     if top is not None and _news(top.delta, top.base or 0):
         clause.append(Piece((", " if clause else "") + f"holes {signed_bytes(top.delta)} from "))
         clause.append(Piece(top.site, True))
-        clause += [Piece(" (a new hotspot)")] if top.status == NEW else _status(top)
+        clause += _status(top, HOLES)
     return [clause] if clause else []
 
 
@@ -153,11 +153,16 @@ def _top(figure: SiteFigure | None, direction: float) -> SiteChange | None:
     return next((c for c in figure.changes if c.delta and (c.delta > 0) == (direction > 0)), None)
 
 
-def _status(change: SiteChange) -> list[Piece]:
+# How a site that appeared or vanished is told, per figure.
+_APPEARED = {LIVE: " (new)", STRANDED: " (it pinned none before)", HOLES: " (a new hotspot)"}
+_VANISHED = {LIVE: " (gone)", STRANDED: " (it pins none now)", HOLES: " (no longer a hotspot)"}
+
+
+def _status(change: SiteChange, figure: str) -> list[Piece]:
     if change.status == NEW:
-        return [Piece(" (new)")]
+        return [Piece(_APPEARED[figure])]
     if change.status == GONE:
-        return [Piece(" (gone)")]
+        return [Piece(_VANISHED[figure])]
     if change.status == MOVED and change.base_site and change.base_site != change.site:
         return [Piece(" (was "), Piece(change.base_site, True), Piece(")")]
     if change.status == UNLISTED:

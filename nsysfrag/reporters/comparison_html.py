@@ -12,6 +12,7 @@ from nsysfrag.reporters.comparison_cells import (
     BETTER,
     WORSE,
     Change,
+    Row,
     SiteRow,
     site_rows,
     state_sections,
@@ -33,6 +34,12 @@ thead th { border-bottom: 2px solid #9aa5b1; }
 td.n, th.n { text-align: right; white-space: nowrap; }
 tr.moment th { background: #f2f4f7; border-top: 2px solid #9aa5b1; }
 td.label { padding-left: 1.4rem; }
+table.moments { font-size: .88rem; }
+table.moments td:first-child { white-space: nowrap; }
+.share { font-size: .85em; }
+table.moments th, table.moments td { padding: .2rem .45rem; }
+th.group { text-align: center; border-left: 2px solid #9aa5b1; }
+td.group { border-right: 2px solid #9aa5b1; }
 td.site { overflow-wrap: anywhere; max-width: 30rem; }
 td.worse { color: var(--critical); }
 td.better { color: var(--ok); }
@@ -121,20 +128,9 @@ def _space(c: Comparison, s: SpaceComparison, base_name: str, current_name: str)
     if s.missing:
         out.append(warnings_box([f"not compared: {m}" for m in s.missing]))
     out.append("<h3>State, side by side</h3>")
-    rows = []
-    for section in state_sections(c, s):
-        for r in section:
-            if r.heading:
-                rows.append(
-                    f'<tr class="moment"><th>{esc(r.label)}</th><th class="n">{esc(r.base)}</th>'
-                    f'<th class="n">{esc(r.current)}</th><th></th></tr>'
-                )
-            else:
-                rows.append(
-                    f'<tr><td class="label">{esc(r.label)}</td><td class="n">{esc(r.base)}</td>'
-                    f'<td class="n">{esc(r.current)}</td>{_change(r.change)}</tr>'
-                )
-    out.append(table(["", "base", "current", "change"], rows, numeric=(1, 2, 3)))
+    sections = state_sections(c, s)
+    out.append(_moments_table(sections[:-1]))
+    out.append(_over_the_run(sections[-1]))
     site_label = words.site_label if words is not None else "site"
     for figure in s.sites:
         out.append(f"<h3>{esc(figure.label[:1].upper() + figure.label[1:])}</h3>")
@@ -153,9 +149,57 @@ def _space(c: Comparison, s: SpaceComparison, base_name: str, current_name: str)
     return out
 
 
-def _change(c: Change) -> str:
+def _moments_table(sections: list[list[Row]]) -> str:
+    """One row per figure, one group of columns (base, current, change) per moment."""
+    if not sections:
+        return '<p class="empty">Neither run has a moment in common.</p>'
+    head = ['<tr><th rowspan="2"></th>']
+    for rows in sections:
+        h = rows[0]
+        head.append(f'<th colspan="3" class="group">{esc(h.label)}<br><span class="status">'
+                    f"{esc(h.base)} → {esc(h.current)}</span></th>")  # fmt: skip
+    head.append("</tr><tr>")
+    head += ['<th class="n">base</th><th class="n">current</th><th class="n">change</th>'] * len(sections)
+    head.append("</tr>")
+    labels: list[str] = []
+    cells: dict[tuple[int, str], Row] = {}
+    for i, rows in enumerate(sections):
+        for r in rows[1:]:
+            if r.label not in labels:
+                labels.append(r.label)
+            cells[i, r.label] = r
+    body = []
+    for label in labels:
+        tds = [f"<td>{esc(label)}</td>"]
+        for i in range(len(sections)):
+            r = cells.get((i, label))
+            if r is None:
+                tds.append('<td></td><td></td><td class="group"></td>')
+                continue
+            tds.append(f'<td class="n">{esc(r.base)}</td><td class="n">{esc(r.current)}</td>')
+            tds.append(_change(r.change, "group"))
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    return (f'<table class="moments"><thead>{"".join(head)}</thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")  # fmt: skip
+
+
+def _over_the_run(rows: list[Row]) -> str:
+    body = [
+        f'<tr><td>{esc(r.label)}</td><td class="n">{esc(r.base)}</td>'
+        f'<td class="n">{esc(r.current)}</td>{_change(r.change)}</tr>'
+        for r in rows[1:]
+    ]
+    return table([rows[0].label, "base", "current", "change"], body, numeric=(1, 2, 3))
+
+
+def _change(c: Change, extra: str = "") -> str:
+    """A change's cell; in a moment's group its share of the base goes on a line of its own,
+    so that three moments fit the page."""
     tone = f" {c.tone}" if c.tone in (WORSE, BETTER) else ""
-    return f'<td class="n{tone}">{esc(c.text)}</td>'
+    text = esc(c.text)
+    if extra:
+        text = text.replace(" (", '<br><span class="share">(', 1) + ("</span>" if " (" in c.text else "")
+    return f'<td class="n{tone} {extra}">{text}</td>'
 
 
 def _site_row(r: SiteRow, widest: float) -> str:

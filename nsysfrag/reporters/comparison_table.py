@@ -28,8 +28,11 @@ _STATE_COLUMNS = (
     Column("current", justify="right"),
     Column("change", justify="right"),
 )
-_SITE_COLUMNS = (
-    Column("site", kind="site"),
+def _site_columns(site_label: str) -> tuple[Column, ...]:
+    return (Column(site_label, kind="site"), *_SITE_FIGURES)
+
+
+_SITE_FIGURES = (
     Column("base", justify="right"),
     Column("current", justify="right"),
     Column("change", justify="right", kind="words"),
@@ -88,8 +91,8 @@ def render_space(
             ]
             for r in shown
         ]
-        heading = Text(f"{figure.label}, per {site_label}", style="bold")
-        console.print(FittedTable(heading, Layout(_SITE_COLUMNS, cells)))
+        heading = Text(figure.label[:1].upper() + figure.label[1:], style="bold")
+        console.print(FittedTable(heading, Layout(_site_columns(site_label), cells)))
         if more:
             console.print(
                 Prose(Text(f"… and {more} more sites changed, {signed_bytes(more_delta)} in all", style="dim"))
