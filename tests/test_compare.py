@@ -112,7 +112,9 @@ def test_documents_compare_as_the_inputs_do(snapshots: tuple[Path, Path], tmp_pa
     assert mixed["spaces"][0]["sites"] == direct["spaces"][0]["sites"]
 
 
-def test_analyze_with_baseline_explains_the_change(exports: tuple[Path, Path], tmp_path: Path) -> None:
+def test_analyze_with_baseline_explains_the_change(
+    exports: tuple[Path, Path], tmp_path: Path
+) -> None:
     base, current = exports
     baseline = analysis_json(base, tmp_path / "base.json")
     result = invoke("analyze", current, "--baseline", baseline)
@@ -188,7 +190,9 @@ def test_per_site_figures_add_up_to_the_memory_peak(name: str) -> None:
         # Stranded bytes: every segment (page) once, the same as the state says.
         assert sites["stranded"]["total_bytes"] == doc["memory_peak"]["stranded_bytes"]
         # A site pins at most all of it.
-        assert all(x["bytes"] <= sites["stranded"]["total_bytes"] for x in sites["stranded"]["sites"])
+        assert all(
+            x["bytes"] <= sites["stranded"]["total_bytes"] for x in sites["stranded"]["sites"]
+        )
 
 
 def test_stranded_pages_are_credited_to_every_site_with_a_block_in_them(tmp_path: Path) -> None:
@@ -203,7 +207,9 @@ def test_stranded_pages_are_credited_to_every_site_with_a_block_in_them(tmp_path
         memory.append(MemoryRow(i * 1000, 1, 0, base + offset, size, correlation_id=i))
         api.append(ApiRow(i * 1000 - 10, i * 1000 + 10, 1, 7, "cudaMalloc", i))
         nvtx.append(NvtxRow(i * 1000 - 100, i * 1000 + 100, 1, 7, site))
-    path = write_export(tmp_path / "pages.sqlite", memory, api, nvtx, [Gpu(0, total_memory=1 << 30)])
+    path = write_export(
+        tmp_path / "pages.sqlite", memory, api, nvtx, [Gpu(0, total_memory=1 << 30)]
+    )
     full = _sites_doc(path, None)
     assert {x["site"]: x["bytes"] for x in full["stranded"]["sites"]} == {
         "c": MiB, "a": MiB // 2, "b": MiB // 2,
@@ -299,7 +305,9 @@ def test_regression_gate_still_trips(exports: tuple[Path, Path]) -> None:
     assert invoke("compare", current, base, "--fail-on-regression", "0.5", "-q").exit_code == 0
 
 
-def test_html_page_is_self_contained_and_escaped(snapshots: tuple[Path, Path], tmp_path: Path) -> None:
+def test_html_page_is_self_contained_and_escaped(
+    snapshots: tuple[Path, Path], tmp_path: Path
+) -> None:
     base, current = snapshots
     page = tmp_path / "compare.html"
     result = invoke("compare", base, current, "--html", page, "-q")
@@ -383,7 +391,9 @@ def test_a_comparison_is_a_pure_function_of_its_documents(snapshots: tuple[Path,
 
 @needs_chromium
 @pytest.mark.parametrize("pair", ["snapshots", "exports"])
-def test_chromium_draws_the_comparison(pair: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+def test_chromium_draws_the_comparison(
+    pair: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     base, current = request.getfixturevalue(pair)
     page = tmp_path / "compare.html"
     assert invoke("compare", base, current, "--html", page, "-q").exit_code == 0
@@ -396,4 +406,6 @@ def test_chromium_draws_the_comparison(pair: str, request: pytest.FixtureRequest
     dom = run_chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
     growing = GROWING_FRAME if pair == "snapshots" else GROWING_RANGE
     assert f"of it is live at <code>{growing}</code>" in dom
-    assert ("pytorch-segments address space" if pair == "snapshots" else "observed device pages") in dom
+    assert (
+        "pytorch-segments address space" if pair == "snapshots" else "observed device pages"
+    ) in dom

@@ -53,9 +53,7 @@ def peak_sites(run: ModelRun, point: int) -> PeakSites:
         stranded=tuple(SiteBytes(names[code], total) for code, total, _ in credited),
         stranded_bytes=sum(s.stranded_bytes for s in segments),
         segment_bytes=np.fromiter((s.stranded_bytes for s in segments), np.int64, len(segments)),
-        segment_sites=tuple(
-            frozenset(names[c] for c in _codes(s, series)) for s in segments
-        ),
+        segment_sites=tuple(frozenset(names[c] for c in _codes(s, series)) for s in segments),
     )
 
 

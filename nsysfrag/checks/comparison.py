@@ -25,6 +25,8 @@ from nsysfrag.checks.verdict import Piece, verdict
 from nsysfrag.errors import InputError
 from nsysfrag.reporters.json_report import SCHEMA
 
+SECONDS = Clock(0, True, "entry")  # a document whose clock is not known: seconds from 0
+
 # (label, path in a space document, is a fragmentation metric for --fail-on-regression)
 METRICS: tuple[tuple[str, str, bool], ...] = (
     ("max global frag", "max.global_frag", True),
@@ -76,8 +78,8 @@ class Comparison:
     only_in_base: tuple[str, ...]
     only_in_current: tuple[str, ...]
     words: DocumentWords | None = None  # the current run's (both are of one kind)
-    base_clock: Clock = Clock(0, True, "entry")
-    current_clock: Clock = Clock(0, True, "entry")
+    base_clock: Clock = SECONDS
+    current_clock: Clock = SECONDS
 
     def regressions(self, threshold: float) -> list[str]:
         """One line per fragmentation metric that grew by more than ``threshold`` (absolute)."""

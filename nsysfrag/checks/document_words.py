@@ -40,15 +40,20 @@ class Clock:
         return moment_since(time_ns, self.origin_ns, self.timestamps, self.untimed)
 
 
+def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    found = doc.get(key)
+    return found if isinstance(found, dict) else {}
+
+
 def document_words(doc: dict[str, Any]) -> DocumentWords:
-    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
-    model = str((doc.get("model") or {}).get("name") or "observed")
+    trace = _section(doc, "trace")
+    model = str(_section(doc, "model").get("name") or "observed")
     kind = trace.get("input")
     if not isinstance(kind, str):
         kind = "torch-snapshot" if model == SNAPSHOT_MODEL else "nsys-export"
-    recorded = trace.get("words") if isinstance(trace.get("words"), dict) else None
+    recorded = _section(trace, "words")
     names = ("space_title", "input_noun", "site_label", "untimed")
-    if recorded is not None and all(isinstance(recorded.get(n), str) for n in names):
+    if all(isinstance(recorded.get(n), str) for n in names):
         words = {n: str(recorded[n]) for n in names}
     else:
         fallback = _input_words(kind)
@@ -59,10 +64,8 @@ def document_words(doc: dict[str, Any]) -> DocumentWords:
 def clock_of(doc: dict[str, Any]) -> Clock:
     from nsysfrag.job.document import time_origin
 
-    trace = doc.get("trace") if isinstance(doc.get("trace"), dict) else {}
-    return Clock(
-        time_origin(doc), bool(trace.get("timestamps", True)), document_words(doc).untimed
-    )
+    trace = _section(doc, "trace")
+    return Clock(time_origin(doc), bool(trace.get("timestamps", True)), document_words(doc).untimed)
 
 
 def same_model(base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]) -> None:

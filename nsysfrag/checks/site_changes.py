@@ -72,7 +72,9 @@ def site_changes(base: SiteList, current: SiteList) -> list[SiteChange]:
         for s, v in rest_c.items()
     ]
     out += [
-        SiteChange(s, v, None if not current.complete else 0, GONE if current.complete else UNLISTED)
+        SiteChange(
+            s, v, None if not current.complete else 0, GONE if current.complete else UNLISTED
+        )
         for s, v in rest_b.items()
     ]
     out.sort(key=lambda x: (-abs(x.delta), x.site))

@@ -108,7 +108,9 @@ def moment_changes(base: dict[str, Any], current: dict[str, Any]) -> tuple[Momen
     return tuple(out)
 
 
-def missing_moments(base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]) -> list[str]:
+def missing_moments(
+    base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]
+) -> list[str]:
     """What one run's space has of the moments and the other's lacks, in words."""
     out = []
     for key, label in MOMENTS:

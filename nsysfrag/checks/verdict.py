@@ -103,14 +103,25 @@ def _memory(
     delta = current - base
     if not _news(delta, base):
         return [[Piece(f"{what} held at {format_bytes(current)} ({signed_bytes(delta)})")]]
-    clause = [Piece(f"{what} {signed_bytes(delta)}" + (f" ({signed_share(delta / base)})" if base else ""))]
+    clause = [
+        Piece(
+            f"{what} {signed_bytes(delta)}" + (f" ({signed_share(delta / base)})" if base else "")
+        )
+    ]
     top = _top(live, delta)
     if top is not None:
         if abs(top.delta) <= abs(delta):
             verb = "is live" if delta > 0 else "was live"
-            clause += [Piece(f"; {format_bytes(abs(top.delta))} of it {verb} at "), Piece(top.site, True)]
+            clause += [
+                Piece(f"; {format_bytes(abs(top.delta))} of it {verb} at "),
+                Piece(top.site, True),
+            ]
         else:
-            clause += [Piece("; live at "), Piece(top.site, True), Piece(f" {signed_bytes(top.delta)}")]
+            clause += [
+                Piece("; live at "),
+                Piece(top.site, True),
+                Piece(f" {signed_bytes(top.delta)}"),
+            ]
         clause += _status(top, LIVE)
     return [clause]
 
@@ -127,7 +138,11 @@ def _stranded(moment: MomentChange | None, stranded: SiteFigure | None) -> list[
             verb = "pinned by" if figure.delta > 0 else "of it was pinned by"
             clause += [Piece(f", {share * 100:.0f} % {verb} "), Piece(top.site, True)]
         else:  # other sites' stranded bytes moved the other way
-            clause += [Piece("; pinned by "), Piece(top.site, True), Piece(f": {signed_bytes(top.delta)}")]
+            clause += [
+                Piece("; pinned by "),
+                Piece(top.site, True),
+                Piece(f": {signed_bytes(top.delta)}"),
+            ]
         clause += _status(top, STRANDED)
     return [clause]
 

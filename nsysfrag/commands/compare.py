@@ -21,16 +21,32 @@ from nsysfrag.reporters import comparison_html, comparison_json, comparison_tabl
 @click.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("current", type=click.Path(path_type=Path))
-@click.option("--json", "json_path", type=click.Path(path_type=Path),
-              help="Write the comparison as JSON (nsysfrag-compare/1) here ('-' for stdout,"
-              " which replaces the terminal report).")
-@click.option("--html", "html_path", type=click.Path(path_type=Path),
-              help="Write the comparison as a self-contained HTML page ('-' for stdout).")
-@click.option("--capacity", type=ByteSize(), default=None,
-              help="Device memory per space for an input analyzed here (not a document),"
-              " e.g. 80GiB.")
-@click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",
-              help="Exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05 = 5 points).")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path),
+    help="Write the comparison as JSON (nsysfrag-compare/1) here ('-' for stdout,"
+    " which replaces the terminal report).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    help="Write the comparison as a self-contained HTML page ('-' for stdout).",
+)
+@click.option(
+    "--capacity",
+    type=ByteSize(),
+    default=None,
+    help="Device memory per space for an input analyzed here (not a document), e.g. 80GiB.",
+)
+@click.option(
+    "--fail-on-regression",
+    type=Delta(),
+    default=None,
+    metavar="DELTA",
+    help="Exit 1 when a fragmentation ratio grew by more than DELTA (e.g. 0.05 = 5 points).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print no terminal report.")
 def compare_command(
     base: Path,

@@ -44,9 +44,13 @@ def documents(
         check_regular_file(p)  # telling a document from an input reads it: never a FIFO
     read = [load_either(p) if is_document(p) else None for p in paths]
     kinds = [_kind(p, doc) for p, doc in zip(paths, read, strict=True)]
-    if None not in kinds and kinds[0] != kinds[1]:
-        raise InputError(other_kinds(names, (kinds[0][1], kinds[1][1])))
-    docs = [doc if doc is not None else _analyzed(p, request) for p, doc in zip(paths, read, strict=True)]
+    first, second = kinds
+    if first is not None and second is not None and first != second:
+        raise InputError(other_kinds(names, (first[1], second[1])))
+    docs = [
+        doc if doc is not None else _analyzed(p, request)
+        for p, doc in zip(paths, read, strict=True)
+    ]
     same_kind(docs[0], docs[1], base, current)
     if not is_job_document(docs[0]):
         same_model(docs[0], docs[1], names)

@@ -119,7 +119,9 @@ def _metric_row(d: MetricDelta) -> Row:
 _RATIO_METRICS = {"max.global_frag", "max.local_frag", "internal_frag", "alloc_failure_rate"}
 
 
-def site_rows(figure: SiteFigure, shown: int | None = SITES_SHOWN) -> tuple[list[SiteRow], int, int]:
+def site_rows(
+    figure: SiteFigure, shown: int | None = SITES_SHOWN
+) -> tuple[list[SiteRow], int, int]:
     """The sites whose figure changed, largest change first (the first ``shown``; None: all),
     and how many more changed and by how much in all."""
     changed = [x for x in figure.changes if x.delta != 0]

@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 # The sites a table lists on the page (the largest changes; the JSON has every listed site).
 SITES_SHOWN = 25
 
-_CSS = BASE_CSS + """
+_CSS = (
+    BASE_CSS
+    + """
 table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .22rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
@@ -53,6 +55,7 @@ td.bars { width: 14rem; position: relative; }
 .bar.neither { background: #5f6b7a; }
 footer { margin-top: 3rem; color: var(--muted); font-size: .85rem; }
 """
+)
 
 
 def render(comparison: Comparison, base_name: str, current_name: str) -> str:
@@ -91,7 +94,9 @@ def render_job(comparison: JobComparison, base_name: str, current_name: str) -> 
         if r.comparison is None:
             body.append(warnings_box([r.problem or "not compared"]))
             continue
-        body += space_sections(r.comparison, f"{base_name}, rank {r.rank}", f"{current_name}, rank {r.rank}")
+        body += space_sections(
+            r.comparison, f"{base_name}, rank {r.rank}", f"{current_name}, rank {r.rank}"
+        )
     unpaired = [f"only in {base_name}: rank {n}" for n in comparison.only_in_base]
     unpaired += [f"only in {current_name}: rank {n}" for n in comparison.only_in_current]
     if unpaired:
@@ -140,7 +145,9 @@ def _space(c: Comparison, s: SpaceComparison, base_name: str, current_name: str)
             continue
         widest = max(abs(r.delta_bytes) for r in shown) or 1
         body = [_site_row(r, widest) for r in shown]
-        out.append(table([site_label, "base", "current", "change", "", "match"], body, numeric=(1, 2, 3)))
+        out.append(
+            table([site_label, "base", "current", "change", "", "match"], body, numeric=(1, 2, 3))
+        )
         if more:
             out.append(
                 f'<p class="more">… and {more} more sites changed,'
@@ -159,7 +166,9 @@ def _moments_table(sections: list[list[Row]]) -> str:
         head.append(f'<th colspan="3" class="group">{esc(h.label)}<br><span class="status">'
                     f"{esc(h.base)} → {esc(h.current)}</span></th>")  # fmt: skip
     head.append("</tr><tr>")
-    head += ['<th class="n">base</th><th class="n">current</th><th class="n">change</th>'] * len(sections)
+    head += ['<th class="n">base</th><th class="n">current</th><th class="n">change</th>'] * len(
+        sections
+    )
     head.append("</tr>")
     labels: list[str] = []
     cells: dict[tuple[int, str], Row] = {}
@@ -172,12 +181,12 @@ def _moments_table(sections: list[list[Row]]) -> str:
     for label in labels:
         tds = [f"<td>{esc(label)}</td>"]
         for i in range(len(sections)):
-            r = cells.get((i, label))
-            if r is None:
+            cell = cells.get((i, label))
+            if cell is None:
                 tds.append('<td></td><td></td><td class="group"></td>')
                 continue
-            tds.append(f'<td class="n">{esc(r.base)}</td><td class="n">{esc(r.current)}</td>')
-            tds.append(_change(r.change, "group"))
+            tds.append(f'<td class="n">{esc(cell.base)}</td><td class="n">{esc(cell.current)}</td>')
+            tds.append(_change(cell.change, "group"))
         body.append("<tr>" + "".join(tds) + "</tr>")
     return (f'<table class="moments"><thead>{"".join(head)}</thead>'
             f"<tbody>{''.join(body)}</tbody></table>")  # fmt: skip
@@ -198,7 +207,9 @@ def _change(c: Change, extra: str = "") -> str:
     tone = f" {c.tone}" if c.tone in (WORSE, BETTER) else ""
     text = esc(c.text)
     if extra:
-        text = text.replace(" (", '<br><span class="share">(', 1) + ("</span>" if " (" in c.text else "")
+        text = text.replace(" (", '<br><span class="share">(', 1) + (
+            "</span>" if " (" in c.text else ""
+        )
     return f'<td class="n{tone} {extra}">{text}</td>'
 
 

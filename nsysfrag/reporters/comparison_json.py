@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nsysfrag.checks.comparison import Comparison, SpaceComparison
-from nsysfrag.checks.space_changes import SiteFigure
+from nsysfrag.checks.space_changes import FigureChange, SiteFigure
 from nsysfrag.checks.verdict import plain
 
 if TYPE_CHECKING:
@@ -77,21 +77,33 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
                 "label": m.label,
                 "base_time_ns": m.base_time_ns,
                 "current_time_ns": m.current_time_ns,
-                "figures": [
-                    {"figure": f.key, "label": f.label, "base": f.base, "current": f.current,
-                     "delta": f.delta, "relative": f.relative}
-                    for f in m.figures
-                ],  # fmt: skip
+                "figures": [_figure(f) for f in m.figures],
             }
             for m in s.moments
         ],
         "metrics": [
-            {"metric": d.key, "label": d.label, "base": d.base, "current": d.current,
-             "delta": d.delta}
+            {
+                "metric": d.key,
+                "label": d.label,
+                "base": d.base,
+                "current": d.current,
+                "delta": d.delta,
+            }
             for d in s.deltas
-        ],  # fmt: skip
+        ],
         "sites": {f.key: sites_document(f) for f in s.sites},
         "missing": list(s.missing),
+    }
+
+
+def _figure(f: FigureChange) -> dict[str, Any]:
+    return {
+        "figure": f.key,
+        "label": f.label,
+        "base": f.base,
+        "current": f.current,
+        "delta": f.delta,
+        "relative": f.relative,
     }
 
 

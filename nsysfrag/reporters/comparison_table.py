@@ -28,6 +28,8 @@ _STATE_COLUMNS = (
     Column("current", justify="right"),
     Column("change", justify="right"),
 )
+
+
 def _site_columns(site_label: str) -> tuple[Column, ...]:
     return (Column(site_label, kind="site"), *_SITE_FIGURES)
 
@@ -87,7 +89,9 @@ def render_space(
                 Site(r.site),
                 r.base,
                 r.current,
-                _change(Change(" ".join(filter(None, (r.change.text, r.short_status))), r.change.tone)),
+                _change(
+                    Change(" ".join(filter(None, (r.change.text, r.short_status))), r.change.tone)
+                ),
             ]
             for r in shown
         ]
@@ -95,7 +99,12 @@ def render_space(
         console.print(FittedTable(heading, Layout(_site_columns(site_label), cells)))
         if more:
             console.print(
-                Prose(Text(f"… and {more} more sites changed, {signed_bytes(more_delta)} in all", style="dim"))
+                Prose(
+                    Text(
+                        f"… and {more} more sites changed, {signed_bytes(more_delta)} in all",
+                        style="dim",
+                    )
+                )
             )
 
 
