@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag.events import I64, BoolArray
+from nsysfrag.units import format_bytes as format_bytes
 
 F64 = npt.NDArray[np.float64]
 # local_frag and free_blocks rate a space only where at least this share of the device is free:
@@ -143,16 +144,6 @@ def size_class_label(k: int) -> str:
     if lo_unit == hi_unit:
         return f"{lo}–{hi} {_UNITS[lo_unit]}"
     return f"{lo} {_UNITS[lo_unit]}–{hi} {_UNITS[hi_unit]}"
-
-
-def format_bytes(n: float) -> str:
-    """Human units, binary prefixes: ``1536`` -> ``1.50 KiB``."""
-    value = float(n)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:
