@@ -348,12 +348,15 @@ def test_address_map_paints_every_block_of_the_hand_made_trace(make_trace: MakeT
 def test_address_map_draws_a_1_mib_block_of_an_80_gib_arena_at_least_2_px(
     make_trace: MakeTrace,
 ) -> None:
-    # A 70 GiB block for the whole run, and a 1 MiB one at its top for a millisecond.
+    # A 70 GiB block for most of the run, and a 1 MiB one just above it for a millisecond,
+    # after it is gone: the small block's widening shows over white (over another block's own
+    # cells it would not: those show that block).
     memory = [
         MemoryRow(S, 1, 0, BASE, 70 << 30, correlation_id=1),
+        MemoryRow(4 * S, 1, 0, BASE, 0, op=FREE),
         MemoryRow(5 * S, 1, 0, BASE + (70 << 30), MiB, correlation_id=2),
         MemoryRow(5 * S + 1_000_000, 1, 0, BASE + (70 << 30), 0, op=FREE),
-        MemoryRow(10 * S, 1, 0, BASE, 0, op=FREE),
+        MemoryRow(10 * S, 1, 0, BASE + (1 << 40), 0, op=FREE),
     ]
     api = [ApiRow(t - 100, t + 100, 1, 7, "cudaMalloc_v3020", c) for t, c in ((S, 1), (5 * S, 2))]
     nvtx = [NvtxRow(S - 500, S + 500, 1, 7, "weights"), NvtxRow(5 * S - 500, 5 * S + 500, 1, 7, "tiny")]
@@ -363,7 +366,7 @@ def test_address_map_draws_a_1_mib_block_of_an_80_gib_arena_at_least_2_px(
     assert image is not None
     rgba = np.asarray(image.get_array())
     x_full, y_full = fig.axes[0].get_xlim()[1], fig.axes[0].get_ylim()[1]
-    weights = tuple(rgba[cell(rgba.shape[:2], x_full, y_full, 4.0, 30.0 * (1 << 30))])
+    weights = tuple(rgba[cell(rgba.shape[:2], x_full, y_full, 2.0, 30.0 * (1 << 30))])
     others = {tuple(c) for c in rgba.reshape(-1, 4)} - {weights, (0, 0, 0, 0)}
     assert len(others) == 1  # the tiny block is drawn, in its own colour
     tiny = np.all(rgba == np.array(others.pop(), dtype=rgba.dtype), axis=-1)

@@ -50,12 +50,15 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
     head = [("at", moment(space, st.time_ns)), ("requested", requested)]
     pool = st.pool
     if pool is None or f.requested_bytes is None:
-        state = [
-            ("free", format_bytes(st.free_bytes)),
-            ("free blocks", str(st.free_blocks)),
-            ("largest free block", format_bytes(st.largest_free_bytes)),
-            ("live", format_bytes(st.live_bytes)),
-        ]
+        # No size, no verdict: what was free then, in the state table's words.
+        state = (
+            [("free", format_bytes(st.free_bytes)), ("free blocks", str(st.free_blocks)),
+             ("largest free block", format_bytes(st.largest_free_bytes))]
+            if pool is None
+            else [("device free", format_bytes(pool.device_free_bytes)),
+                  ("stranded", format_bytes(pool.stranded_bytes)),
+                  ("largest usable", format_bytes(st.largest_free_bytes))]
+        ) + [("live", format_bytes(st.live_bytes))]  # fmt: skip
         cells = (*head, *state, ("verdict", verdict_words(f)))
         return FailureText(cells, "", f.site, (), f.stack[1:])
     device_free = (
