@@ -22,6 +22,7 @@ repository root::
 
 from __future__ import annotations
 
+import argparse
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -33,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # run as a script it is there already; imported, it may not be
     sys.path.insert(0, str(HERE))
 from driver_pages import PAGE, MemoryPool, OutOfMemory, round_up  # noqa: E402
+import traced_process  # noqa: E402
 from serving_workload import inference_serving  # noqa: E402
 from traced_process import (  # noqa: E402
     A100_40GB,
@@ -584,7 +586,10 @@ def summarize(path: Path) -> str:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Regenerate the sample nsys exports.")
+    parser.add_argument("--out", type=Path, default=HERE, help="folder to write them in")
+    traced_process.OUT_DIR = parser.parse_args(argv).out
     for workload in (
         training_loop,
         inference_serving,

@@ -29,7 +29,8 @@ from nsysfrag.testing.nsys_export import (
     write_export,
 )
 
-HERE = Path(__file__).resolve().parent
+# Where Trace.write puts the exports (make_samples.py --out changes it).
+OUT_DIR = Path(__file__).resolve().parent
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
@@ -95,7 +96,7 @@ class Trace:
     def write(self, name: str, gpus: list[Gpu], options: ExportOptions) -> Path:
         # nsys writes each table in time order; the analyzer breaks start ties by rowid.
         return write_export(
-            HERE / name,
+            OUT_DIR / name,
             sorted(self.memory, key=lambda r: r.start),
             sorted(self.api, key=lambda r: r.start),
             sorted(self.nvtx, key=lambda r: r.start),
