@@ -144,6 +144,8 @@ class Words:
     other_kinds: bool = True
     # A failure whose input records no request size says so in these words.
     size_unknown: str = "size not recorded"
+    # The memory between reserved and allocated, on a figure's shading.
+    unallocated: str = "cached (reserved − allocated)"
     # A moment of a space whose input recorded no times is its entry (event) number: "entry 17".
     untimed: str = "entry"
     untimed_axis: str = "time (trace entries since the first; the snapshot records no times)"

@@ -24,7 +24,7 @@ def _analyze(path: Path, *args: str) -> dict[tuple[int, int], dict[str, Any]]:
 
 def test_nsys_failures_are_told_with_their_own_state(tmp_path: Path) -> None:
     """GIVEN two failed cudaMalloc calls on device 0, the first before any event (64 MiB free)
-    and the second after three 8 MiB allocations, and a peak later with 48 MiB free in 2 blocks
+    and the second after three 8 MiB allocations, and later 48 MiB of free pages
     WHEN the trace is analyzed
     THEN the advice counts both failures, describes the first with the empty device, says the
     size is unknown, and never quotes the peak's free memory."""
@@ -33,7 +33,7 @@ def test_nsys_failures_are_told_with_their_own_state(tmp_path: Path) -> None:
     assert isinstance(advice, list)
     text = " ".join(advice)
     assert "2 allocations failed." in text
-    assert "0.000 s with 64.00 MiB free in 1 block(s), the largest 64.00 MiB" in text
+    assert "0.000 s with 64.00 MiB of free pages on the device and 0 B stranded" in text
     assert "records no size" in text and "unknown" in text
     assert "48.00 MiB" not in text
 

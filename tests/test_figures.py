@@ -30,6 +30,7 @@ from nsysfrag.models.observed.kernel import ALLOCATED, FREED
 from nsysfrag.reporters import figure_axes as figures
 from nsysfrag.reporters import timeline_points
 from nsysfrag.reporters.address_map import (
+    FREE_NOTE,
     MIN_BLOCK_NOTE,
     address_map,
     allocation_events,
@@ -75,8 +76,9 @@ def churn() -> SpaceAnalysis:
 
 
 def small_space(make_trace: MakeTrace) -> SpaceAnalysis:
-    """weights | act(2 MiB) | act(1 MiB), then the 2 MiB act is freed out of order (a 2 MiB hole),
-    scratch lands in it, and weights is freed (out of order, at the base: no hole)."""
+    """weights | act(2 MiB) | act(1 MiB) over two pages, then the 2 MiB act is freed out of order
+    (a 2 MiB hole: weights and the 1 MiB act keep both pages resident), scratch lands in it, and
+    weights is freed (out of order: a 1 MiB hole, since scratch keeps page 0)."""
     steps = [  # (seconds, offset, bytes, site or None for a free)
         (1, 0, MiB, "weights"),
         (2, MiB, 2 * MiB, "act"),
@@ -209,13 +211,18 @@ def test_fragmentation_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
 # ---------------------------------------------------------------- memory
 
 
-def test_memory_lines_are_the_byte_timelines_and_capacity_is_drawn() -> None:
+def test_memory_lines_are_the_driver_s_pages_and_capacity_is_drawn() -> None:
+    """An nsys space is drawn in the same figures as a snapshot's: reserved (resident pages),
+    allocated, requested and the largest usable request, the stranded memory shaded."""
     s = inference()
     ax = only_axes(memory_timeline(s))
-    tl = s.timeline
-    np.testing.assert_array_equal(line(ax, "live bytes").get_ydata(), tl.live_bytes)
-    np.testing.assert_array_equal(line(ax, "free bytes").get_ydata(), tl.free_bytes)
-    np.testing.assert_array_equal(line(ax, "largest free block").get_ydata(), tl.largest_free_bytes)
+    pool = s.timeline.pool
+    assert pool is not None
+    reserved = line(ax, "reserved")
+    at = np.searchsorted(seconds(s), np.asarray(reserved.get_xdata(), dtype=np.float64), side="right") - 1
+    np.testing.assert_array_equal(reserved.get_ydata(), pool.reserved_bytes[at])
+    np.testing.assert_array_equal(line(ax, "allocated").get_ydata(), pool.allocated_bytes[at])
+    assert "stranded in resident pages (reserved − allocated)" in [str(c.get_label()) for c in ax.collections]
     cap = line(ax, "device capacity")
     assert list(cap.get_ydata()) == [s.capacity_bytes] * 2
     assert format_bytes(s.capacity_bytes) in cap.get_label()
@@ -316,7 +323,7 @@ def test_address_map_paints_every_block_of_the_hand_made_trace(make_trace: MakeT
     assert image is not None
     ax = fig.axes[0]
     x_full, y_full = ax.get_xlim()[1], ax.get_ylim()[1]
-    assert (x_full, y_full) == (5.0, 4 * MiB * 1.12)
+    assert (x_full, y_full) == (5.0, 4 * MiB)  # the two pages the blocks touched
     rgba = np.asarray(image.get_array())
     shape = rgba.shape[:2]
     codes = block_image(s, x_full, y_full, shape)
@@ -331,12 +338,12 @@ def test_address_map_paints_every_block_of_the_hand_made_trace(make_trace: MakeT
     assert at["act"] == at["act2"] != at["weights"]  # both "act" blocks share a colour
     assert len({at["act"], at["weights"], at["scratch"]}) == 3
     assert codes[cell(shape, x_full, y_full, 0.5, 2 * MiB)] == 0  # nothing there before 1 s
-    assert codes[cell(shape, x_full, y_full, 2.5, 4.3 * MiB)] == 0  # above every block
+    assert codes[cell(shape, x_full, y_full, 0.5, 3.5 * MiB)] == 0  # nothing there before 2 s
     # The figure shows those codes: painted cells opaque, empty cells transparent.
     np.testing.assert_array_equal(rgba[..., 3] > 0, codes > 0)
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["act", "weights", "scratch", MIN_BLOCK_NOTE]  # by summed bytes × lifetime
-    assert "offset" in ax.get_ylabel() and "bytes" in ax.get_ylabel()
+    assert legend == ["act", "weights", "scratch", MIN_BLOCK_NOTE, FREE_NOTE]  # by bytes × lifetime
+    assert "address order" in ax.get_ylabel() and "bytes" in ax.get_ylabel()
 
 
 def test_address_map_draws_a_1_mib_block_of_an_80_gib_arena_at_least_2_px(
@@ -491,7 +498,7 @@ def test_hotspots_of_the_hand_made_trace(make_trace: MakeTrace) -> None:
     ax = only_axes(hotspots_chart(s))
     labels = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks(), strict=True)}
     assert labels["act"] > labels["weights"]  # the 2 MiB hole ranks first, at the top
-    assert sorted(b.get_width() for b in ax.containers[0]) == [0, 2 * MiB]
+    assert sorted(b.get_width() for b in ax.containers[0]) == [MiB, 2 * MiB]
     assert any(t.get_text() == "2.00 MiB · 1 hole / 1 out-of-order free" for t in ax.texts)
 
 

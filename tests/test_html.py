@@ -210,23 +210,25 @@ def test_key_numbers_and_health_are_on_the_page() -> None:
 def test_rated_cells_are_coloured_by_their_health_thresholds() -> None:
     s = sample("inference_serving").spaces[0]
     (section,) = page("inference_serving").sections()
-    # The state table: the one with a "peak" row (the failures' table comes first).
+    # The state table: the one with a "global frag" row, a column per moment.
     state = next(
         t for t in section.iter("table")
-        if any(tr.children and tr.children[0].all_text() == "peak" for tr in t.iter("tr"))
+        if any(tr.children and tr.children[0].all_text() == "global frag" for tr in t.iter("tr"))
     )  # fmt: skip
-    rows = {tr.children[0].all_text(): tr for tr in state.iter("tr") if tr.children[0].tag == "th"}
-    expected = [
-        ("peak", s.peak.global_frag, s.peak.local_frag, s.peak.free_blocks),
-        ("final", s.final.global_frag, s.final.local_frag, s.final.free_blocks),
-        ("max", s.max_global_frag, s.max_local_frag, s.max_free_blocks),
-    ]
+    rows = {tr.children[0].all_text(): tr for tr in state.iter("tr") if tr.children and tr.children[0].tag == "th"}
+    assert s.memory_peak is not None
+    moments = [s.memory_peak, s.peak, s.final]
+    expected = {
+        "global frag": ([m.global_frag for m in moments] + [s.max_global_frag], global_frag_health),
+        "local frag": ([m.local_frag for m in moments] + [s.max_local_frag], local_frag_health),
+        "free blocks": ([m.free_blocks for m in moments] + [s.max_free_blocks], free_blocks_health),
+    }
     levels = set()
-    for label, g, loc, n in expected:
+    for label, (values, level_of) in expected.items():
         tds = [c for c in rows[label].children if c.tag == "td"]
-        # columns: at, global, local, free blocks, ...
-        for td, level in ((tds[1], global_frag_health(g)), (tds[2], local_frag_health(loc)),
-                          (tds[3], free_blocks_health(n))):  # fmt: skip
+        assert len(tds) == 4  # at peak memory, at worst fragmentation, final, max
+        for td, value in zip(tds, values, strict=True):
+            level = level_of(value)
             assert level.label in td.classes(), (label, td.all_text(), level)
             levels.add(level.label)
     assert {"ok", "critical"} <= levels  # the sample exercises more than one colour

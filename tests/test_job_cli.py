@@ -293,8 +293,12 @@ def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Pat
     alone = run("analyze", "caching_allocator.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
     doc = single("caching_allocator.sqlite", cwd=tmp_path)
     assert doc["trace"]["first_event_ns"] > 10**9
-    at = f"{(doc['spaces'][0]['peak']['time_ns'] - doc['trace']['first_event_ns']) / 1e9:.3f} s"
-    assert re.search(rf"\bpeak\s+│?\s*{re.escape(at)}", alone.stdout), alone.stdout
+    origin = doc["trace"]["first_event_ns"]
+    at = f"{(doc['spaces'][0]['peak']['time_ns'] - origin) / 1e9:.3f} s"
+    memory = f"{(doc['spaces'][0]['memory_peak']['time_ns'] - origin) / 1e9:.3f} s"
+    # The state table's "at" row: peak memory's moment, then the worst fragmentation's.
+    cell = r"\s+[│┃]?\s*"
+    assert re.search(rf"\bat{cell}{re.escape(memory)}{cell}{re.escape(at)}", alone.stdout), alone.stdout
     job = run("analyze", "caching_allocator.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
               env={"COLUMNS": "200"})  # fmt: skip
     assert job.returncode == 0, job.stderr

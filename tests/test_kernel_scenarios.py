@@ -364,3 +364,13 @@ def test_freeing_a_pool_block_makes_no_hole() -> None:
 def test_a_page_block_over_a_pool_blocks_bytes_evicts_it() -> None:
     out = run(alloc(0, 5, pool=True), alloc(3, 5), pool_reserved=[40, 40], pool_releasable=[0, 0])
     assert out.overlap.tolist() == [False, True] and state(out).allocated == 5
+
+
+def test_a_pool_block_s_footprint_over_a_page_block_s_counts_once() -> None:
+    # GIVEN a granularity of 4: a page block [0, 1) (footprint [0, 4)) and a pool block [2, 3)
+    # (footprint [2, 6)) WHEN replayed THEN their bytes do not meet, and allocated is the
+    # union of the footprints, 6 bytes
+    out = run(alloc(0, 1), alloc(2, 1, pool=True), granularity=4,
+              pool_reserved=[0, 40], pool_releasable=[0, 0])  # fmt: skip
+    assert out.overlap.tolist() == [False, False]
+    assert state(out).allocated == 6

@@ -9,8 +9,9 @@ hypothesis makes them, so the bugs nobody thought of get a chance to show:
   failed allocation calls (runtime and driver, charged through the calling thread), calls that
   are no allocation, events of other memory kinds, tiny and huge sizes, addresses from 2^63 up
   (stored negative), equal timestamps and rows written out of time order, session and UNIX
-  times, exports without enum tables (schema 2.x) or with the memory kinds numbered otherwise
-  (resolved by name), with and without ``--capacity``;
+  times, exports without times (every memory row at start 0), memory pools' rows, module data
+  packed 256 B apart, exports without enum tables (schema 2.x) or with the memory kinds
+  numbered otherwise (resolved by name), with and without ``--capacity``;
 - PyTorch snapshots (SPEC §8–§9) from the sample generator's caching allocator
   (tests/snapshot_workloads.py): every pool's sizes, frees on a side stream, ``empty_cache()``,
   garbage collection, expandable segments, OOMs on a small device, the ring buffer's cut, two
@@ -27,6 +28,7 @@ check (each kind gets that many).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -216,6 +218,16 @@ def nsys_exports(draw: st.DrawFn) -> NsysExample:
             api.append(ApiRow(t - 2, t + 2, pid, tid, "cuMemAlloc_v2", c, 0, 1))
         return c
 
+    def pool_row(space: _Space) -> tuple[int, int, int, int] | None:
+        """Now and then, a memory pool's row (cudaMallocAsync): one of two pools of the space,
+        its size, bytes in use and release threshold as this row records them."""
+        if draw(st.integers(0, 7)):
+            return None
+        size = draw(st.sampled_from([0, 2 * MiB, 32 * MiB, 1 * GiB]))
+        used = draw(st.integers(0, size))
+        threshold = draw(st.sampled_from([0, 16 * MiB, 1 << 62]))
+        return (space.region + (1 << 31) + draw(st.integers(0, 1)) * (1 << 30), size, used, threshold)
+
     for _ in range(draw(st.integers(1, 60))):
         t += draw(st.sampled_from([0, 0, 1, 10, 1000]))  # equal timestamps are common
         pid, device = draw(st.sampled_from(sorted(spaces)))
@@ -225,7 +237,8 @@ def nsys_exports(draw: st.DrawFn) -> NsysExample:
             nbytes = draw(sizes())
             where = draw(st.integers(0, 9))
             if where < 6 or not (space.live or space.freed):
-                address = space.region + space.cursor + draw(st.sampled_from([0, 0, 512, 1, 4096]))
+                # 256: module data as genuine exports pack it, footprints overlapping
+                address = space.region + space.cursor + draw(st.sampled_from([0, 0, 512, 1, 256, 4096]))
             elif where < 8 and space.freed:  # an address used before
                 address = draw(st.sampled_from(space.freed))
             else:  # over a live block: the trace missed its free
@@ -235,7 +248,7 @@ def nsys_exports(draw: st.DrawFn) -> NsysExample:
             space.live.append((address, nbytes))
             kind = draw(st.sampled_from(DEVICE_KINDS))
             c = correlated(pid, t, draw(st.sampled_from(ALLOC_NAMES[:3])))
-            memory.append(MemoryRow(t, pid, device, address, nbytes, ALLOC, kind, c))
+            memory.append(MemoryRow(t, pid, device, address, nbytes, ALLOC, kind, c, pool_row(space)))
         elif what < 13 and space.live:  # a free of a live block, most often the latest
             i = len(space.live) - 1 if draw(st.booleans()) else draw(st.integers(0, len(space.live) - 1))
             address, nbytes = space.live.pop(i)
@@ -243,7 +256,7 @@ def nsys_exports(draw: st.DrawFn) -> NsysExample:
             nbytes = draw(st.sampled_from([nbytes, nbytes, 0, 512]))  # a free's bytes are ignored
             c = correlated(pid, t, "cudaFree_v3020")
             kind = draw(st.sampled_from(DEVICE_KINDS))  # any device kind frees any device block
-            memory.append(MemoryRow(t, pid, device, address, nbytes, FREE, kind, c))
+            memory.append(MemoryRow(t, pid, device, address, nbytes, FREE, kind, c, pool_row(space)))
         elif what < 14:  # a free of an address nobody allocated (before the capture)
             address = space.region + draw(st.integers(0, 1 << 30))
             memory.append(MemoryRow(t, pid, device, address, 4096, FREE, DEVICE, None))
@@ -265,6 +278,8 @@ def nsys_exports(draw: st.DrawFn) -> NsysExample:
     order = draw(st.permutations(range(len(memory))))
     if draw(st.booleans()):  # rows written out of time order: (start, rowid) must sort them
         memory = [memory[i] for i in order]
+    if not draw(st.integers(0, 5)):  # an export without times (nsys 2022.1): start = 0 everywhere
+        memory = [dataclasses.replace(m, start=0) for m in memory]
     capacity = draw(st.one_of(st.none(), st.sampled_from([1 * MiB, 64 * MiB, 24 * GiB]),
                               st.integers(512 * KiB, 100 * GiB)))  # fmt: skip
     enums = draw(st.sampled_from(["nsys", "nsys", "nsys", "none", "renumbered"]))

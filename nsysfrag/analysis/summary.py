@@ -109,7 +109,8 @@ def pool_state(pool: PoolColumns, i: int) -> PoolState:
         reserved_bytes=reserved,
         allocated_bytes=allocated,
         releasable_bytes=releasable,
-        stranded_bytes=reserved - allocated - releasable,
+        # Never below 0: a memory pool can record less than its blocks' footprints.
+        stranded_bytes=max(0, reserved - allocated - releasable),
         device_free_bytes=int(pool.device_free_bytes[i]),
         largest_block_bytes=int(pool.largest_block_bytes[i]),
     )

@@ -199,10 +199,8 @@ def address_map(space: SpaceAnalysis) -> Figure:
     ax.set_ylim(0, top)
     bytes_axis(ax.yaxis)
     cuts = len(regions.start) - 1
-    ax.set_ylabel(
-        "pages the blocks touched, in address order"
-        + (f" ({cuts} virtual gap{'s' if cuts > 1 else ''} left out)" if cuts else "")
-    )
+    gaps = f"; {cuts} virtual gap{'s' if cuts > 1 else ''} left out" if cuts else ""
+    ax.set_ylabel(f"pages the blocks touched, in address order (bytes{gaps})")
     if 0 < cuts <= CUTS_DRAWN:
         for y in regions.placed[1:].tolist():
             ax.axhline(y, color=CAPACITY_COLOR, linestyle=":", linewidth=0.6, zorder=2)

@@ -195,15 +195,16 @@ def memory_timeline(space: SpaceAnalysis) -> Figure:
 
 
 def _pool_memory(space: SpaceAnalysis, pool: PoolColumns) -> Figure:
-    """What a PyTorch user reads memory by: reserved (the segments), allocated and requested,
-    the cached memory between reserved and allocated shaded, and the largest usable request."""
+    """What a PyTorch user reads memory by: reserved (the segments, or the driver's resident
+    pages), allocated and requested, the memory between reserved and allocated shaded, and the
+    largest usable request."""
     fig, (ax,) = new_figure()
     tl = space.timeline
     idx = drawn_indices(space, pool.reserved_bytes, pool.allocated_bytes)
     ax.fill_between(
         seconds_since_start(space)[idx], pool.allocated_bytes[idx], pool.reserved_bytes[idx],
         step="post", color=FREE_COLOR, alpha=0.15, linewidth=0,
-        label="cached (reserved − allocated)",
+        label=space.source.words.unallocated,
     )  # fmt: skip
     peak = space.peak
     reserved_peak = format_bytes(int(pool.reserved_bytes.max()))
@@ -215,7 +216,7 @@ def _pool_memory(space: SpaceAnalysis, pool: PoolColumns) -> Figure:
           label=f"requested · max {format_bytes(space.max_live_bytes)}")  # fmt: skip
     _step(ax, space, tl.largest_free_bytes, color=LARGEST_FREE_COLOR, linewidth=1.1,
           label=f"largest usable request (L_eff) · {format_bytes(peak.largest_free_bytes)}"
-          " at peak frag")  # fmt: skip
+          " at worst frag")  # fmt: skip
     _capacity_line(ax, space)
     top = max(space.capacity_bytes, int(pool.reserved_bytes.max()), int(tl.largest_free_bytes.max()))
     ax.set_ylim(0, top * 1.08)

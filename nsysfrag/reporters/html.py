@@ -216,7 +216,8 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     states = table(["", *state.headings], rows, numeric=range(1, len(state.headings) + 1))
     figures = [
-        ("global frag growth", f"{s.growth_per_s * 100:+.3f} points/s"),
+        ("global frag growth",
+         f"{s.growth_per_s * 100:+.3f} points/s" if s.timestamps else "not measured (no times)"),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
         ("lowest block address", f"0x{s.base_address:x}"),
         ("highest block end", f"0x{s.arena_end:x}"),

@@ -156,8 +156,9 @@ def _space(s: SpaceAnalysis) -> RenderableType:
             [[label, *(_shown(c) for c in cells)] for label, cells in table.rows],
         ),
     )
+    growth = f"{s.growth_per_s * 100:+.3f} points/s" if s.timestamps else "not measured (no times)"
     figures = Text(
-        f"growth of global fragmentation: {s.growth_per_s * 100:+.3f} points/s · internal"
+        f"growth of global fragmentation: {growth} · internal"
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
         f" frees: {s.out_of_order_frees} · frees that left a hole: {s.hole_creating_frees}"
     )

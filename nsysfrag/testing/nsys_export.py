@@ -172,6 +172,14 @@ class MemoryRow:
     pool: tuple[int, int, int, int] | None = None
 
 
+def _signed_pool(pool: tuple[int, int, int, int] | None) -> tuple[int | None, ...]:
+    """A pool's columns as SQLite stores them: its address signed, as nsys writes addresses."""
+    if pool is None:
+        return (None, None, None, None)
+    address, *rest = pool
+    return (address - (1 << 64) if address >= 1 << 63 else address, *rest)
+
+
 @dataclass(frozen=True, slots=True)
 class ApiRow:
     start: int
@@ -316,7 +324,7 @@ def _write(
                     r.kind,
                     r.op,
                     r.correlation_id,
-                    *(r.pool or (None, None, None, None)),
+                    *_signed_pool(r.pool),
                 )
                 for r in memory
             ],

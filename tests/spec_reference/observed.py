@@ -143,7 +143,8 @@ def _pools(con: sqlite3.Connection) -> dict[int, tuple[int, int, int]]:
         f"SELECT rowid, {', '.join(POOL_COLUMNS)} FROM CUDA_GPU_MEMORY_USAGE_EVENTS"
         " WHERE localMemoryPoolAddress IS NOT NULL"
     ):
-        out[rowid] = (address, size or 0, max(used or 0, threshold or 0))
+        # A damaged (negative) size or use counts as none.
+        out[rowid] = (address, max(size or 0, 0), max(used or 0, threshold or 0, 0))
     return out
 
 

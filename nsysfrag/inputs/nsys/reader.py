@@ -435,8 +435,10 @@ def _pool_records(
     codes = np.full(len(address), -1, dtype=np.int64)
     if flagged.any():
         _, codes[flagged] = np.unique(address[flagged], return_inverse=True)
-    # What a trim keeps: the bytes in use, and the release threshold the pool keeps anyway.
-    return PoolRecords(codes, size, np.maximum(utilized, np.maximum(threshold, 0)))
+    # What a trim keeps: the bytes in use, and the release threshold the pool keeps anyway. A
+    # damaged (negative) figure counts as none.
+    kept = np.maximum(np.maximum(utilized, threshold), 0)
+    return PoolRecords(codes, np.maximum(size, 0), kept)
 
 
 def _correlation_ids(corr: I64) -> I64:

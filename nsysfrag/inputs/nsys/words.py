@@ -101,6 +101,7 @@ WORDS = Words(
     global_formula="(free − L_eff) / C",
     local_formula="1 − L_eff / free",
     size_unknown="size not recorded by nsys",
+    unallocated="stranded in resident pages (reserved − allocated)",
     untimed="event",
     untimed_axis="memory events in order (the export recorded no times)",
     terms=TERMS,

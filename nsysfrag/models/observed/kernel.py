@@ -101,6 +101,20 @@ class _Blocks(NamedTuple):
     first: I64  # [first live slot of layer 0, of layer 1]
 
 
+class _Every(NamedTuple):
+    """Every live block, of both layers, in one list in address order, kept only where the
+    stream has pool blocks: a pool block's footprint may share bytes with a page block's, and
+    allocated counts such bytes once."""
+
+    on: bool
+    prev: I64
+    next: I64
+    fenwick: I64
+    first: I64  # [the lowest live block]
+    shared: I64  # per leaf (after slot s: s + 1): footprint bytes a block shares with the next
+    total: I64  # [every shared byte]
+
+
 class _Leaves(NamedTuple):
     """What each pair of neighbours contributes (leaf 0: before the first page block; leaf
     s + 1: after slot s), in a max segment tree of the largest free run, and the totals."""
@@ -110,7 +124,8 @@ class _Leaves(NamedTuple):
     runs: I64  # free runs inside resident pages
     shared_pages: I64  # bytes of the pages both neighbours touch
     shared_footprint: I64  # bytes both footprints cover
-    totals: I64  # [runs, shared pages, shared footprint, page bytes, footprint bytes]
+    # [runs, shared pages, shared footprint (page blocks), page bytes, footprint bytes (all)]
+    totals: I64
 
 
 def replay(events: KernelEvents) -> KernelOutput:
@@ -343,8 +358,9 @@ def _pair(leaves, leaf, p_end, q_start, page):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
-    """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` and set their leaf."""
+def _relink(blocks, leaves, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
+    """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` and set their leaf (the pool
+    layer has none: the pool holds its blocks' pages)."""
     if layer == PAGE_LAYER:
         _pair(
             leaves,
@@ -353,10 +369,6 @@ def _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer):  # typ
             slot_offset[q] if q >= 0 else -1,
             page,
         )
-    elif p >= 0:  # pool blocks share footprint bytes only; the pool holds their pages
-        shared = max(0, blocks.end[p] - slot_offset[q]) if q >= 0 else 0
-        leaves.totals[2] += shared - pool_shared[p + 1]
-        pool_shared[p + 1] = shared
     if p >= 0:
         blocks.next[p] = q
     else:
@@ -366,40 +378,62 @@ def _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer):  # typ
 
 
 @numba.njit(cache=True, nogil=True)
-def _unlink(blocks, leaves, pool_shared, slot_offset, page, s):  # type: ignore[no-untyped-def]
-    """Remove live block ``s`` from its layer."""
+def _every_pair(every, blocks, slot_offset, p, q):  # type: ignore[no-untyped-def]
+    """Make ``p`` and ``q`` (-1: none) neighbours in the list of every block, counting the
+    footprint bytes they share."""
+    if p >= 0:
+        shared = max(0, blocks.end[p] - slot_offset[q]) if q >= 0 else 0
+        every.total[0] += shared - every.shared[p + 1]
+        every.shared[p + 1] = shared
+        every.next[p] = q
+    else:
+        every.first[0] = q
+    if q >= 0:
+        every.prev[q] = p
+
+
+@numba.njit(cache=True, nogil=True)
+def _unlink(blocks, leaves, every, slot_offset, page, s):  # type: ignore[no-untyped-def]
+    """Remove live block ``s`` from its layer (and from the list of every block)."""
     layer = blocks.layer[s]
-    p = blocks.prev[s]
-    q = blocks.next[s]
     a = slot_offset[s]
     e = blocks.end[s]
-    _relink(blocks, leaves, pool_shared, slot_offset, page, p, q, layer)
+    _relink(blocks, leaves, slot_offset, page, blocks.prev[s], blocks.next[s], layer)
     if layer == PAGE_LAYER:
         _set_leaf(leaves, s + 1, 0, 0, 0, 0)
         leaves.totals[3] -= _page_ceil(e, page) - _page_floor(a, page)
         _fenwick_add(blocks.fenwick, s, -1)
     else:
-        leaves.totals[2] -= pool_shared[s + 1]
-        pool_shared[s + 1] = 0
         _fenwick_add(blocks.pool_fenwick, s, -1)
+    if every.on:
+        _every_pair(every, blocks, slot_offset, every.prev[s], every.next[s])
+        every.total[0] -= every.shared[s + 1]
+        every.shared[s + 1] = 0
+        _fenwick_add(every.fenwick, s, -1)
     leaves.totals[4] -= e - a
     blocks.live[s] = False
 
 
 @numba.njit(cache=True, nogil=True)
-def _link(blocks, leaves, pool_shared, slot_offset, page, s, e, layer, p):  # type: ignore[no-untyped-def]
+def _link(blocks, leaves, every, slot_offset, page, s, e, layer, p, top_bit):  # type: ignore[no-untyped-def]
     """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block
-    just below it there (-1: none)."""
+    just below it there (-1: none), and into the list of every block."""
     tree = blocks.fenwick if layer == PAGE_LAYER else blocks.pool_fenwick
     q = blocks.first[layer] if p < 0 else blocks.next[p]
     blocks.end[s] = e
     blocks.layer[s] = layer
-    _relink(blocks, leaves, pool_shared, slot_offset, page, p, s, layer)
-    _relink(blocks, leaves, pool_shared, slot_offset, page, s, q, layer)
+    _relink(blocks, leaves, slot_offset, page, p, s, layer)
+    _relink(blocks, leaves, slot_offset, page, s, q, layer)
     a = slot_offset[s]
     if layer == PAGE_LAYER:
         leaves.totals[3] += _page_ceil(e, page) - _page_floor(a, page)
     _fenwick_add(tree, s, 1)
+    if every.on:
+        below = _previous_live(every.fenwick, s, top_bit)
+        above = every.first[0] if below < 0 else every.next[below]
+        _every_pair(every, blocks, slot_offset, below, s)
+        _every_pair(every, blocks, slot_offset, s, above)
+        _fenwick_add(every.fenwick, s, 1)
     leaves.totals[4] += e - a
     blocks.live[s] = True
 
@@ -462,7 +496,17 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
         np.zeros(k + 1, dtype=np.int64),
         np.zeros(5, dtype=np.int64),
     )
-    pool_shared = np.zeros(k + 1, dtype=np.int64)
+    pooled_blocks = bool(in_pool.any())
+    m = k if pooled_blocks else 0
+    every = _Every(
+        pooled_blocks,
+        np.full(m, -1, dtype=np.int64),
+        np.full(m, -1, dtype=np.int64),
+        np.zeros(m + 1, dtype=np.int64),
+        np.full(1, -1, dtype=np.int64),
+        np.zeros(m + 1, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
     blocks = _Blocks(
         np.zeros(k, dtype=np.bool_),
         np.zeros(k, dtype=np.int8),
@@ -529,7 +573,7 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
                 e = block_end[s]
                 if layer == POOL_LAYER:
                     pool_live -= 1
-                _unlink(blocks, leaves, pool_shared, slot_offset, page, s)
+                _unlink(blocks, leaves, every, slot_offset, page, s)
                 ubytes -= block_bytes[s]
                 removed_at[block_alloc[s]] = i
                 freed_alloc[i] = block_alloc[s]
@@ -571,7 +615,7 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
                     nxt = blocks.next[r]
                     if layer == POOL_LAYER:
                         pool_live -= 1
-                    _unlink(blocks, leaves, pool_shared, slot_offset, page, r)
+                    _unlink(blocks, leaves, every, slot_offset, page, r)
                     ubytes -= block_bytes[r]
                     removed_at[block_alloc[r]] = i
                     r = nxt if nxt >= 0 and slot_offset[nxt] < stop else -1
@@ -580,7 +624,7 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
             e = a + footprint_of[i]
             block_bytes[s] = nbytes[i]
             block_alloc[s] = i
-            _link(blocks, leaves, pool_shared, slot_offset, page, s, e, target, below)
+            _link(blocks, leaves, every, slot_offset, page, s, e, target, below, top_bit)
             if target == POOL_LAYER:
                 pool_live += 1
             stack[stack_top] = i
@@ -588,7 +632,7 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
             ubytes += nbytes[i]
 
         reserved = totals[3] - totals[1]
-        allocated = totals[4] - totals[2]
+        allocated = totals[4] - (every.total[0] if pooled_blocks else totals[2])
         releasable = 0
         if pooled:
             reserved += events.pool_reserved[i]
