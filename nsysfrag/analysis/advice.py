@@ -67,7 +67,9 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
             )
     elif s.hotspots:
         top = s.hotspots[0]
-        if top.hole_creating_frees and top.hole_bytes:
+        # Stranded memory too little to matter on the device is no call to change the code.
+        matters = s.health is not Health.OK or top.hole_bytes >= HOLE_SHARE * s.capacity_bytes
+        if top.hole_creating_frees and top.hole_bytes and matters:
             pins = ", ".join(f"'{p}'" for p in top.pinned_by[:2]) or "long-lived blocks"
             lines.append(
                 f"Blocks from '{top.site}' ({top.size_class}) leave {format_bytes(top.hole_bytes)}"
@@ -93,6 +95,9 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
 
 # Stranded memory worth a word: at least this share of what the driver holds, and of the device.
 STRANDED_SHARE = 0.05
+# A hotspot worth changing code for in a healthy space: its holes stranded this share of the
+# device over the run.
+HOLE_SHARE = 0.01
 
 
 def stranded_advice(s: SpaceAnalysis) -> list[str]:

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag.events import I64, BoolArray
+from nsysfrag.units import format_bytes as format_bytes
 
 F64 = npt.NDArray[np.float64]
 # local_frag and free_blocks rate a space only where at least this share of the device is free:
@@ -31,15 +32,18 @@ def global_frag(free_bytes: I64, largest_free_bytes: I64, capacity_bytes: int) -
     """``(F - L) / C``: free memory outside the largest free block, as a share of the device;
     at most 1 (more is free than the device has only when the capacity is wrong for the
     space, which its warnings say)."""
-    ratio: F64 = np.minimum((free_bytes - largest_free_bytes) / float(capacity_bytes), 1.0)
+    # In place: a trace has millions of points, and every temporary is as large as the trace.
+    ratio: F64 = np.subtract(free_bytes, largest_free_bytes, dtype=np.float64)
+    ratio /= float(capacity_bytes)
+    np.minimum(ratio, 1.0, out=ratio)
     return ratio
 
 
 def local_frag(free_bytes: I64, largest_free_bytes: I64) -> F64:
     """``1 - L / F`` (0 when ``F == 0``): the share of free memory a maximal request cannot use."""
     out = np.zeros(len(free_bytes), dtype=np.float64)
-    has_free = free_bytes > 0
-    out[has_free] = 1.0 - largest_free_bytes[has_free] / free_bytes[has_free]
+    np.divide(largest_free_bytes, free_bytes, out=out, where=free_bytes > 0)
+    np.subtract(1.0, out, out=out, where=free_bytes > 0)
     return out
 
 
@@ -140,16 +144,6 @@ def size_class_label(k: int) -> str:
     if lo_unit == hi_unit:
         return f"{lo}–{hi} {_UNITS[lo_unit]}"
     return f"{lo} {_UNITS[lo_unit]}–{hi} {_UNITS[hi_unit]}"
-
-
-def format_bytes(n: float) -> str:
-    """Human units, binary prefixes: ``1536`` -> ``1.50 KiB``."""
-    value = float(n)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:

@@ -111,7 +111,7 @@ def pool_state(pool: PoolColumns, i: int) -> PoolState:
         releasable_bytes=releasable,
         # Never below 0: a memory pool can record less than its blocks' footprints.
         stranded_bytes=max(0, reserved - allocated - releasable),
-        device_free_bytes=int(pool.device_free_bytes[i]),
+        device_free_bytes=pool.device_free_at(i),
         largest_block_bytes=int(pool.largest_block_bytes[i]),
     )
 

@@ -44,8 +44,19 @@ class PoolColumns:
     reserved_bytes: I64
     allocated_bytes: I64
     releasable_bytes: I64  # R
-    device_free_bytes: I64  # D = max(C - reserved, 0)
     largest_block_bytes: I64  # L: the largest free block inside a segment (a resident page)
+    capacity_bytes: int  # C
+
+    @property
+    def device_free_bytes(self) -> I64:
+        """D = max(C - reserved, 0) after every point; computed when asked, one column fewer to
+        hold for millions of points."""
+        free: I64 = np.maximum(self.capacity_bytes - self.reserved_bytes, 0)
+        return free
+
+    def device_free_at(self, point: int) -> int:
+        """D after ``point``."""
+        return max(self.capacity_bytes - int(self.reserved_bytes[point]), 0)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import numpy as np
+
 from nsysfrag.analysis import EVENT_NAMES, Analysis
 
 if TYPE_CHECKING:
@@ -62,7 +64,7 @@ def frame(analysis: Analysis) -> pd.DataFrame:
 def _pool_columns(pool: PoolColumns) -> dict[str, Any]:
     """A caching allocator's own figures after each event (snapshots), after the common ones:
     what PyTorch users plot memory by."""
-    stranded = pool.reserved_bytes - pool.allocated_bytes - pool.releasable_bytes
+    stranded = np.maximum(pool.reserved_bytes - pool.allocated_bytes - pool.releasable_bytes, 0)
     return {
         "reserved_bytes": pool.reserved_bytes,
         "allocated_bytes": pool.allocated_bytes,

@@ -50,6 +50,7 @@ POOL_COLUMNS = (
     "localMemoryPoolSize",
     "localMemoryPoolUtilizedSize",
 )
+_POOLED_BIT = 62  # of the memory kind as read: the row's block came from a memory pool
 REQUIRED_MEMORY_COLUMNS = (
     "start",
     "globalPid",
@@ -154,8 +155,10 @@ def _read(
                 where = query.valid_rows()
         else:
             where = "1"
-        pooled = bool(halves[1] and halves[1][4].any())
+        # Some row's block came from a pool (its memory kind has the bit set).
+        pooled = bool(query.has_pools and halves[1] and (halves[1][2] >= 1 << _POOLED_BIT).any())
         memory = query.events(*halves, pools=query.pools(con, where) if pooled else None)
+        del halves  # the scan's array: MemoryEvents keeps what it needs
         allocation_calls = calls.result()
         api = _read_correlated_api(
             con, tables, names, memory, allocation_calls, query.alloc_op_id, uri
@@ -291,10 +294,13 @@ class _MemoryQuery:
         return "coalesce(correlationId, -1)" if self.has_correlation else "-1"
 
     def _kinds(self) -> list[str]:
-        # Whether a row's block came from a pool rides with the kinds: one more column of the
-        # same scan, where a query of its own would cost half a scan more.
-        pooled = f"({POOL_COLUMNS[0]} IS NOT NULL)" if self.has_pools else "0"
-        return [*self._KINDS, pooled]
+        # Whether a row's block came from a pool rides in the memory kind's bit 62: no column
+        # more to hold (16 MB per 2 M rows), and no query of its own (half a scan more). A
+        # bitwise OR cannot overflow; memory kinds are small enum ids.
+        if not self.has_pools:
+            return list(self._KINDS)
+        return [*self._KINDS[:2], f"(memKind | (({POOL_COLUMNS[0]} IS NOT NULL) << {_POOLED_BIT}))",
+                *self._KINDS[3:]]  # fmt: skip
 
     def pools(self, con: sqlite3.Connection, where: str) -> list[I64]:
         """The pool columns of every row ``where`` selects (NULL: 0), in row order: read only
@@ -352,7 +358,7 @@ class _MemoryQuery:
             )
         columns = ", ".join([*self._POSITIONS, self._correlation(), *self._kinds()])
         loaded = [0, 0]
-        shared = np.empty((9, self.total_rows), dtype=np.int64)
+        shared = np.empty((8, self.total_rows), dtype=np.int64)
 
         def reader(part: int, first: int, last: int, rows: slice) -> list[I64] | None:
             def on_rows(n: int) -> None:
@@ -362,7 +368,7 @@ class _MemoryQuery:
 
             sql = f"SELECT {columns} FROM {MEMORY_TABLE} WHERE {key} BETWEEN {first} AND {last}"
             window = shared[:, rows]
-            return sqlite_columns.read_int_columns(uri, sql, 9, window.shape[1], on_rows, window)
+            return sqlite_columns.read_int_columns(uri, sql, 8, window.shape[1], on_rows, window)
 
         halves = [
             pool.submit(reader, 0, lo, mid, slice(0, first_rows)),
@@ -396,9 +402,11 @@ class _MemoryQuery:
         if self.total_rows == 0:
             return _no_memory_events()
         start, address, nbytes, corr = positions
-        gpid, device, kind, op, pooled = kinds
+        gpid, device, kind, op = kinds
         columns = [start, address, nbytes, corr, gpid, device, kind, op]
         if pools and len(pools[0]) == len(start):
+            pooled = kind >> _POOLED_BIT & 1
+            columns[6] = kind & ~(1 << _POOLED_BIT)
             columns += [pooled, *pools]
         # Negative sizes and unknown operations are skipped (and counted) too.
         keep = (nbytes >= 0) & ((op == self.alloc_op_id) | (op == self.free_op_id))
@@ -413,6 +421,12 @@ class _MemoryQuery:
             columns = [a[order] for a in columns]
         start, address, nbytes, corr, gpid, device, kind, op = columns[:8]
         pid, _ = split_global_id(gpid)
+        if start.base is not None:
+            # Rows of the one array the scan filled: the kept ones are copied out so that the
+            # rest (process ids, kinds, operations: 48 MB per 2 M rows) is freed.
+            start, address, nbytes, corr, device = (
+                np.array(a) for a in (start, address, nbytes, corr, device)
+            )
         return MemoryEvents(
             start_ns=start,
             pid=pid,

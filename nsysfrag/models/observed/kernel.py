@@ -69,7 +69,6 @@ class KernelOutput(NamedTuple):
     overlap: BoolArray
     reserved_bytes: I64  # resident pages x P, plus the pools' sizes
     allocated_bytes: I64  # the bytes of the union of live footprints
-    device_free_bytes: I64  # D = max(0, C - reserved)
     largest_block_bytes: I64  # L: the largest free run inside resident pages
     free_bytes: I64  # F = D + S + R
     largest_free_bytes: I64  # L_eff = max(L, D + R)
@@ -85,47 +84,18 @@ class KernelOutput(NamedTuple):
     removed_at: IndexArray  # for allocations: the event that freed or evicted the block, or NO_BLOCK
 
 
-class _Blocks(NamedTuple):
-    """The live blocks, by slot: a doubly linked list per layer in address order (-1 at the
-    ends), and a Fenwick tree per layer that finds where a new block joins its list."""
-
-    live: BoolArray
-    layer: npt.NDArray[np.int8]
-    prev: I64
-    next: I64
-    end: I64  # end offset of the block's footprint
-    bytes: I64
-    alloc: I64  # event index of its allocation
-    fenwick: I64  # layer 0
-    pool_fenwick: I64  # layer 1
-    first: I64  # [first live slot of layer 0, of layer 1]
-
-
-class _Every(NamedTuple):
-    """Every live block, of both layers, in one list in address order, kept only where the
-    stream has pool blocks: a pool block's footprint may share bytes with a page block's, and
-    allocated counts such bytes once."""
-
-    on: bool
-    prev: I64
-    next: I64
-    fenwick: I64
-    first: I64  # [the lowest live block]
-    shared: I64  # per leaf (after slot s: s + 1): footprint bytes a block shares with the next
-    total: I64  # [every shared byte]
-
-
-class _Leaves(NamedTuple):
-    """What each pair of neighbours contributes (leaf 0: before the first page block; leaf
-    s + 1: after slot s), in a max segment tree of the largest free run, and the totals."""
-
-    tree: I64
-    size: int  # leaves
-    runs: I64  # free runs inside resident pages
-    shared_pages: I64  # bytes of the pages both neighbours touch
-    shared_footprint: I64  # bytes both footprints cover
-    # [runs, shared pages, shared footprint (page blocks), page bytes, footprint bytes (all)]
-    totals: I64
+# The replay's state, in a few plain arrays (compiled code then keeps no reference counts in its
+# loop). Per slot, ``slots[s, column]``:
+PREV, NEXT, END, BYTES, ALLOC, LAYER, LIVE, EPREV, ENEXT = range(9)
+# Per leaf (0: before the first page block; s + 1: after slot s), ``leaves[leaf, column]``: the
+# free runs inside resident pages, the page bytes and footprint bytes the two neighbours share,
+# and (the list of every block) the footprint bytes a block shares with the next.
+RUNS, SHARED_PAGES, SHARED_FOOT, EVERY_SHARED = range(4)
+# The totals, ``totals[column]``: those of the leaves, the page blocks' pages, every live
+# footprint whole, and the first live slot of each list (-1: none).
+T_RUNS, T_SHARED_PAGES, T_SHARED_FOOT, T_EVERY_SHARED, T_PAGES, T_FOOT = range(6)
+FIRST = 6  # FIRST + PAGE_LAYER, FIRST + POOL_LAYER, FIRST + EVERY
+EVERY = 2  # the list of every block (both layers): a third Fenwick row
 
 
 def replay(events: KernelEvents) -> KernelOutput:
@@ -235,7 +205,6 @@ def _allocate_outputs(n: int) -> KernelOutput:
         overlap=np.zeros(n, dtype=np.bool_),
         reserved_bytes=np.zeros(n, dtype=np.int64),
         allocated_bytes=np.zeros(n, dtype=np.int64),
-        device_free_bytes=np.zeros(n, dtype=np.int64),
         largest_block_bytes=np.zeros(n, dtype=np.int64),
         free_bytes=np.zeros(n, dtype=np.int64),
         largest_free_bytes=np.zeros(n, dtype=np.int64),
@@ -296,28 +265,86 @@ def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _fen_add(fen, row, i, delta):  # type: ignore[no-untyped-def]
+    i += 1
+    n = fen.shape[1]
+    while i < n:
+        fen[row, i] += delta
+        i += i & -i
+
+
+@numba.njit(cache=True, nogil=True)
+def _fen_below(fen, row, slot, top_bit):  # type: ignore[no-untyped-def]
+    """The live slot just below ``slot`` by address in Fenwick row ``row``, or -1."""
+    below = 0
+    i = slot
+    while i > 0:
+        below += fen[row, i]
+        i -= i & -i
+    if below == 0:
+        return -1
+    pos = 0
+    bit = top_bit
+    n = fen.shape[1]
+    while bit > 0:
+        nxt = pos + bit
+        if nxt < n and fen[row, nxt] < below:
+            pos = nxt
+            below -= fen[row, nxt]
+        bit >>= 1
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
 def _page_floor(x, page):  # type: ignore[no-untyped-def]
+    # A page of a power of two bytes (every real one) takes a mask, not a division.
+    if page & (page - 1) == 0:
+        return x & ~(page - 1)
     return (x // page) * page
 
 
 @numba.njit(cache=True, nogil=True)
 def _page_ceil(x, page):  # type: ignore[no-untyped-def]
-    return ((x + page - 1) // page) * page
+    return _page_floor(x + page - 1, page)
 
 
 @numba.njit(cache=True, nogil=True)
-def _set_leaf(leaves, leaf, largest, runs, shared_pages, shared_footprint):  # type: ignore[no-untyped-def]
+def _pair(p_end, q_start, page):  # type: ignore[no-untyped-def]
+    """What two page blocks side by side contribute (-1: no block on that side): (largest
+    free run, free runs, page bytes both touch, footprint bytes both cover). The free bytes
+    between them are one run when no whole page lies between (every page of the gap touches one
+    of them), else the tail of the left one's last page and the head of the right one's first."""
+    if p_end < 0 and q_start < 0:
+        return 0, 0, 0, 0
+    if p_end < 0:  # before the first block: the head of its first page
+        head = q_start - _page_floor(q_start, page)
+        return head, 1 if head > 0 else 0, 0, 0
+    if q_start < 0:  # after the last block: the tail of its last page
+        tail = _page_ceil(p_end, page) - p_end
+        return tail, 1 if tail > 0 else 0, 0, 0
+    tail_page = _page_ceil(p_end, page)
+    head_page = _page_floor(q_start, page)
+    shared_pages = max(0, tail_page - head_page)
+    if p_end >= q_start:  # rounding tails meet: no free byte between
+        return 0, 0, shared_pages, p_end - q_start
+    if tail_page >= head_page:
+        return q_start - p_end, 1, shared_pages, 0
+    tail = tail_page - p_end
+    head = q_start - head_page
+    return max(tail, head), (1 if tail > 0 else 0) + (1 if head > 0 else 0), 0, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _set_leaf(leaves, tree, totals, leaf, largest, runs, shared_pages, shared_foot):  # type: ignore[no-untyped-def]
     """Set one neighbour pair's contribution: its largest free run into the max tree, the rest
     into the totals."""
-    totals = leaves.totals
-    totals[0] += runs - leaves.runs[leaf]
-    totals[1] += shared_pages - leaves.shared_pages[leaf]
-    totals[2] += shared_footprint - leaves.shared_footprint[leaf]
-    leaves.runs[leaf] = runs
-    leaves.shared_pages[leaf] = shared_pages
-    leaves.shared_footprint[leaf] = shared_footprint
-    tree = leaves.tree
-    i = leaves.size + leaf
+    totals[T_RUNS] += runs - leaves[leaf, RUNS]
+    totals[T_SHARED_PAGES] += shared_pages - leaves[leaf, SHARED_PAGES]
+    totals[T_SHARED_FOOT] += shared_foot - leaves[leaf, SHARED_FOOT]
+    leaves[leaf, RUNS] = runs
+    leaves[leaf, SHARED_PAGES] = shared_pages
+    leaves[leaf, SHARED_FOOT] = shared_foot
+    i = len(tree) // 2 + leaf
     tree[i] = largest
     i >>= 1
     while i >= 1:
@@ -329,145 +356,99 @@ def _set_leaf(leaves, leaf, largest, runs, shared_pages, shared_footprint):  # t
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair(leaves, leaf, p_end, q_start, page):  # type: ignore[no-untyped-def]
-    """The leaf of two page blocks side by side (-1: no block on that side): the free bytes
-    between them are one run when no whole page lies between (every page of the gap touches
-    one of them), else the tail of the left one's last page and the head of the right one's
-    first page."""
-    if p_end < 0 and q_start < 0:
-        _set_leaf(leaves, leaf, 0, 0, 0, 0)
-    elif p_end < 0:  # before the first block: the head of its first page
-        head = q_start - _page_floor(q_start, page)
-        _set_leaf(leaves, leaf, head, 1 if head > 0 else 0, 0, 0)
-    elif q_start < 0:  # after the last block: the tail of its last page
-        tail = _page_ceil(p_end, page) - p_end
-        _set_leaf(leaves, leaf, tail, 1 if tail > 0 else 0, 0, 0)
-    else:
-        tail_page = _page_ceil(p_end, page)
-        head_page = _page_floor(q_start, page)
-        shared_pages = max(0, tail_page - head_page)
-        if p_end >= q_start:  # rounding tails meet: no free byte between
-            _set_leaf(leaves, leaf, 0, 0, shared_pages, p_end - q_start)
-        elif tail_page >= head_page:
-            _set_leaf(leaves, leaf, q_start - p_end, 1, shared_pages, 0)
-        else:
-            tail = tail_page - p_end
-            head = q_start - head_page
-            runs = (1 if tail > 0 else 0) + (1 if head > 0 else 0)
-            _set_leaf(leaves, leaf, max(tail, head), runs, 0, 0)
-
-
-@numba.njit(cache=True, nogil=True)
-def _relink(blocks, leaves, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
-    """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` and set their leaf (the pool
-    layer has none: the pool holds its blocks' pages)."""
+def _neighbours(slots, leaves, tree, totals, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
+    """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` (and set their leaf: the pool
+    layer has none, the pool holds its blocks' pages)."""
     if layer == PAGE_LAYER:
-        _pair(
-            leaves,
-            p + 1,
-            blocks.end[p] if p >= 0 else -1,
-            slot_offset[q] if q >= 0 else -1,
-            page,
+        largest, runs, pages, foot = _pair(
+            slots[p, END] if p >= 0 else -1, slot_offset[q] if q >= 0 else -1, page
         )
+        _set_leaf(leaves, tree, totals, p + 1, largest, runs, pages, foot)
     if p >= 0:
-        blocks.next[p] = q
+        slots[p, NEXT] = q
     else:
-        blocks.first[layer] = q
+        totals[FIRST + layer] = q
     if q >= 0:
-        blocks.prev[q] = p
+        slots[q, PREV] = p
 
 
 @numba.njit(cache=True, nogil=True)
-def _every_pair(every, blocks, slot_offset, p, q):  # type: ignore[no-untyped-def]
+def _every_neighbours(slots, leaves, totals, slot_offset, p, q):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in the list of every block, counting the
     footprint bytes they share."""
     if p >= 0:
-        shared = max(0, blocks.end[p] - slot_offset[q]) if q >= 0 else 0
-        every.total[0] += shared - every.shared[p + 1]
-        every.shared[p + 1] = shared
-        every.next[p] = q
+        shared = max(0, slots[p, END] - slot_offset[q]) if q >= 0 else 0
+        totals[T_EVERY_SHARED] += shared - leaves[p + 1, EVERY_SHARED]
+        leaves[p + 1, EVERY_SHARED] = shared
+        slots[p, ENEXT] = q
     else:
-        every.first[0] = q
+        totals[FIRST + EVERY] = q
     if q >= 0:
-        every.prev[q] = p
+        slots[q, EPREV] = p
 
 
 @numba.njit(cache=True, nogil=True)
-def _unlink(blocks, leaves, every, slot_offset, page, s):  # type: ignore[no-untyped-def]
+def _unlink(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s):  # type: ignore[no-untyped-def]
     """Remove live block ``s`` from its layer (and from the list of every block)."""
-    layer = blocks.layer[s]
+    layer = slots[s, LAYER]
     a = slot_offset[s]
-    e = blocks.end[s]
-    _relink(blocks, leaves, slot_offset, page, blocks.prev[s], blocks.next[s], layer)
+    e = slots[s, END]
+    _neighbours(slots, leaves, tree, totals, slot_offset, page, slots[s, PREV], slots[s, NEXT], layer)
     if layer == PAGE_LAYER:
-        _set_leaf(leaves, s + 1, 0, 0, 0, 0)
-        leaves.totals[3] -= _page_ceil(e, page) - _page_floor(a, page)
-        _fenwick_add(blocks.fenwick, s, -1)
-    else:
-        _fenwick_add(blocks.pool_fenwick, s, -1)
-    if every.on:
-        _every_pair(every, blocks, slot_offset, every.prev[s], every.next[s])
-        every.total[0] -= every.shared[s + 1]
-        every.shared[s + 1] = 0
-        _fenwick_add(every.fenwick, s, -1)
-    leaves.totals[4] -= e - a
-    blocks.live[s] = False
+        _set_leaf(leaves, tree, totals, s + 1, 0, 0, 0, 0)
+        totals[T_PAGES] -= _page_ceil(e, page) - _page_floor(a, page)
+    _fen_add(fen, layer, s, -1)
+    if every_on:
+        _every_neighbours(slots, leaves, totals, slot_offset, slots[s, EPREV], slots[s, ENEXT])
+        totals[T_EVERY_SHARED] -= leaves[s + 1, EVERY_SHARED]
+        leaves[s + 1, EVERY_SHARED] = 0
+        _fen_add(fen, EVERY, s, -1)
+    totals[T_FOOT] -= e - a
+    slots[s, LIVE] = 0
 
 
 @numba.njit(cache=True, nogil=True)
-def _link(blocks, leaves, every, slot_offset, page, s, e, layer, p, top_bit):  # type: ignore[no-untyped-def]
-    """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block
-    just below it there (-1: none), and into the list of every block."""
-    tree = blocks.fenwick if layer == PAGE_LAYER else blocks.pool_fenwick
-    q = blocks.first[layer] if p < 0 else blocks.next[p]
-    blocks.end[s] = e
-    blocks.layer[s] = layer
-    _relink(blocks, leaves, slot_offset, page, p, s, layer)
-    _relink(blocks, leaves, slot_offset, page, s, q, layer)
+def _link(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s, e, layer, p, top_bit):  # type: ignore[no-untyped-def]
+    """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block just
+    below it there (-1: none), and into the list of every block."""
+    q = totals[FIRST + layer] if p < 0 else slots[p, NEXT]
+    slots[s, END] = e
+    slots[s, LAYER] = layer
+    _neighbours(slots, leaves, tree, totals, slot_offset, page, p, s, layer)
+    _neighbours(slots, leaves, tree, totals, slot_offset, page, s, q, layer)
     a = slot_offset[s]
     if layer == PAGE_LAYER:
-        leaves.totals[3] += _page_ceil(e, page) - _page_floor(a, page)
-    _fenwick_add(tree, s, 1)
-    if every.on:
-        below = _previous_live(every.fenwick, s, top_bit)
-        above = every.first[0] if below < 0 else every.next[below]
-        _every_pair(every, blocks, slot_offset, below, s)
-        _every_pair(every, blocks, slot_offset, s, above)
-        _fenwick_add(every.fenwick, s, 1)
-    leaves.totals[4] += e - a
-    blocks.live[s] = True
-
-
-@numba.njit(cache=True, nogil=True)
-def _overlapped(blocks, slot_offset, a, stop, p, first):  # type: ignore[no-untyped-def]
-    """The first live block of one layer whose byte range meets [a, stop), or -1: the block
-    ``p`` below a if its bytes reach past a, else the next one if it starts before stop."""
-    if p >= 0 and slot_offset[p] + blocks.bytes[p] > a:
-        return p
-    q = first if p < 0 else blocks.next[p]
-    if q >= 0 and slot_offset[q] < stop:
-        return q
-    return -1
+        totals[T_PAGES] += _page_ceil(e, page) - _page_floor(a, page)
+    _fen_add(fen, layer, s, 1)
+    if every_on:
+        below = _fen_below(fen, EVERY, s, top_bit)
+        above = totals[FIRST + EVERY] if below < 0 else slots[below, ENEXT]
+        _every_neighbours(slots, leaves, totals, slot_offset, below, s)
+        _every_neighbours(slots, leaves, totals, slot_offset, s, above)
+        _fen_add(fen, EVERY, s, 1)
+    totals[T_FOOT] += e - a
+    slots[s, LIVE] = 1
 
 
 @numba.njit(cache=True, nogil=True)
 def _hole(p_end, q_start, a, e, page):  # type: ignore[no-untyped-def]
     """A freed footprint [a, e)'s bytes that lie, once it is gone, in pages its neighbours
     (footprint end ``p_end``, start ``q_start``; -1: none) keep resident: (left part, right
-    part). Only the part neither neighbour's footprint still covers is freed."""
+    part, whether both neighbours pin it). Only the part neither neighbour's footprint still
+    covers is freed."""
     lo = a if p_end < 0 else max(a, p_end)
     hi = e if q_start < 0 else min(e, q_start)
     if lo >= hi:
-        return 0, 0
+        return 0, 0, False
     if p_end >= 0 and q_start >= 0 and _page_ceil(p_end, page) >= _page_floor(q_start, page):
-        return hi - lo, 0  # every page between them stays resident
+        return hi - lo, 0, True  # every page between them stays resident
     left = 0
     right = 0
     if p_end >= 0:
         left = max(0, min(hi, _page_ceil(p_end, page)) - lo)
     if q_start >= 0:
         right = max(0, hi - max(lo, _page_floor(q_start, page)))
-    return left, right
+    return left, right, False
 
 
 @numba.njit(cache=True, nogil=True)
@@ -477,9 +458,12 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     slot_of = events.slot
     slot_offset = events.slot_offset
     in_pool = events.in_pool
+    footprint_of = events.footprint
     page = events.page_bytes
     capacity = events.capacity_bytes
-    pooled = len(events.pool_reserved) > 0
+    pool_reserved = events.pool_reserved
+    pool_releasable = events.pool_releasable
+    pooled = len(pool_reserved) > 0
     n = len(is_free)
     k = len(slot_offset)
     top_bit = 1
@@ -488,44 +472,17 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     size = 1
     while size < k + 1:
         size *= 2
-    leaves = _Leaves(
-        np.zeros(2 * size, dtype=np.int64),
-        size,
-        np.zeros(k + 1, dtype=np.int64),
-        np.zeros(k + 1, dtype=np.int64),
-        np.zeros(k + 1, dtype=np.int64),
-        np.zeros(5, dtype=np.int64),
-    )
-    pooled_blocks = bool(in_pool.any())
-    m = k if pooled_blocks else 0
-    every = _Every(
-        pooled_blocks,
-        np.full(m, -1, dtype=np.int64),
-        np.full(m, -1, dtype=np.int64),
-        np.zeros(m + 1, dtype=np.int64),
-        np.full(1, -1, dtype=np.int64),
-        np.zeros(m + 1, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
-    )
-    blocks = _Blocks(
-        np.zeros(k, dtype=np.bool_),
-        np.zeros(k, dtype=np.int8),
-        np.full(k, -1, dtype=np.int64),
-        np.full(k, -1, dtype=np.int64),
-        np.zeros(k, dtype=np.int64),
-        np.zeros(k, dtype=np.int64),
-        np.zeros(k, dtype=np.int64),
-        np.zeros(k + 1, dtype=np.int64),
-        np.zeros(k + 1, dtype=np.int64),
-        np.full(2, -1, dtype=np.int64),
-    )
-    live = blocks.live
-    block_end = blocks.end
-    block_alloc = blocks.alloc
-    block_bytes = blocks.bytes
-    layer_of = blocks.layer
-    totals = leaves.totals
-    tree = leaves.tree
+    every_on = bool(in_pool.any())
+    slots = np.zeros((k, 9), dtype=np.int64)
+    slots[:, PREV] = -1
+    slots[:, NEXT] = -1
+    slots[:, EPREV] = -1
+    slots[:, ENEXT] = -1
+    leaves = np.zeros((k + 1, 4), dtype=np.int64)
+    tree = np.zeros(2 * size, dtype=np.int64)
+    fen = np.zeros((3 if every_on else 2, k + 1), dtype=np.int64)
+    totals = np.zeros(FIRST + 3, dtype=np.int64)
+    totals[FIRST:] = -1
     # Allocation event indices, oldest first; an entry is stale once its block is gone.
     stack = np.zeros(n + 1, dtype=out.removed_at.dtype)
     stack_top = 0
@@ -537,7 +494,6 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     overlap = out.overlap
     reserved_out = out.reserved_bytes
     allocated_out = out.allocated_bytes
-    device_free_out = out.device_free_bytes
     largest_block_out = out.largest_block_bytes
     free_out = out.free_bytes
     largest_out = out.largest_free_bytes
@@ -551,104 +507,105 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     pin_left = out.pin_left
     pin_right = out.pin_right
     removed_at = out.removed_at
-    footprint_of = events.footprint
 
     for i in range(n):
         s = slot_of[i]
         if is_free[i]:
-            if s < 0 or not live[s]:
+            if s < 0 or slots[s, LIVE] == 0:
                 event[i] = UNMATCHED_FREE
             else:
                 event[i] = FREED
-                while stack_top > 0 and (
-                    not live[slot_of[stack[stack_top - 1]]]
-                    or block_alloc[slot_of[stack[stack_top - 1]]] != stack[stack_top - 1]
-                ):
+                while stack_top > 0:
+                    top = stack[stack_top - 1]
+                    t = slot_of[top]
+                    if slots[t, LIVE] != 0 and slots[t, ALLOC] == top:
+                        break
                     stack_top -= 1
-                out_of_order[i] = stack_top == 0 or stack[stack_top - 1] != block_alloc[s]
-                layer = layer_of[s]
-                p = blocks.prev[s]
-                q = blocks.next[s]
+                out_of_order[i] = stack_top == 0 or stack[stack_top - 1] != slots[s, ALLOC]
+                layer = slots[s, LAYER]
+                p = slots[s, PREV]
+                q = slots[s, NEXT]
                 a = slot_offset[s]
-                e = block_end[s]
+                e = slots[s, END]
                 if layer == POOL_LAYER:
                     pool_live -= 1
-                _unlink(blocks, leaves, every, slot_offset, page, s)
-                ubytes -= block_bytes[s]
-                removed_at[block_alloc[s]] = i
-                freed_alloc[i] = block_alloc[s]
+                _unlink(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s)
+                ubytes -= slots[s, BYTES]
+                removed_at[slots[s, ALLOC]] = i
+                freed_alloc[i] = slots[s, ALLOC]
                 if layer == PAGE_LAYER:
-                    left, right = _hole(
-                        block_end[p] if p >= 0 else -1,
-                        slot_offset[q] if q >= 0 else -1,
-                        a,
-                        e,
-                        page,
+                    left, right, both = _hole(
+                        slots[p, END] if p >= 0 else -1, slot_offset[q] if q >= 0 else -1, a, e, page
                     )
                     if left + right > 0:
                         hole[i] = True
                         hole_bytes[i] = left + right
                         if left > 0:
-                            pin_left[i] = block_alloc[p]
-                        if right > 0 or (left > 0 and q >= 0 and _page_ceil(block_end[p], page)
-                                         >= _page_floor(slot_offset[q], page)):  # fmt: skip
-                            pin_right[i] = block_alloc[q]
+                            pin_left[i] = slots[p, ALLOC]
+                        if right > 0 or both:
+                            pin_right[i] = slots[q, ALLOC]
         elif nbytes[i] == 0:
             event[i] = ZERO_SIZE_ALLOC
         else:
             event[i] = ALLOCATED
             a = slot_offset[s]
             stop = a + nbytes[i]
-            # Live blocks whose bytes the new block's bytes overlap (the trace missed their
-            # frees), in either layer: removed, and not frees. Footprints may overlap.
             target = POOL_LAYER if in_pool[i] else PAGE_LAYER
+            # Live blocks whose bytes the new block's bytes overlap (the trace missed their
+            # frees), in either layer: removed, and not frees. Footprints may overlap. Only the
+            # block just below can reach past a (live bytes never overlap), then every one that
+            # starts before stop.
             below = -1
             for layer in range(2):
                 if layer == POOL_LAYER and pool_live == 0:
                     continue
-                tree_of_layer = blocks.fenwick if layer == PAGE_LAYER else blocks.pool_fenwick
-                p = _previous_live(tree_of_layer, s, top_bit)
-                r = _overlapped(blocks, slot_offset, a, stop, p, blocks.first[layer])
+                p = _fen_below(fen, layer, s, top_bit)
+                r = -1
+                if p >= 0 and slot_offset[p] + slots[p, BYTES] > a:
+                    r = p
+                else:
+                    q = totals[FIRST + layer] if p < 0 else slots[p, NEXT]
+                    if q >= 0 and slot_offset[q] < stop:
+                        r = q
                 removed = r >= 0
                 while r >= 0:
                     overlap[i] = True
-                    nxt = blocks.next[r]
+                    nxt = slots[r, NEXT]
                     if layer == POOL_LAYER:
                         pool_live -= 1
-                    _unlink(blocks, leaves, every, slot_offset, page, r)
-                    ubytes -= block_bytes[r]
-                    removed_at[block_alloc[r]] = i
+                    _unlink(slots, leaves, tree, totals, fen, slot_offset, page, every_on, r)
+                    ubytes -= slots[r, BYTES]
+                    removed_at[slots[r, ALLOC]] = i
                     r = nxt if nxt >= 0 and slot_offset[nxt] < stop else -1
                 if layer == target:
-                    below = _previous_live(tree_of_layer, s, top_bit) if removed else p
-            e = a + footprint_of[i]
-            block_bytes[s] = nbytes[i]
-            block_alloc[s] = i
-            _link(blocks, leaves, every, slot_offset, page, s, e, target, below, top_bit)
+                    below = _fen_below(fen, layer, s, top_bit) if removed else p
+            slots[s, BYTES] = nbytes[i]
+            slots[s, ALLOC] = i
+            _link(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s,
+                  a + footprint_of[i], target, below, top_bit)  # fmt: skip
             if target == POOL_LAYER:
                 pool_live += 1
             stack[stack_top] = i
             stack_top += 1
             ubytes += nbytes[i]
 
-        reserved = totals[3] - totals[1]
-        allocated = totals[4] - (every.total[0] if pooled_blocks else totals[2])
+        reserved = totals[T_PAGES] - totals[T_SHARED_PAGES]
+        allocated = totals[T_FOOT] - (totals[T_EVERY_SHARED] if every_on else totals[T_SHARED_FOOT])
         releasable = 0
         if pooled:
-            reserved += events.pool_reserved[i]
-            releasable = events.pool_releasable[i]
+            reserved += pool_reserved[i]
+            releasable = pool_releasable[i]
         device_free = max(0, capacity - reserved)
         stranded = max(0, reserved - allocated - releasable)
         largest_block = tree[1]
         reserved_out[i] = reserved
         allocated_out[i] = allocated
-        device_free_out[i] = device_free
         largest_block_out[i] = largest_block
         free_out[i] = device_free + stranded + releasable
         largest_out[i] = max(largest_block, device_free + releasable)
-        free_blocks[i] = totals[0] + (1 if device_free >= page else 0)
+        free_blocks[i] = totals[T_RUNS] + (1 if device_free >= page else 0)
         live_bytes[i] = ubytes
         # Every live footprint counted whole: what internal fragmentation is measured at.
-        if totals[4] > peak[0]:
-            peak[0] = totals[4]
+        if totals[T_FOOT] > peak[0]:
+            peak[0] = totals[T_FOOT]
             peak[1] = ubytes

@@ -154,7 +154,7 @@ class SegmentsRun:
                 self.space.events, m.final_segments, m.settings, point, self.replay.repairs
             )
         pool = self.series.pool
-        device_free = int(pool.device_free_bytes[point]) if pool is not None else 0
+        device_free = pool.device_free_at(point) if pool is not None else 0
         if device_free <= 0:
             return inside
         sizes = np.append(inside.sizes, np.int64(device_free))
@@ -206,7 +206,7 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
         largest_free_bytes=np.maximum(r.largest_free_bytes, device_free + r.releasable_bytes),
         free_blocks=r.free_blocks + (device_free > 0),
         pool=from_replay(
-            PoolColumns, r, device_free_bytes=device_free, largest_block_bytes=r.largest_free_bytes
+            PoolColumns, r, capacity_bytes=capacity, largest_block_bytes=r.largest_free_bytes
         ),
         held_peak=r.peak_allocated,
         failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
