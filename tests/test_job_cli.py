@@ -286,12 +286,13 @@ def test_a_job_of_traces_loads_only_what_traces_need(tmp_path: Path) -> None:
 
 
 def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Path) -> None:
-    # caching_allocator.sqlite's first memory event is seconds into its nsys session: the job
-    # must count from there, as the rank's own report does, not from the session's start.
-    for name in ("caching_allocator.sqlite", "churn_anomalies.sqlite"):
+    # inference_serving.sqlite's first memory event is seconds into its nsys session (and it is
+    # the worse rank): the job must count from there, as the rank's own report does, not from
+    # the session's start.
+    for name in ("inference_serving.sqlite", "churn_anomalies.sqlite"):
         shutil.copy(SAMPLES / name, tmp_path / name)
-    alone = run("analyze", "caching_allocator.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
-    doc = single("caching_allocator.sqlite", cwd=tmp_path)
+    alone = run("analyze", "inference_serving.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
+    doc = single("inference_serving.sqlite", cwd=tmp_path)
     assert doc["trace"]["first_event_ns"] > 10**9
     origin = doc["trace"]["first_event_ns"]
     at = f"{(doc['spaces'][0]['peak']['time_ns'] - origin) / 1e9:.3f} s"
@@ -299,7 +300,7 @@ def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Pat
     # The state table's "at" row: peak memory's moment, then the worst fragmentation's.
     cell = r"\s+[│┃]?\s*"
     assert re.search(rf"\bat{cell}{re.escape(memory)}{cell}{re.escape(at)}", alone.stdout), alone.stdout
-    job = run("analyze", "caching_allocator.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
+    job = run("analyze", "inference_serving.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
               env={"COLUMNS": "200"})  # fmt: skip
     assert job.returncode == 0, job.stderr
     assert re.search(rf"worst rank: 0 — .* at {re.escape(at)}\)", job.stdout), job.stdout
