@@ -380,7 +380,7 @@ def test_oom_sets_capacity_and_records_the_largest_free_block() -> None:
     }
     s = one(snap([seg], trace + [oom]), capacity=None)
     assert s.capacity_bytes == 64 * MiB  # reserved 20 MiB + 44 MiB CUDA had free
-    assert extras(s)["capacity_source"] == "oom"
+    assert s.capacity_source == "oom"
     assert s.counts.failed_allocations == 1 and s.alloc_failure_rate == pytest.approx(0.5)
     (o,) = extras(s)["oom_events"]
     assert o["largest_free_bytes"] == 4 * MiB and o["requested_bytes"] == 30 * MiB
@@ -391,7 +391,7 @@ def test_oom_sets_capacity_and_records_the_largest_free_block() -> None:
 def test_without_capacity_or_oom_the_peak_reserved_is_used_with_a_warning() -> None:
     a = analyze(snap([segment(S, 20 * MiB, [block(S, MiB)])]), capacity=None)
     assert a.spaces[0].capacity_bytes == 20 * MiB
-    assert extras(a.spaces[0])["capacity_source"] == "reserved_peak"
+    assert a.spaces[0].capacity_source == "reserved_peak"
     assert any("--capacity" in w for w in a.warnings)
 
 
@@ -683,7 +683,7 @@ def test_inference_samples_run_out_of_memory_with_and_without_expandable_segment
     expandable = analyze_snapshot_file(SAMPLES / "inference_expandable_snapshot.pickle").spaces[0]
     for s in (native, expandable):
         assert s.counts.failed_allocations == 1
-        assert extras(s)["capacity_source"] == "oom"
+        assert s.capacity_source == "oom"
         assert s.capacity_bytes == 16 * (1 << 30) - 512 * MiB  # the device less the CUDA context
     assert "segment_free" in names(native) and "segment_unmap" in names(expandable)
     assert extras(expandable)["expandable_segments"] and not extras(native)["expandable_segments"]

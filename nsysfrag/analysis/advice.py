@@ -43,7 +43,7 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
             " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace, or take a memory"
             " snapshot (torch.cuda.memory._record_memory_history / _dump_snapshot)."
         )
-    if s.snapshot is not None and s.snapshot.capacity_source == "reserved_peak" and s.health:
+    if s.capacity_assumed and s.health:
         lines.append(
             f"This {s.health.label} rating assumes the device was full at the peak: the snapshot"
             " does not say how large the device is, so its capacity is taken to be the peak"

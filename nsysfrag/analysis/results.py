@@ -11,6 +11,7 @@ from nsysfrag.analysis.metrics import F64, Health, HealthBasis, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
+    from nsysfrag.capacity import Capacity
     from nsysfrag.models.segments import SnapshotSection
     from nsysfrag.models.series import PoolColumns
 
@@ -169,6 +170,22 @@ class SpaceAnalysis:
     model: str  # which model produced these figures
     snapshot: SnapshotSection | None = None  # the figures only a PyTorch snapshot has
     timestamps: bool = True  # False: the times are entry numbers (a snapshot without times)
+    capacity: Capacity | None = None  # C with where it came from (capacity_bytes is C)
+
+    @property
+    def capacity_source(self) -> str:
+        """Where C came from (nsysfrag.capacity.SOURCES)."""
+        return self.capacity.source if self.capacity is not None else "device"
+
+    @property
+    def capacity_basis(self) -> str:
+        """Where C came from, in words."""
+        return self.capacity.basis if self.capacity is not None else "the device's memory"
+
+    @property
+    def capacity_assumed(self) -> bool:
+        """Nothing in the input says how large the device is (C is the peak reserved)."""
+        return self.capacity is not None and self.capacity.assumed
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from nsysfrag.analysis.metrics import (
     rate_health,
 )
 from nsysfrag.analysis.results import Counts, PoolState, SpaceAnalysis, State, Timeline
+from nsysfrag.capacity import stated
 from nsysfrag.events import FAILED_ALLOC, I64, SourceInfo
 from nsysfrag.inputs import RecordedSpace
 from nsysfrag.models import ModelRun
@@ -163,6 +164,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
     held, live_at_held = series.held_peak
     block_sizes = series.bytes[event == ALLOCATED]
     at_peak = run.free_blocks_after(f.peak_index)
+    section = run.snapshot_section(f.peak_index, at_peak)
     return SpaceAnalysis(
         pid=space.pid,
         device=space.device,
@@ -205,8 +207,9 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         caching_allocator_suspected=source.driver_allocations and _looks_like_segments(block_sizes),
         source=source,
         model=model,
-        snapshot=run.snapshot_section(f.peak_index, at_peak),
+        snapshot=section,
         timestamps=space.timestamps,
+        capacity=section.capacity if section is not None else stated(capacity, space.capacity_source),
     )
 
 

@@ -101,7 +101,7 @@ def space_title(space: SpaceAnalysis) -> str:
     process = f" ({space.process_name})" if space.process_name else ""
     return (
         f"pid {space.pid}{process} · device {space.device}: {space.device_name},"
-        f" {format_bytes(space.capacity_bytes)}"
+        f" {space.capacity.heading() if space.capacity else format_bytes(space.capacity_bytes)}"
     )
 
 

@@ -70,6 +70,9 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         "process_name": s.process_name,
         "model": s.model,
         "capacity_bytes": s.capacity_bytes,
+        # Where C came from (--capacity, device, oom, oom_retries, reserved_peak: an assumption).
+        "capacity_source": s.capacity_source,
+        "capacity_basis": s.capacity_basis,
         "base_address": s.base_address,
         "arena_end_address": s.arena_end,
         "span_mode": s.span_mode,
@@ -135,7 +138,6 @@ def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
         "snapshot_layout": x.facts.layout,
         "allocator_conf": x.facts.allocator_conf,
         "expandable_segments": x.facts.expandable_segments,
-        "capacity_source": x.capacity_source,
         "time_origin_unix_us": x.facts.time_origin_unix_us,
         "reserved_bytes_peak": x.reserved_bytes_peak,
         "allocated_bytes_peak": x.allocated_bytes_peak,

@@ -136,7 +136,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     head = Text()
     process = f" ({printable(s.process_name)})" if s.process_name else ""
     head.append(f"process {s.pid}{process} · device {s.device}: {printable(s.device_name)}, ")
-    head.append(f"{format_bytes(s.capacity_bytes)}\n")
+    head.append(f"{s.capacity.heading() if s.capacity else format_bytes(s.capacity_bytes)}\n")
     head.append("health: ")
     head.append(s.health.label.upper(), style=STYLE[s.health])
     head.append(f" ({state_cells.health_reason(s)})")

@@ -24,7 +24,7 @@ from nsysfrag.allocators.torch import split_options
 from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.series import ALLOCATED
-from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity, snapshot_capacity
+from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
 from nsysfrag.whatif.recommend import STATE, TRACE
 
 
@@ -37,7 +37,8 @@ class RequestSource:
     device: int
     stream: RequestStream
     capacity_bytes: int
-    capacity_source: str
+    capacity_source: str  # nsysfrag.capacity.SOURCES
+    capacity_basis: str  # the source in words
     baseline: Policy
     recorded_peak_reserved_bytes: int | None
     warnings: list[str]
@@ -84,7 +85,7 @@ def snapshot_streams(
             warnings.append(
                 f"{req.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"
             )
-        cap, cap_source = snapshot_capacity(capacity, d.record)
+        cap = d.capacity(capacity)
         names = stream_names(req.stream_values)
         sources.append(
             RequestSource(
@@ -94,8 +95,9 @@ def snapshot_streams(
                 stream=RequestStream.build(
                     req.kind, req.request, req.time_ns, req.size, req.stream, names
                 ),
-                capacity_bytes=cap,
-                capacity_source=cap_source,
+                capacity_bytes=cap.bytes,
+                capacity_source=cap.source,
+                capacity_basis=cap.basis,
                 baseline=as_run,
                 recorded_peak_reserved_bytes=d.record.peak,
                 warnings=warnings,
@@ -166,7 +168,8 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 device=s.device,
                 stream=stream,
                 capacity_bytes=s.capacity_bytes,
-                capacity_source="--capacity" if capacity is not None else "the trace's TARGET_INFO_GPU",
+                capacity_source=s.capacity_source,
+                capacity_basis=s.capacity_basis,
                 baseline=baseline,
                 recorded_peak_reserved_bytes=None,
                 warnings=warnings,

@@ -362,6 +362,34 @@ class DeviceResult:
     conflicts: int
     final_mismatches: int
     initial_blocks: int
+    retry_capacity: int | None = None  # what the allocator's OOM retries imply (Q11b)
+
+
+def _retry_capacity(trace: list[dict[str, Any]], initial: int, peak: int) -> int | None:
+    """QUESTIONS.md Q11b: a run of segment_free/segment_unmap right before a new segment whose
+    size, added to the reserved memory before the run, exceeds the peak is the allocator's OOM
+    retry: the device refused that much, so C is just below it (2 MiB: a segment's granularity),
+    at least the peak. Expandable segments (the run unmaps) record no refused size: C is the
+    peak. None: no retry."""
+    releases, new_segments = ("segment_free", "segment_unmap"), ("segment_alloc", "segment_map")
+    reserved, i, refused, expandable = initial, 0, [], False
+    while i < len(trace):
+        if trace[i]["action"] not in releases:
+            step = trace[i]["size"] if trace[i]["action"] in new_segments else 0
+            reserved, i = reserved + step, i + 1
+            continue
+        before, unmapped = reserved, trace[i]["action"] == "segment_unmap"
+        while i < len(trace) and trace[i]["action"] in releases:
+            reserved, i = reserved - trace[i]["size"], i + 1
+        new = trace[i]["size"] if i < len(trace) and trace[i]["action"] in new_segments else 0
+        if new > 0 and before + new > peak:
+            if unmapped:
+                expandable = True
+            else:
+                refused.append(before + new)
+    if expandable:
+        return peak
+    return max(peak, min(refused) - (2 << 20)) if refused else None
 
 
 def _replay(
@@ -393,7 +421,7 @@ def _replay_once(
     counts = dict.fromkeys(
         ("allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs",
          "failed_allocations", "other_kind_events"), 0)  # fmt: skip
-    peak_reserved = layout.reserved
+    peak_reserved = initial_reserved = layout.reserved
     # The rebuilt start of the window is a state the device was in: one moment, at the time of
     # the first entry (0 without a trace); its partial layouts while rebuilding are not
     # (QUESTIONS.md Q8).
@@ -448,8 +476,9 @@ def _replay_once(
                 ooms.append((t, e, raw))
     mismatches = _compare_final(layout, final)
     result = DeviceResult(
-        raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks
-    )
+        raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks,
+        _retry_capacity(trace, initial_reserved, peak_reserved),
+    )  # fmt: skip
     return result, layout.repairs
 
 
@@ -555,6 +584,8 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
     elif result.ooms:  # the device's oom entries (QUESTIONS.md Q11)
         reachable = [raw["reserved"] + entry["device_free"] for _t, entry, raw in result.ooms]
         cap, source = max(*reachable, result.peak_reserved), "oom"
+    elif result.retry_capacity is not None:  # the allocator's OOM retries (Q11b)
+        cap, source = result.retry_capacity, "oom_retries"
     else:
         cap, source = result.peak_reserved, "reserved_peak"
     moments: list[Moment] = [{"time_ns": t, **_derive(raw, cap)} for t, raw in result.raw]

@@ -35,9 +35,8 @@ DEFAULT_GRANULARITY = 512
 def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:
     """One space per CUDA device of ``snapshot`` (its records, or its columns).
 
-    ``options.capacity_bytes`` is C for every device; without it the model takes C from the
-    snapshot's OOM entries (reserved + CUDA free at the OOM), else from the peak reserved
-    memory (a warning says so).
+    ``options.capacity_bytes`` is C for every device; without it the model estimates C from
+    the device's record as every command does (:mod:`nsysfrag.capacity`).
     """
     if options.capacity_bytes is not None and options.capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")
@@ -99,7 +98,13 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
                 device_name=f"cuda:{device}",
                 process_name=None,
                 events=events,
-                model=SegmentsModel(final, settings, facts, progress=options.progress),
+                model=SegmentsModel(
+                    final,
+                    settings,
+                    facts,
+                    progress=options.progress,
+                    device_bytes=snapshot.device_memory_bytes.get(device),
+                ),
                 capacity_bytes=options.capacity_bytes,
                 timestamps=timestamps,
             )

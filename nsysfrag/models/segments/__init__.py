@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.capacity import OVERRIDE, RESERVED_PEAK, Capacity, read_record, snapshot_capacity
 from nsysfrag.events import ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.compiled import CompiledDevice
@@ -70,7 +71,7 @@ class SnapshotSection:
     """The figures only a snapshot has, in the order the JSON document lists them."""
 
     facts: SnapshotFacts
-    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    capacity: Capacity  # C, where it came from and that in words
     reserved_bytes_peak: int
     allocated_bytes_peak: int
     requested_bytes_peak: int
@@ -93,6 +94,7 @@ class SegmentsModel:
     facts: SnapshotFacts
     name: str = MODEL_NAME
     progress: ProgressCallback | None = field(default=None, compare=False)
+    device_bytes: int | None = None  # the device's memory, where recorded beside the snapshot
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
         compiled = None
@@ -105,9 +107,10 @@ class SegmentsModel:
             r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
         warnings: list[str] = []
         if len(r.time_ns) == 0:
-            return SegmentsRun(self, space, r, _series(r, 0), 0, "", warnings, compiled)
-        capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
-        series = _series(r, capacity)
+            empty = Capacity(0, RESERVED_PEAK, "")
+            return SegmentsRun(self, space, r, _series(r, 0), empty, warnings, compiled)
+        capacity = _capacity(r, space, self.device_bytes, warnings)
+        series = _series(r, capacity.bytes)
         device = space.device
         if r.conflicts:
             warnings.append(
@@ -125,7 +128,7 @@ class SegmentsModel:
                 f"device {device}: the trace has no timestamps (PyTorch before 2.1), so times"
                 " are entry numbers, 1 ns apart, and growth_per_s is 0"
             )
-        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings, compiled)
+        return SegmentsRun(self, space, r, series, capacity, warnings, compiled)
 
 
 @dataclass(frozen=True)
@@ -134,10 +137,13 @@ class SegmentsRun:
     space: RecordedSpace
     replay: DeviceReplay
     series: StateSeries
-    capacity_bytes: int
-    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    capacity: Capacity
     warnings: list[str]
     compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.capacity.bytes
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """The free blocks inside segments right after ``point``, and the device's free memory
@@ -168,7 +174,7 @@ class SegmentsRun:
         r = self.replay
         return SnapshotSection(
             facts=self.model.facts,
-            capacity_source=self.capacity_source,
+            capacity=self.capacity,
             reserved_bytes_peak=r.max_reserved_bytes,
             allocated_bytes_peak=r.max_allocated_bytes,
             requested_bytes_peak=r.max_requested_bytes,
@@ -210,29 +216,26 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
 
 
 def _capacity(
-    r: DeviceReplay, device: int, override: int | None, warnings: list[str]
-) -> tuple[int, str]:
-    if override is not None:
-        if r.max_reserved_bytes > override:
-            warnings.append(
-                f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
-                f" more than --capacity {format_bytes(override)}; global_frag can exceed 1"
-            )
-        return override, "--capacity"
-    estimates = [
-        o.reserved_bytes + o.device_free_bytes for o in r.ooms if o.device_free_bytes is not None
-    ]
-    if estimates:
-        # What this process could reach at the OOM: its own reserve plus what CUDA had free.
-        # Other processes and the CUDA context are not in it, so it is a lower bound.
-        return max(max(estimates), r.max_reserved_bytes, 1), "oom"
-    cap = max(r.max_reserved_bytes, 1)
-    warnings.append(
-        f"device {device}: the snapshot does not say how much memory the device has (no"
-        f" out-of-memory entry), so its capacity is taken to be the peak reserved memory,"
-        f" {format_bytes(cap)}: the rating assumes the device was full at the peak, so its"
-        " fragmentation figures are upper bounds; pass --capacity (e.g. --capacity 80GiB) to"
-        " rate the snapshot against the real device"
+    r: DeviceReplay, space: RecordedSpace, device_bytes: int | None, warnings: list[str]
+) -> Capacity:
+    """C from the device's record (nsysfrag.capacity: what every command rates it against)."""
+    events = space.events
+    record = read_record(
+        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes, device_bytes
     )
-    return cap, "reserved_peak"
-
+    capacity = snapshot_capacity(record, space.capacity_bytes)
+    device = space.device
+    if capacity.source == OVERRIDE and r.max_reserved_bytes > capacity.bytes:
+        warnings.append(
+            f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+            f" more than --capacity {format_bytes(capacity.bytes)}; global_frag can exceed 1"
+        )
+    elif capacity.assumed:
+        warnings.append(
+            f"device {device}: the snapshot does not say how much memory the device has (no"
+            " out-of-memory entry, no OOM retry), so its capacity is taken to be the peak"
+            f" reserved memory, {format_bytes(capacity.bytes)}: the rating assumes the device"
+            " was full at the peak, so its fragmentation figures are upper bounds; pass"
+            " --capacity (e.g. --capacity 80GiB) to rate the snapshot against the real device"
+        )
+    return capacity

@@ -62,6 +62,7 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "device": s.device,
         "capacity_bytes": s.capacity_bytes,
         "capacity_source": s.capacity_source,
+        "capacity_basis": s.capacity_basis,
         "requests": s.requests,
         "frees": s.frees,
         "streams": s.streams,

@@ -193,7 +193,7 @@ def space_title(s: SpaceComparison) -> str:
 def space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
     peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     meta = [
-        ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_source})"),
+        ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_basis})"),
         (
             "requests",
             (
