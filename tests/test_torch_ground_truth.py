@@ -316,7 +316,7 @@ def test_whatif_tells_the_policy_that_removes_the_oom_without_recommending_it() 
     result = CliRunner().invoke(cli, ["whatif", str(snapshot)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "no policy beats the baseline" in text
+    assert "no validated policy beats the baseline" in text
     assert "expandable_segments:True has 0 simulated OOM(s) against 1" in text
     assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if the run failed for memory" in text
 

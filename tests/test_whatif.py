@@ -23,7 +23,7 @@ from nsysfrag.analysis.metrics import Health
 from nsysfrag.cli import cli
 from nsysfrag.events import SEGMENT_ALLOC, SEGMENT_MAP
 from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
-from nsysfrag.reporters.whatif.document import recommendation_document
+from nsysfrag.reporters.whatif.document import recommendation_document, worth_trying_document
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
 from nsysfrag.whatif import (
@@ -183,7 +183,7 @@ def test_recommendation_follows_from_the_numbers(tmp_path: Path) -> None:
     # THEN nothing is recommended, and the words say so with the baseline's numbers
     assert space["recommendation"] is None
     text = space["advice"]["text"]
-    assert text.startswith("Keep torch (") and "no policy beats the baseline by more than 1 %" in text
+    assert text.startswith("Keep torch (") and "so nothing is recommended" in text
     assert "1 simulated OOM(s) at 100 MiB" in text
 
 
@@ -208,11 +208,13 @@ def test_a_saving_above_the_model_error_is_recommended_with_its_numbers() -> Non
                        _outcome("best-fit", 850 * MiB))  # fmt: skip
     # WHEN expandable segments save 10 %
     rec = recommend(outcomes, 80 * GiB, recorded_peak=1030 * MiB, error=e)
-    # THEN they are recommended, and the JSON carries exactly the contract's four keys
+    # THEN they are recommended, and the JSON carries the contract's four keys and that the
+    # recommended policy's model was validated on this input
     assert rec.policy == "torch:expandable_segments=True"
     assert recommendation_document(rec) == {
         "policy": "torch:expandable_segments=True", "saving_bytes": 100 * MiB,
         "saving_ratio": pytest.approx(0.1), "model_error": pytest.approx(e),
+        "validated": True,
     }  # fmt: skip
     text = recommendation_text(rec)
     assert text.startswith("expandable_segments:True: peak reserved 1000.0 → 900.0 MiB (−10 %)")
@@ -232,7 +234,7 @@ def test_a_saving_within_the_model_error_is_not_recommended() -> None:
     # THEN nothing is recommended: the saving is within the model's error
     assert rec.policy is None and recommendation_document(rec) is None
     text = recommendation_text(rec)
-    assert "no policy beats the baseline by more than the model's error" in text
+    assert "no validated policy beats the baseline by more than the model's error" in text
     assert "11.5 %" in text and "lowers peak reserved by 11.1 %" in text
 
 
@@ -241,7 +243,7 @@ def test_the_larger_of_the_ranking_and_the_replay_error_counts() -> None:
     e = model_error(990 * MiB, 1000 * MiB, -0.04)
     # WHEN a policy saves 3 % THEN it is not recommended
     outcomes = _ranked(_outcome("torch", 990 * MiB, baseline=True),
-                       _outcome("cuda-async", 960 * MiB))  # fmt: skip
+                       _outcome("torch:expandable_segments=True", 960 * MiB))  # fmt: skip
     assert e == pytest.approx(0.04)
     assert recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=e).policy is None
 
@@ -253,11 +255,40 @@ def test_a_saving_under_1_percent_is_never_recommended() -> None:
     # WHEN the best saves 0.9 % THEN the baseline is kept
     rec = recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
     assert rec.policy is None
-    assert "no policy beats the baseline by more than 1 %" in recommendation_text(rec)
-    # AND without a recorded figure (nsys) the bar is 1 % too, and the error is null
+    assert "no validated policy beats the baseline by more than 1 %" in recommendation_text(rec)
+    # AND without a recorded figure (nsys) the error is null, no model is validated, and
+    # nothing is recommended
     rec = recommend(outcomes, 80 * GiB)
     assert rec.policy is None and rec.model_error is None
-    assert "cannot be measured" in recommendation_text(rec)
+    assert "No model can be checked against this input" in recommendation_text(rec)
+
+
+def test_only_a_model_validated_on_the_input_is_recommended() -> None:
+    # GIVEN torch checked on this input (e = 2 %), cuda-async 30 % lower, expandable segments 5 %
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:expandable_segments=True", 950 * MiB),
+                       _outcome("cuda-async", 700 * MiB))  # fmt: skip
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1020 * MiB, error=0.02)
+    # THEN the torch setting is the recommendation, with the torch model's error ...
+    assert rec.policy == "torch:expandable_segments=True"
+    assert rec.chosen is not None and rec.chosen.validated and rec.chosen.model_error == 0.02
+    # ... and cuda-async, whose model nothing checked, is worth trying, with no error of its own
+    assert rec.worth_trying is not None and rec.worth_trying.policy == "cuda-async"
+    assert not rec.worth_trying.validated and rec.worth_trying.model_error is None
+    doc = worth_trying_document(rec)
+    assert doc is not None and doc["validated"] is False and doc["model_error"] is None
+    text = recommendation_text(rec)
+    assert "Worth trying, not validated: cuda-async lowers peak reserved" in text
+    assert text.count("2.0 %") == 1  # torch's error, quoted once, for torch
+    # WHEN cuda-async alone saves anything THEN nothing is recommended, it is worth trying
+    alone = _ranked(_outcome("torch", 1000 * MiB, baseline=True), _outcome("cuda-async", 700 * MiB))
+    rec = recommend(alone, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
+    assert rec.policy is None and rec.worth_trying is not None
+    assert recommendation_document(rec) is None
+    # AND on an input that checks no model (nsys) a torch setting is worth trying, not more
+    rec = recommend(outcomes, 80 * GiB)
+    assert rec.policy is None and rec.worth_trying is not None
+    assert rec.worth_trying.policy == "cuda-async"  # the larger of the unchecked savings
 
 
 def test_more_simulated_ooms_are_never_recommended() -> None:
