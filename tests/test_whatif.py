@@ -607,7 +607,13 @@ def test_real_snapshot_whatif_runs_every_policy(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["validation"]["segment_alloc_match"] >= 0.95
     (space,) = doc["spaces"]
-    assert len(space["policies"]) == 7
+    # the six families, and torch with each of the five settings this run did not set:
+    # expandable segments, max_split_size_mb at two sizes of its large blocks, the collector,
+    # roundup_power2_divisions
+    names = [p["policy"] for p in space["policies"]]
+    assert len(names) == 11 and {n.split(":")[0] for n in names} == {
+        "torch", "cuda-async", "best-fit", "first-fit", "buddy", "slab"}  # fmt: skip
+    assert sum(n.startswith("torch:max_split_size_mb=") for n in names) == 2
     assert space["recorded_peak_reserved_bytes"] == doc["validation"]["peak_reserved_recorded_bytes"]
 
 

@@ -21,7 +21,11 @@ ALLOCATOR_COMPILE_S = 25
 @click.argument("source", metavar="INPUT", type=click.Path(path_type=Path))
 @click.option("--policy", "policies", multiple=True, metavar="POLICY",
               help="A policy to replay (repeatable; default: all of "
-              + ", ".join(DEFAULT_POLICIES) + "). torch takes PYTORCH_CUDA_ALLOC_CONF options:"
+              + ", ".join(DEFAULT_POLICIES) + ", and torch with each setting the input"
+              " suggests added to the run's own: expandable_segments, max_split_size_mb at"
+              " the sizes of its large blocks, garbage_collection_threshold,"
+              " roundup_power2_divisions, unless the run set it or it conflicts). torch takes"
+              " PYTORCH_CUDA_ALLOC_CONF options:"
               " torch:expandable_segments=True,max_split_size_mb=128.")  # fmt: skip
 @click.option("--capacity", type=ByteSize(), default=None,
               help="Device memory to simulate (e.g. 80GiB). Default: the trace's GPU; for a"

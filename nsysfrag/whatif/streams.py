@@ -21,6 +21,12 @@ import numpy as np
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
 from nsysfrag.allocators.torch import split_options
+from nsysfrag.analysis.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
 from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.series import ALLOCATED
@@ -45,6 +51,8 @@ class RequestSource:
     segments_suspected: bool = False
     error_basis: str = TRACE  # how the baseline is checked against the record (recommend.py)
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
+    # The torch settings a whatif without --policy tries on top of the baseline's.
+    tried: tuple[Setting, ...] = ()
 
 
 def stream_names(values: I64) -> tuple[str, ...]:
@@ -67,6 +75,10 @@ def snapshot_streams(
     """One request stream per device of a PyTorch snapshot."""
     config = snapshot_config(columns)
     as_run = as_run_policy(config)
+    run = RunSettings.of(
+        columns.allocator_conf, columns.expandable_segments, columns.max_split_size,
+        columns.roundup_power2_divisions,
+    )  # fmt: skip
     notes = [columns.layout]
     if not any(d.traced for d in devices):
         notes.append(
@@ -87,6 +99,9 @@ def snapshot_streams(
             )
         cap = d.capacity(capacity)
         names = stream_names(req.stream_values)
+        live = (b.requested_bytes for seg in columns.segments if seg.device == d.device
+                for b in seg.blocks)  # fmt: skip
+        requests = recorded_requests(d.history.action, d.history.size, live)
         sources.append(
             RequestSource(
                 label=f"device {d.device}",
@@ -103,9 +118,17 @@ def snapshot_streams(
                 warnings=warnings,
                 timestamps=req.timestamps,
                 error_basis=TRACE if d.traced else STATE,
+                tried=tried_settings(run, requests),
             )
         )
     return sources, notes
+
+
+def tried_policy(baseline: Policy, setting: Setting) -> Policy:
+    """The baseline's torch settings with ``setting`` added: one knob changed."""
+    base = baseline.options if isinstance(baseline.options, TorchConfig) else TorchConfig()
+    conf = ",".join(filter(None, (base.conf_string(), str(setting))))
+    return as_run_policy(TorchConfig.parse(conf))
 
 
 def as_run_policy(config: TorchConfig) -> Policy:
@@ -174,6 +197,7 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 recorded_peak_reserved_bytes=None,
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
+                tried=tried_settings(RunSettings(), tl.bytes[allocs]),
             )
         )
     return sources, notes

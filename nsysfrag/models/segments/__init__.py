@@ -17,8 +17,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.analysis.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
 from nsysfrag.capacity import OVERRIDE, RESERVED_PEAK, Capacity, read_record, snapshot_capacity
-from nsysfrag.events import ProgressCallback
+from nsysfrag.events import AllocationEvents, ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.compiled import CompiledDevice
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
@@ -83,6 +89,9 @@ class SnapshotSection:
     requested_bytes_final: int
     window: WindowFigures
     oom_events: tuple[OomEvent, ...]
+    # The PYTORCH_CUDA_ALLOC_CONF settings `whatif` tries by default on this device (and so
+    # the only ones advice may name).
+    tried_settings: tuple[Setting, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,15 @@ class SegmentsModel:
     name: str = MODEL_NAME
     progress: ProgressCallback | None = field(default=None, compare=False)
     device_bytes: int | None = None  # the device's memory, where recorded beside the snapshot
+
+    def tried_settings(self, events: AllocationEvents) -> tuple[Setting, ...]:
+        """What ``whatif`` tries on this device by default (``analysis.tried_settings``)."""
+        s, conf = self.settings, self.facts.allocator_conf
+        run = RunSettings.of(
+            conf, s.expandable_segments, s.max_split_size, s.roundup_power2_divisions
+        )
+        live = (b.requested_bytes for seg in self.final_segments for b in seg.blocks)
+        return tried_settings(run, recorded_requests(events.kind, events.bytes, live))
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
         compiled = None
@@ -192,6 +210,7 @@ class SegmentsRun:
                 final_mismatches=r.final_mismatches,
             ),
             oom_events=tuple(r.ooms),
+            tried_settings=self.model.tried_settings(self.space.events),
         )
 
 
