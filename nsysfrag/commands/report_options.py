@@ -154,7 +154,9 @@ def report_options(f: F) -> F:
         click.option("--granularity", type=ByteSize(), default=DEFAULT_GRANULARITY, show_default=True,
                      help="Allocation rounding: a block's footprint is its size rounded up to this."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
-                     help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
+                     help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical',"
+                     " 'peak.reserved_bytes>70GiB', 'ooms.count>0': any numeric key of the JSON"
+                     " (listed below). Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
                      help="Compare with an earlier run's --json document."),
         click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",
