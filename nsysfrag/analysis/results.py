@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.metrics import F64, Health, HealthBasis, size_class_label
+from nsysfrag.analysis.metrics import F64, Health, HealthBasis, Unrated, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ class PoolState:
     """A caching allocator's own figures at one moment (the pytorch-segments model)."""
 
     reserved_bytes: int  # the segments' bytes
-    allocated_bytes: int  # the bytes of blocks not yet free
+    allocated_bytes: int  # PyTorch's allocated_bytes: blocks allocated and not freed
+    active_bytes: int  # PyTorch's active_bytes: also the freed blocks other streams still use
     releasable_bytes: int  # R: free bytes the allocator can give back to the driver
     stranded_bytes: int  # S: free bytes in segments that also hold allocated blocks
     device_free_bytes: int  # D: the device's memory outside the segments
@@ -171,6 +172,8 @@ class SpaceAnalysis:
     snapshot: SnapshotSection | None = None  # the figures only a PyTorch snapshot has
     timestamps: bool = True  # False: the times are entry numbers (a snapshot without times)
     capacity: Capacity | None = None  # C with where it came from (capacity_bytes is C)
+    # Maxima above a threshold that the health does not count (the materiality rule).
+    unrated: tuple[Unrated, ...] = ()
 
     @property
     def capacity_source(self) -> str:

@@ -22,6 +22,7 @@ from nsysfrag.analysis.metrics import (
     local_frag,
     material,
     rate_health,
+    unrated_maxima,
 )
 from nsysfrag.analysis.results import Counts, PoolState, SpaceAnalysis, State, Timeline
 from nsysfrag.capacity import stated
@@ -104,13 +105,14 @@ class Fragmentation:
 
 
 def pool_state(pool: PoolColumns, i: int) -> PoolState:
-    reserved, allocated = int(pool.reserved_bytes[i]), int(pool.allocated_bytes[i])
+    reserved, active = int(pool.reserved_bytes[i]), int(pool.active_bytes[i])
     releasable = int(pool.releasable_bytes[i])
     return PoolState(
         reserved_bytes=reserved,
-        allocated_bytes=allocated,
+        allocated_bytes=int(pool.allocated_bytes[i]),
+        active_bytes=active,
         releasable_bytes=releasable,
-        stranded_bytes=reserved - allocated - releasable,
+        stranded_bytes=reserved - active - releasable,
         device_free_bytes=int(pool.device_free_bytes[i]),
         largest_block_bytes=int(pool.largest_block_bytes[i]),
     )
@@ -210,6 +212,11 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         snapshot=section,
         timestamps=space.timestamps,
         capacity=section.capacity if section is not None else stated(capacity, space.capacity_source),
+        unrated=tuple(
+            unrated_maxima(
+                f.local_frag, series.free_blocks, series.free_bytes, capacity, series.time_ns
+            )
+        ),
     )
 
 

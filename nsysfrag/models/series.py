@@ -40,7 +40,8 @@ class PoolColumns:
     """A caching allocator's figures after every point (the pytorch-segments model)."""
 
     reserved_bytes: I64
-    allocated_bytes: I64
+    allocated_bytes: I64  # PyTorch's allocated_bytes: active blocks whose free was not requested
+    active_bytes: I64  # PyTorch's active_bytes: every block not yet free (F = reserved - active)
     releasable_bytes: I64  # R
     device_free_bytes: I64  # D = max(C - reserved, 0)
     largest_block_bytes: I64  # L: the largest free block inside a segment

@@ -67,6 +67,11 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
         ("device free", format_bytes(device_free)),
         ("reserved", format_bytes(pool.reserved_bytes)),
         ("allocated", format_bytes(pool.allocated_bytes)),
+        *(
+            [("active", format_bytes(pool.active_bytes))]
+            if pool.active_bytes != pool.allocated_bytes
+            else []
+        ),
         ("stranded", format_bytes(pool.stranded_bytes)),
         ("releasable", format_bytes(pool.releasable_bytes)),
         ("largest free block", format_bytes(pool.largest_block_bytes)),

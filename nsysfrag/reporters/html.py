@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
-from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
+from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label, unrated_words
 from nsysfrag.events import Words
 from nsysfrag.reporters.failure_words import (
     failure_table,
@@ -223,8 +223,11 @@ def _summary(s: SpaceAnalysis) -> str:
         ("span mode", "yes: addresses exceed device memory" if s.span_mode else "no"),
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
+    unrated = "".join(
+        f'<p class="sub">{esc(unrated_words(u, moment(s, u.time_ns)))}</p>' for u in s.unrated
+    )
     return (
-        f"<h3>State ({esc(s.source.words.space_title)})</h3>{states}"
+        f"<h3>State ({esc(s.source.words.space_title)})</h3>{states}{unrated}"
         '<div class="pair"><div><h3>Events</h3>'
         f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
         "<div><h3>Growth and layout</h3>"

@@ -98,6 +98,8 @@ def space_document(s: SpaceAnalysis) -> dict[str, Any]:
         "growth_per_s": s.growth_per_s,
         "health": s.health.label,
         "health_basis": health_basis_document(s.health_basis),
+        # Maxima above a threshold that the health does not count (fewer than 5 % free then).
+        "unrated_maxima": [dataclasses.asdict(u) for u in s.unrated],
         "ooms": [failure_document(f) for f in s.ooms],
         "out_of_order_frees": s.out_of_order_frees,
         "hole_creating_frees": s.hole_creating_frees,
@@ -141,11 +143,13 @@ def snapshot_document(x: SnapshotSection) -> dict[str, Any]:
         "time_origin_unix_us": x.facts.time_origin_unix_us,
         "reserved_bytes_peak": x.reserved_bytes_peak,
         "allocated_bytes_peak": x.allocated_bytes_peak,
+        "active_bytes_peak": x.active_bytes_peak,
         "requested_bytes_peak": x.requested_bytes_peak,
         "reserved_bytes_at_frag_peak": x.reserved_bytes_at_frag_peak,
         "releasable_bytes_at_frag_peak": x.releasable_bytes_at_frag_peak,
         "reserved_bytes_final": x.reserved_bytes_final,
         "allocated_bytes_final": x.allocated_bytes_final,
+        "active_bytes_final": x.active_bytes_final,
         "requested_bytes_final": x.requested_bytes_final,
         # Both dataclasses hold their keys in the document's order.
         "window": dataclasses.asdict(x.window),

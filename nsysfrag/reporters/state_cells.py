@@ -117,6 +117,12 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
         *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
         ("reserved", sizes(p.reserved_bytes, f.reserved_bytes)),
         ("allocated", sizes(p.allocated_bytes, f.allocated_bytes)),
+        # PyTorch's active bytes, shown where freed blocks still wait on other streams
+        *(
+            [("active", sizes(p.active_bytes, f.active_bytes))]
+            if (p.active_bytes, f.active_bytes) != (p.allocated_bytes, f.allocated_bytes)
+            else []
+        ),
         ("stranded", sizes(p.stranded_bytes, f.stranded_bytes)),
         ("releasable", sizes(p.releasable_bytes, f.releasable_bytes)),
         ("device free", sizes(p.device_free_bytes, f.device_free_bytes)),

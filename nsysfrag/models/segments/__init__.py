@@ -79,13 +79,15 @@ class SnapshotSection:
     facts: SnapshotFacts
     capacity: Capacity  # C, where it came from and that in words
     reserved_bytes_peak: int
-    allocated_bytes_peak: int
+    allocated_bytes_peak: int  # PyTorch's allocated_bytes.all.peak (over the window)
+    active_bytes_peak: int  # PyTorch's active_bytes.all.peak
     requested_bytes_peak: int
     reserved_bytes_at_frag_peak: int
     # Free blocks that are whole cudaMalloc segments: PyTorch can return them to CUDA.
     releasable_bytes_at_frag_peak: int
     reserved_bytes_final: int
     allocated_bytes_final: int
+    active_bytes_final: int
     requested_bytes_final: int
     window: WindowFigures
     oom_events: tuple[OomEvent, ...]
@@ -194,12 +196,14 @@ class SegmentsRun:
             facts=self.model.facts,
             capacity=self.capacity,
             reserved_bytes_peak=r.max_reserved_bytes,
-            allocated_bytes_peak=r.max_allocated_bytes,
+            allocated_bytes_peak=int((r.active_bytes - r.pending_bytes).max()),
+            active_bytes_peak=r.max_active_bytes,
             requested_bytes_peak=r.max_requested_bytes,
             reserved_bytes_at_frag_peak=int(r.reserved_bytes[peak]),
             releasable_bytes_at_frag_peak=int(r.releasable_bytes[peak]),
             reserved_bytes_final=int(r.reserved_bytes[-1]),
-            allocated_bytes_final=int(r.allocated_bytes[-1]),
+            allocated_bytes_final=int(r.active_bytes[-1] - r.pending_bytes[-1]),
+            active_bytes_final=int(r.active_bytes[-1]),
             requested_bytes_final=int(r.live_bytes[-1]),
             window=WindowFigures(
                 trace_entries=r.trace_entries,
@@ -227,7 +231,11 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
         largest_free_bytes=np.maximum(r.largest_free_bytes, device_free + r.releasable_bytes),
         free_blocks=r.free_blocks + (device_free > 0),
         pool=from_replay(
-            PoolColumns, r, device_free_bytes=device_free, largest_block_bytes=r.largest_free_bytes
+            PoolColumns,
+            r,
+            allocated_bytes=r.active_bytes - r.pending_bytes,
+            device_free_bytes=device_free,
+            largest_block_bytes=r.largest_free_bytes,
         ),
         held_peak=r.peak_allocated,
         failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
