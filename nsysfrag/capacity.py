@@ -251,13 +251,9 @@ def snapshot_capacity(record: Record, override: int | None = None) -> Capacity:
     found = recorded_capacity(record)
     if found is not None:
         return found
-    from nsysfrag.analysis.metrics import format_bytes  # analysis imports this module
-
-    peak = max(record.peak, 1)
     return Capacity(
-        peak,
+        max(record.peak, 1),
         RESERVED_PEAK,
-        f"assumed: the peak reserved memory, {format_bytes(peak)} (the snapshot does not record"
-        " the device's memory, so the device is taken to have been full at the peak); pass"
-        " --capacity",
+        "assumed: the peak reserved memory, since the snapshot does not record the device's;"
+        " the device is taken to have been full at the peak; pass --capacity",
     )

@@ -188,10 +188,6 @@ def check_outputs(request: ReportRequest, source: Path) -> None:
         load_document(request.baseline)  # fail now, not after a long analysis
 
 
-# What the first run after installing spends compiling (benchmarks/bench_startup.py, 2 cores).
-REPLAY_COMPILE_S = 5
-
-
 def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = True) -> Analysis:
     """Read ``path`` with the input format that claims it and analyze every space, with a bar
     per phase and a notice while kernels compile (commands.feedback); ``interactive=False``
@@ -199,7 +195,7 @@ def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = Tru
     fmt = format_of(path)
     if not interactive:
         return _read_and_analyze(fmt, path, request, None)
-    with feedback() as shown, shown.compiling("the replay kernels", REPLAY_COMPILE_S):
+    with feedback() as shown, shown.compiling("the replay kernels"):
         return _read_and_analyze(fmt, path, request, shown.progress)
 
 

@@ -13,9 +13,6 @@ from nsysfrag.commands.params import ByteSize
 from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
 
-# What the first what-if after installing spends compiling (benchmarks/bench_startup.py).
-ALLOCATOR_COMPILE_S = 25
-
 
 @click.command("whatif")
 @click.argument("source", metavar="INPUT", type=click.Path(path_type=Path))
@@ -79,7 +76,7 @@ def whatif_command(
 
         source = export_report(source, None, None, False)
         check_destinations(outputs, [Kept("the input's export", source)])
-    with feedback() as shown, shown.compiling("the allocator models", ALLOCATOR_COMPILE_S):
+    with feedback() as shown, shown.compiling("the allocator models"):
         report = whatif(source, policies, capacity, validate)
     # stderr is one line at most (a CI log greps it), however many spaces have warnings.
     warnings = [f"{space.label}: {w}" for space in report.spaces for w in space.warnings]

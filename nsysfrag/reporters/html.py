@@ -25,8 +25,16 @@ from nsysfrag.reporters.failure_words import (
     failures_title,
     unknown_note,
 )
-from nsysfrag.reporters.figures import figure_builders
-from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
+from nsysfrag.reporters.figures import figures_for, one_moment
+from nsysfrag.reporters.html_page import (
+    BASE_CSS,
+    esc,
+    page,
+    rated_cell,
+    site_markup,
+    table,
+    warnings_box,
+)
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
 from nsysfrag.reporters.time_base import moment
 
@@ -259,16 +267,16 @@ def _failures(s: SpaceAnalysis) -> str:
             continue
         item = [f"<strong>at {esc(t.cells[0][1])}</strong>"]
         if t.requested_at is not None:
-            item.append(f' — requested at <span class="mono">{esc(t.requested_at)}</span>')
+            item.append(f' — requested at <span class="mono">{site_markup(t.requested_at)}</span>')
         if t.callers:
-            frames = "".join(f"<li>{esc(c)}</li>" for c in t.callers)
+            frames = "".join(f"<li>{site_markup(c)}</li>" for c in t.callers)
             item.append(f'<details><summary>called from ({len(t.callers)} frames, innermost'
                         f' first)</summary><ol class="mono">{frames}</ol></details>')  # fmt: skip
         if t.explanation:
             item.append(f"<p>{esc(t.explanation)}</p>")
         if t.stranded:
             sites = "".join(
-                f'<tr><td class="site mono">{esc(site)}</td><td class="n">{esc(held)}</td></tr>'
+                f'<tr><td class="site mono">{site_markup(site)}</td><td class="n">{esc(held)}</td></tr>'
                 for site, held in t.stranded
             )
             item.append(table(["stranded beside blocks from", "stranded"], [sites], numeric={1}))
@@ -290,8 +298,15 @@ def _advice(s: SpaceAnalysis) -> str:
 
 
 def _figures(s: SpaceAnalysis, space_index: int) -> str:
-    out = ['<h3>Figures</h3><div class="figures">']
-    for j, (name, build) in enumerate(figure_builders.items()):
+    out = ["<h3>Figures</h3>"]
+    if one_moment(s):
+        out.append(
+            '<p class="sub">No figures over time: the input records one moment of this space'
+            " (a snapshot without a trace: its final state), so the figures below are of that"
+            " moment.</p>"
+        )
+    out.append('<div class="figures">')
+    for j, (name, build) in enumerate(figures_for(s).items()):
         # Short: a 20,000-block address map repeats its clip-path id 20,000 times.
         prefix = f"s{space_index}f{j}-"
         alt = f"{name} figure of {space_title(s)}"
@@ -313,10 +328,10 @@ def _hotspots(s: SpaceAnalysis) -> str:
         if len(h.pinned_by) > PINNED_BY_SHOWN:
             pins += f", … {len(h.pinned_by) - PINNED_BY_SHOWN} more"
         rows.append(
-            f'<tr><td class="site mono">{esc(h.site)}</td><td class="n">{esc(h.size_class)}</td>'
+            f'<tr><td class="site mono">{site_markup(h.site)}</td><td class="n">{esc(h.size_class)}</td>'
             f'<td class="n">{h.out_of_order_frees}</td><td class="n">{h.hole_creating_frees}</td>'
             f'<td class="n">{format_bytes(h.hole_bytes)}</td>'
-            f'<td class="site mono">{esc(pins)}</td></tr>'
+            f'<td class="site mono">{site_markup(pins)}</td></tr>'
         )
     shown = f"top {TOP_HOTSPOTS} of {len(s.hotspots)}" if len(s.hotspots) > TOP_HOTSPOTS else ""
     note = f'<p class="sub">{shown}</p>' if shown else ""
