@@ -5,8 +5,8 @@ one input gets one C whatever reads it. An nsys export records the device (``TAR
 a PyTorch snapshot does not, and C comes from the best evidence it has, in this order:
 
 1. ``--capacity``;
-2. the device's memory, where it was recorded beside the snapshot (:data:`DEVICE`; the input
-   hands it over as :attr:`Record.device_bytes`);
+2. the device's total memory, where `nsysfrag record` wrote it beside the snapshot
+   (X.device.json; :data:`DEVICE`; the input hands it over as ``device_bytes``);
 3. the snapshot's ``oom`` entries: the memory the process could reach then, reserved +
    ``device_free`` (the largest over the entries, at least the peak reserved; other processes
    and the CUDA context are not in it, so it is a lower bound);
@@ -138,7 +138,6 @@ class Record:
     reserved: I64  # after each trace entry
     runs: ReleaseRuns
     oom_capacities: I64  # per oom entry that records device_free: reserved + device free then
-    device_bytes: int | None = None  # the device's memory, where recorded beside the snapshot
 
     @property
     def peak(self) -> int:
@@ -161,6 +160,26 @@ class Record:
         asked = self.runs.before + self.runs.new_segment
         return asked[self.retries() & ~self.runs.unmapped]
 
+    def collector_capacity(self, gc_threshold: float) -> tuple[int, str] | None:
+        """The allowed maximum A a run with ``garbage_collection_threshold`` and a memory
+        fraction implies, with how; None when no release preceded a new segment. Before each
+        such segment the collector ran (reserved above threshold x A) or the allocator refused
+        itself (reserved + the segment above A): A lies below the larger of the two bounds of
+        every run, and at most at an OOM entry's reserved + free device memory."""
+        runs = self.runs
+        new = (runs.then == ALLOC) & (runs.new_segment > 0)
+        if not new.any():
+            return None
+        asked = runs.before[new] + runs.new_segment[new]
+        collected = runs.before[new] / gc_threshold
+        capacity = int(np.maximum(asked, collected).min()) - PAGE
+        if self.oom_capacity is not None:
+            capacity = min(capacity, self.oom_capacity)
+        return max(self.peak, capacity), (
+            "estimated from the recorded garbage collections and OOM retries: just below the"
+            " least reserved memory at which the collector ran or the allocator refused"
+        )
+
     def program_releases(self, capacity: int, gc_threshold: float) -> I64:
         """Trace indices where the program released memory itself (empty_cache()): the
         releases the allocator would not have made on a device of ``capacity``."""
@@ -174,13 +193,10 @@ class Record:
         return np.asarray(runs.first[~allocator], dtype=np.int64)
 
 
-def read_record(
-    action: I8, size: I64, device_free: I64 | None, initial: int, device_bytes: int | None = None
-) -> Record:
+def read_record(action: I8, size: I64, device_free: I64 | None, initial: int) -> Record:
     """The reserved bytes after every entry of a device's history (its event kinds ``action``
     and ``size``s, from ``initial``), its runs of releases, and what its oom entries imply
-    (``device_free``: per entry, what the oom recorded free on the device, -1 for none).
-    ``device_bytes``: the device's memory, where the input recorded it."""
+    (``device_free``: per entry, what the oom recorded free on the device, -1 for none)."""
     if device_free is None:
         device_free = np.full(len(action), -1, dtype=np.int64)
     n = len(action)
@@ -206,16 +222,17 @@ def read_record(
     )
     said = np.flatnonzero((action == FAILED_ALLOC) & (device_free >= 0))
     implied = (reserved[said] + device_free[said]).astype(np.int64)
-    return Record(initial, reserved, runs, implied, device_bytes)
+    return Record(initial, reserved, runs, implied)
 
 
-def recorded_capacity(record: Record) -> Capacity | None:
+def recorded_capacity(record: Record, device_bytes: int | None = None) -> Capacity | None:
     """The capacity the input itself implies (steps 2 to 4), or None when it says nothing:
-    the run never met the device's limit and nothing beside it recorded the device."""
-    if record.device_bytes is not None:
-        # `nsysfrag record` notes the device's memory beside the snapshot it writes.
+    the run never met the device's limit and nothing beside it recorded the device.
+    ``device_bytes``: the device's total memory where `nsysfrag record` wrote it beside the
+    snapshot (X.device.json)."""
+    if device_bytes is not None:
         return device_memory(
-            record.device_bytes, "the device's memory, recorded beside the snapshot"
+            device_bytes, "the device's total memory, recorded beside the snapshot"
         )
     if record.oom_capacity is not None:
         # cudaMemGetInfo's free memory: the device's, even under a memory fraction.
@@ -244,11 +261,13 @@ def recorded_capacity(record: Record) -> Capacity | None:
     return None
 
 
-def snapshot_capacity(record: Record, override: int | None = None) -> Capacity:
+def snapshot_capacity(
+    record: Record, override: int | None = None, device_bytes: int | None = None
+) -> Capacity:
     """C for one device of a snapshot: the first of the evidence above that it has."""
     if override is not None:
         return given(override)
-    found = recorded_capacity(record)
+    found = recorded_capacity(record, device_bytes)
     if found is not None:
         return found
     return Capacity(

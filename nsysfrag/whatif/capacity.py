@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.capacity import OVERRIDE, Capacity, Record, recorded_capacity, snapshot_capacity
 from nsysfrag.capacity import read_record as capacity_record
+
+__all__ = ["Record", "RecordedDevice", "recorded_devices", "replay_capacity"]
 from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, HistoryColumns, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.spaces import columns_events
 from nsysfrag.models.segments.compiled import WindowLayout, window_start
@@ -33,9 +35,10 @@ class RecordedDevice:
     def traced(self) -> bool:
         return len(self.history) > 0
 
-    def capacity(self, override: int | None) -> Capacity:
-        """The device the policies replay on: the capacity ``analyze`` rates it against."""
-        return snapshot_capacity(self.record, override)
+    def capacity(self, override: int | None, device_bytes: int | None = None) -> Capacity:
+        """The device the policies replay on: the capacity ``analyze`` rates it against
+        (``device_bytes``: its total memory, where a record wrote it beside the snapshot)."""
+        return snapshot_capacity(self.record, override, device_bytes)
 
 
 def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
@@ -50,10 +53,7 @@ def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
         events = columns_events(columns, device)[0]
         window = window_start(events, final, settings)
         initial = int((window.segment_end - window.segment_start).sum())
-        record = capacity_record(
-            events.kind, events.bytes, events.device_free_bytes, initial,
-            columns.device_memory_bytes.get(device),
-        )  # fmt: skip
+        record = capacity_record(events.kind, events.bytes, events.device_free_bytes, initial)
         out.append(RecordedDevice(device, history, window, record))
     return out
 

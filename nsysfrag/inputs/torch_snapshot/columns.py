@@ -84,9 +84,6 @@ class SnapshotColumns:
     skipped_entries: int = 0
     time_origin_us: int | None = None
     warnings: list[str] = field(default_factory=list)
-    # Per device: its total memory, where recorded beside the snapshot (`nsysfrag record`); the
-    # capacity every command rates the device against (nsysfrag.capacity).
-    device_memory_bytes: dict[int, int] = field(default_factory=dict)
 
     def devices(self) -> list[int]:
         """Devices with a segment or a trace entry, ascending."""

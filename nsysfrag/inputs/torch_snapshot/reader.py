@@ -126,9 +126,6 @@ class Snapshot:
     skipped_entries: int = 0  # history entries without a valid address or size for their action
     time_origin_us: int | None = None  # the earliest time_us of any entry: time 0 of the report
     warnings: list[str] = field(default_factory=list)  # values the reader ignored, in words
-    # Per device: its total memory, where recorded beside the snapshot (`nsysfrag record`); the
-    # capacity every command rates the device against (nsysfrag.capacity).
-    device_memory_bytes: dict[int, int] = field(default_factory=dict)
 
     def devices(self) -> list[int]:
         """Devices with a segment or a history entry, ascending."""

@@ -32,11 +32,17 @@ SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
 
 
-def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:
+def recording_of(
+    snapshot: Snapshot | SnapshotColumns,
+    options: InputOptions,
+    device_bytes: dict[int, int] | None = None,
+) -> Recording:
     """One space per CUDA device of ``snapshot`` (its records, or its columns).
 
-    ``options.capacity_bytes`` is C for every device; without it the model estimates C from
-    the device's record as every command does (:mod:`nsysfrag.capacity`).
+    ``options.capacity_bytes`` is C for every device; without it the model estimates C as
+    every command does (:mod:`nsysfrag.capacity`): from a device's total memory where
+    ``device_bytes`` has it (the facts a record wrote beside the snapshot), else from the
+    device's record (its OOM entries, its OOM retries), else the peak reserved memory.
     """
     if options.capacity_bytes is not None and options.capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")
@@ -103,7 +109,7 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
                     settings,
                     facts,
                     progress=options.progress,
-                    device_bytes=snapshot.device_memory_bytes.get(device),
+                    device_bytes=(device_bytes or {}).get(device),
                 ),
                 capacity_bytes=options.capacity_bytes,
                 timestamps=timestamps,

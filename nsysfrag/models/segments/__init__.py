@@ -23,7 +23,14 @@ from nsysfrag.analysis.tried_settings import (
     recorded_requests,
     tried_settings,
 )
-from nsysfrag.capacity import OVERRIDE, RESERVED_PEAK, Capacity, read_record, snapshot_capacity
+from nsysfrag.capacity import (
+    DEVICE,
+    OVERRIDE,
+    RESERVED_PEAK,
+    Capacity,
+    read_record,
+    snapshot_capacity,
+)
 from nsysfrag.events import AllocationEvents, ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.compiled import CompiledDevice
@@ -165,6 +172,10 @@ class SegmentsRun:
     def capacity_bytes(self) -> int:
         return self.capacity.bytes
 
+    @property
+    def capacity_source(self) -> str:
+        return self.capacity.source
+
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """The free blocks inside segments right after ``point``, and the device's free memory
         outside them as one more block (the model's free blocks)."""
@@ -248,14 +259,20 @@ def _capacity(
     """C from the device's record (nsysfrag.capacity: what every command rates it against)."""
     events = space.events
     record = read_record(
-        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes, device_bytes
+        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes
     )
-    capacity = snapshot_capacity(record, space.capacity_bytes)
+    capacity = snapshot_capacity(record, space.capacity_bytes, device_bytes)
     device = space.device
     if capacity.source == OVERRIDE and r.max_reserved_bytes > capacity.bytes:
         warnings.append(
             f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
             f" more than --capacity {format_bytes(capacity.bytes)}; global_frag can exceed 1"
+        )
+    elif capacity.source == DEVICE and r.max_reserved_bytes > capacity.bytes:
+        warnings.append(
+            f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+            f" more than the {format_bytes(capacity.bytes)} its device facts give; global_frag"
+            " can exceed 1 (are the facts of another device?)"
         )
     elif capacity.assumed:
         warnings.append(
