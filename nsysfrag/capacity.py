@@ -236,11 +236,17 @@ def recorded_capacity(record: Record, device_bytes: int | None = None) -> Capaci
         )
     if record.oom_capacity is not None:
         # cudaMemGetInfo's free memory: the device's, even under a memory fraction.
+        below = (
+            "; below the peak reserved, so the device's free memory changed during the run: the"
+            " peak"
+            if record.oom_capacity < record.peak
+            else ""
+        )
         return Capacity(
             max(record.oom_capacity, record.peak, 1),
             OOM,
             "estimated from the recorded OOM: reserved + free device memory then (a lower bound:"
-            " other processes and the CUDA context are not in it)",
+            f" other processes and the CUDA context are not in it){below}",
         )
     if (record.retries() & record.runs.unmapped).any():
         return Capacity(

@@ -33,12 +33,12 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-def record(entries: list[tuple[int, int, int]], initial: int = 0, device: int | None = None):  # type: ignore[no-untyped-def]
+def record(entries: list[tuple[int, int, int]], initial: int = 0):  # type: ignore[no-untyped-def]
     """(kind, size, device free or -1) per entry."""
     kind = np.array([k for k, _, _ in entries], dtype=np.int8)
     size = np.array([s for _, s, _ in entries], dtype=np.int64)
     free = np.array([f for _, _, f in entries], dtype=np.int64)
-    return read_record(kind, size, free, initial, device)
+    return read_record(kind, size, free, initial)
 
 
 # A malloc's OOM retry: 800 MiB reserved, 600 MiB of cached segments released, then a 500 MiB
@@ -56,8 +56,9 @@ def test_evidence_is_taken_in_order() -> None:
     assert snapshot_capacity(both, 40 * GiB).source == OVERRIDE
     assert snapshot_capacity(both, 40 * GiB).bytes == 40 * GiB
     # The device's memory recorded beside the snapshot beats what the record implies.
-    noted = record(RETRY + OOM_ENTRY, device=141 * GiB)
-    assert (snapshot_capacity(noted).bytes, snapshot_capacity(noted).source) == (141 * GiB, DEVICE)
+    noted = snapshot_capacity(both, device_bytes=141 * GiB)
+    assert (noted.bytes, noted.source) == (141 * GiB, DEVICE)
+    assert snapshot_capacity(both, 40 * GiB, device_bytes=141 * GiB).source == OVERRIDE
     # An oom entry beats the retries: reserved (200 + 500 MiB + 1 GiB) + 3 GiB free then.
     c = snapshot_capacity(both)
     assert (c.bytes, c.source) == (1724 * MiB + 3 * GiB, OOM)

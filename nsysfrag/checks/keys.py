@@ -35,6 +35,7 @@ _TOP = ("pid", "device", "capacity_bytes", "base_address", "arena_end_address", 
         "alloc_failure_rate", "internal_frag", "growth_per_s", "out_of_order_frees",
         "hole_creating_frees", "caching_allocator_suspected")  # fmt: skip
 _LISTS = ("ooms", "hotspots", "size_histogram", "free_block_histogram", "advice", "oom_events",
+          "unrated_maxima",
           *(f"timeline.{k}" for k in ("time_ns", "global_frag", "local_frag", "free_blocks",
                                       "largest_free_bytes", "live_bytes")))  # fmt: skip
 # A PyTorch snapshot's own figures (reporters.json_report.snapshot_document).
