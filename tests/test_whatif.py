@@ -762,3 +762,13 @@ def test_warnings_of_several_spaces_are_one_stderr_line(make_trace: MakeTrace) -
     (line,) = stderr.splitlines()
     assert line.startswith("nsysfrag: warning: ") and line.count("caching allocator") == 2
     assert "process 1" in line and "process 2" in line
+
+
+def test_a_collector_setting_says_it_needs_a_memory_fraction() -> None:
+    """garbage_collection_threshold does nothing in PyTorch without a memory fraction: a
+    recommendation of it says to set one too."""
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:garbage_collection_threshold=0.8", 800 * MiB))  # fmt: skip
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
+    assert rec.policy == "torch:garbage_collection_threshold=0.8"
+    assert "set_per_process_memory_fraction" in recommendation_text(rec)

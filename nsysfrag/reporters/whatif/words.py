@@ -46,7 +46,13 @@ def capacity_text(capacity: int) -> str:
 def conf_text(conf: str | None) -> str:
     if conf == "":
         return "the default settings (unset PYTORCH_CUDA_ALLOC_CONF)"
-    return f"PYTORCH_CUDA_ALLOC_CONF={conf}"
+    collector = (
+        " and a memory fraction (torch.cuda.set_per_process_memory_fraction: PyTorch runs the"
+        " collector only under one; the model lets it allow the whole device)"
+        if conf is not None and "garbage_collection_threshold" in conf
+        else ""
+    )
+    return f"PYTORCH_CUDA_ALLOC_CONF={conf}{collector}"
 
 
 def percent(x: float) -> str:
