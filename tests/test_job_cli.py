@@ -160,6 +160,8 @@ def test_a_bad_input_does_not_sink_the_job(tmp_path: Path) -> None:
     assert re.search(r"^nsysfrag: error: rank 9: .*rank9\.sqlite: not an SQLite database", result.stderr, re.MULTILINE)
     assert "Traceback" not in result.stderr
     assert "rank 9 failed" in result.stdout and "1 failed" in result.stdout
+    # the error itself is told once, on stderr, not again in the report
+    assert (result.stdout + result.stderr).count("not an SQLite database") == 1
 
 
 def test_baseline_and_compare_go_rank_by_rank(job: tuple[Path, dict[str, Any], bytes]) -> None:

@@ -70,6 +70,11 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
         ("device free", format_bytes(device_free)),
         ("reserved", format_bytes(pool.reserved_bytes)),
         ("allocated", format_bytes(pool.allocated_bytes)),
+        *(
+            [("active", format_bytes(pool.active_bytes))]
+            if pool.active_bytes != pool.allocated_bytes
+            else []
+        ),
         ("stranded", format_bytes(pool.stranded_bytes)),
         ("releasable", format_bytes(pool.releasable_bytes)),
         ("largest free block", format_bytes(pool.largest_block_bytes)),
@@ -84,13 +89,12 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
             f" fit; {CAPACITY_REMEDY}."
         )
     else:
-        expandable = space.snapshot is not None and space.snapshot.facts.expandable_segments
         held = " in segments that also hold blocks from the sites below" if f.stranded_sites else ""
         explanation = (
             f"Fragmentation: device free + stranded + releasable ({format_bytes(could)}) would"
             f" have held {asked}, but no single free range did (the largest usable was"
             f" {format_bytes(st.largest_free_bytes)}); {format_bytes(pool.stranded_bytes)} was"
-            f" stranded{held}: {fragmentation_remedy(expandable)}."
+            f" stranded{held}: {fragmentation_remedy(space)}."
         )
     stranded = tuple(
         (x.site, f"{format_bytes(x.stranded_bytes)} in {x.segments} segment"

@@ -65,6 +65,7 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
                 events=events,
                 model=model,
                 capacity_bytes=_capacity(trace, key, options.capacity_bytes),
+                capacity_source="device" if options.capacity_bytes is None else "--capacity",
                 other_kind_events=other.get(key, 0),
                 timestamps=timed,
             )

@@ -98,7 +98,12 @@ class ObservedModel:
             failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
             - 1,
             pool=from_replay(
-                PoolColumns, out, releasable_bytes=releasable, capacity_bytes=space.capacity_bytes
+                PoolColumns,
+                out,
+                # The driver frees at once: nothing waits on another stream.
+                active_bytes=out.allocated_bytes,
+                releasable_bytes=releasable,
+                capacity_bytes=space.capacity_bytes,
             ),
             page_bytes=self.page_bytes,
         )
