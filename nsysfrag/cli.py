@@ -72,6 +72,10 @@ def cli() -> None:
 
 
 
+# click 8.2+ raises this for a group run without a command; 8.1 prints the help and exits 0.
+_NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn every expected failure into one line on stderr and an exit code."""
     try:
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
+    except _NO_ARGS as err:  # bare `nsysfrag`: what it can do (click 8.1 exits 0 by itself)
+        context = getattr(err, "ctx", None)
+        click.echo(context.get_help() if context is not None else str(err))
+        sys.exit(0)
     except click.UsageError as err:  # a bad option or argument: still one line
         say_error(_usage_line(err))
         sys.exit(err.exit_code)

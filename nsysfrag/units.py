@@ -1,4 +1,5 @@
-"""Byte sizes as people write them: the one parser behind every option that takes bytes.
+"""Byte sizes as people write them: the one parser behind every option that takes bytes, and
+the one way reports write them back (``format_bytes``).
 
 ``--capacity``, ``--granularity`` (analyze, profile, whatif) and the values of ``--fail-on``
 gates all read sizes here, so ``2G`` means the same everywhere. Decimal prefixes are powers of
@@ -55,3 +56,16 @@ def parse_bytes(text: str, *, minimum: int = 0) -> int:
     if size < minimum:
         raise SizeError(f"must be at least {minimum} byte{'s' if minimum != 1 else ''}")
     return size
+
+
+_FORMAT_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def format_bytes(n: float) -> str:
+    """Human units, binary prefixes: ``1536`` -> ``1.50 KiB``."""
+    value = float(n)
+    for unit in _FORMAT_UNITS:
+        if abs(value) < 1024 or unit == _FORMAT_UNITS[-1]:
+            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")

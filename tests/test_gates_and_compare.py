@@ -65,7 +65,7 @@ def test_each_operator(expr: str, trips: bool) -> None:
     [
         ("global_frag", "not a gate"),
         ("global_frag>>0.3", "not a number"),
-        ("bogus>1", "unknown metric"),
+        ("bogus>1", "not a numeric metric"),
         ("health=terrible", "ok, warn, critical"),
         ("free_blocks>5 blocks", "unknown unit"),
         ("free_blocks>five", "not a number"),

@@ -160,6 +160,8 @@ def test_a_bad_input_does_not_sink_the_job(tmp_path: Path) -> None:
     assert re.search(r"^nsysfrag: error: rank 9: .*rank9\.sqlite: not an SQLite database", result.stderr, re.MULTILINE)
     assert "Traceback" not in result.stderr
     assert "rank 9 failed" in result.stdout and "1 failed" in result.stdout
+    # the error itself is told once, on stderr, not again in the report
+    assert (result.stdout + result.stderr).count("not an SQLite database") == 1
 
 
 def test_baseline_and_compare_go_rank_by_rank(job: tuple[Path, dict[str, Any], bytes]) -> None:
@@ -301,12 +303,13 @@ def test_a_job_of_traces_loads_only_what_traces_need(tmp_path: Path) -> None:
 
 
 def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Path) -> None:
-    # caching_allocator.sqlite's first memory event is seconds into its nsys session: the job
-    # must count from there, as the rank's own report does, not from the session's start.
-    for name in ("caching_allocator.sqlite", "churn_anomalies.sqlite"):
+    # inference_serving.sqlite's first memory event is seconds into its nsys session (and it is
+    # the worse rank): the job must count from there, as the rank's own report does, not from
+    # the session's start.
+    for name in ("inference_serving.sqlite", "churn_anomalies.sqlite"):
         shutil.copy(SAMPLES / name, tmp_path / name)
-    alone = run("analyze", "caching_allocator.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
-    doc = single("caching_allocator.sqlite", cwd=tmp_path)
+    alone = run("analyze", "inference_serving.sqlite", cwd=tmp_path, env={"COLUMNS": "120"})
+    doc = single("inference_serving.sqlite", cwd=tmp_path)
     assert doc["trace"]["first_event_ns"] > 10**9
     origin = doc["trace"]["first_event_ns"]
     at = f"{(doc['spaces'][0]['peak']['time_ns'] - origin) / 1e9:.3f} s"
@@ -314,7 +317,7 @@ def test_the_worst_rank_s_peak_is_at_the_time_its_own_report_gives(tmp_path: Pat
     # The state table's "at" row: peak memory's moment, then the worst fragmentation's.
     cell = r"\s+[│┃]?\s*"
     assert re.search(rf"\bat{cell}{re.escape(memory)}{cell}{re.escape(at)}", alone.stdout), alone.stdout
-    job = run("analyze", "caching_allocator.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
+    job = run("analyze", "inference_serving.sqlite", "churn_anomalies.sqlite", cwd=tmp_path,
               env={"COLUMNS": "200"})  # fmt: skip
     assert job.returncode == 0, job.stderr
     assert re.search(rf"worst rank: 0 — .* at {re.escape(at)}\)", job.stdout), job.stdout

@@ -42,13 +42,13 @@ REAL = (
 )
 COLUMNS = (
     "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
-    "live_bytes", "reserved_bytes", "allocated_bytes", "releasable_bytes", "out_of_order", "hole",
+    "live_bytes", "reserved_bytes", "active_bytes", "pending_bytes", "releasable_bytes", "out_of_order", "hole",
     "freed_alloc", "pin_left", "pin_right", "removed_at", "overlap", "site",
 )  # fmt: skip
 SCALARS = (
     "site_names", "initial_blocks", "initial_reserved_bytes", "trace_entries", "timestamps",
     "conflicts", "final_mismatches", "base_address", "end_address", "peak_allocated",
-    "max_reserved_bytes", "max_allocated_bytes", "max_requested_bytes", "ooms", "repairs",
+    "max_reserved_bytes", "max_active_bytes", "max_requested_bytes", "ooms", "repairs",
 )  # fmt: skip
 
 

@@ -73,7 +73,7 @@ class Reference:
 
 def reference_record(ref: Reference, trace: list[HistoryEntry], initial: int) -> None:
     """Reserved bytes after every entry; runs of releases (first entry, reserved before, the new
-    segment right after, the action after that); reserved + device free at the first OOM."""
+    segment right after, the action after that); the most reserved + device free at any OOM."""
     r = initial
     for e in trace:
         r += e.size if e.action in NEW_SEGMENTS else -e.size if e.action in RELEASES else 0
@@ -94,8 +94,8 @@ def reference_record(ref: Reference, trace: list[HistoryEntry], initial: int) ->
         ref.runs.append((first, before, new, trace[k].action if k < len(trace) else None))
     for e, reserved in zip(trace, ref.reserved, strict=True):
         if e.action == "oom" and e.device_free is not None:
-            ref.oom_capacity = reserved + e.device_free
-            break
+            reach = reserved + e.device_free
+            ref.oom_capacity = max(reach, ref.oom_capacity or reach)
 
 
 def reference_empty_cache_calls(ref: Reference, capacity: int, gc_threshold: float) -> list[int]:

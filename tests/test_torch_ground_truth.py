@@ -31,6 +31,7 @@ import csv
 import importlib.util
 import io
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -244,11 +245,33 @@ def test_peaks_and_final_state_are_pytorchs(name: str) -> None:
     assert space["allocated_bytes_final"] == stat(truth, "allocated_bytes.all.current")
 
 
+@pytest.mark.parametrize("name", sorted(MAKER.SCENARIOS))
+def test_every_figure_named_for_a_memory_stats_key_is_that_key(name: str) -> None:
+    """GIVEN a snapshot PyTorch dumped right after reading memory_stats() WHEN analyzed THEN
+    what the JSON calls allocated and active at the end (and at the OOM) is PyTorch's
+    ``allocated_bytes`` and ``active_bytes`` then, and over a whole-run trace their peaks are
+    memory_stats' peaks: allocated counts active_allocated blocks only, active adds the blocks
+    whose free waits on other streams (none in these single-stream runs, so the two agree here,
+    as they do in PyTorch's own figures)."""
+    truth, space = analyzed(name)
+    final = space["final"]
+    assert final["reserved_bytes"] == stat(truth, "reserved_bytes.all.current")
+    assert final["allocated_bytes"] == stat(truth, "allocated_bytes.all.current")
+    assert final["active_bytes"] == stat(truth, "active_bytes.all.current")
+    assert space["active_bytes_final"] == stat(truth, "active_bytes.all.current")
+    for oom in space["ooms"]:
+        assert oom["allocated_bytes"] == stat(truth, "allocated_bytes.all.current")
+        assert oom["active_bytes"] == stat(truth, "active_bytes.all.current")
+    if name in FULL_TRACE:
+        assert space["active_bytes_peak"] == stat(truth, "active_bytes.all.peak")
+        assert space["allocated_bytes_peak"] == stat(truth, "allocated_bytes.all.peak")
+
+
 @pytest.mark.parametrize("name", FULL_TRACE)
 def test_the_csv_timeline_carries_pytorchs_reserved_and_allocated(name: str) -> None:
     """GIVEN a whole-run snapshot WHEN its timeline is written as CSV THEN each row has the
     allocator's figures after that event: their maxima and last values are memory_stats' peaks
-    and current figures, and stranded is reserved - allocated - releasable."""
+    and current figures, and stranded is reserved - active - releasable."""
     truth, snapshot = recorded(name)
     result = CliRunner().invoke(cli, ["analyze", str(snapshot), "--csv", "-"])
     assert result.exit_code == 0, result.output
@@ -262,7 +285,8 @@ def test_the_csv_timeline_carries_pytorchs_reserved_and_allocated(name: str) -> 
     assert max(allocated) == stat(truth, "allocated_bytes.all.peak")
     assert (reserved[-1], allocated[-1]) == (
         stat(truth, "reserved_bytes.all.current"), stat(truth, "allocated_bytes.all.current"))
-    assert all(int(r["stranded_bytes"]) == int(r["reserved_bytes"]) - int(r["allocated_bytes"])
+    assert max(column("active_bytes")) == stat(truth, "active_bytes.all.peak")
+    assert all(int(r["stranded_bytes"]) == int(r["reserved_bytes"]) - int(r["active_bytes"])
                - int(r["releasable_bytes"]) >= 0 for r in rows)  # fmt: skip
 
 
@@ -316,7 +340,7 @@ def test_whatif_tells_the_policy_that_removes_the_oom_without_recommending_it() 
     result = CliRunner().invoke(cli, ["whatif", str(snapshot)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "no policy beats the baseline" in text
+    assert "no validated policy beats the baseline" in text
     assert "expandable_segments:True has 0 simulated OOM(s) against 1" in text
     assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if the run failed for memory" in text
 
@@ -353,5 +377,8 @@ def test_an_oom_is_told_with_the_program_s_path_to_it(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert f"called from {stack[1]} ← {stack[2]}" in result.stdout
     html = page.read_text(encoding="utf-8")
-    assert all(f"<li>{frame.replace('<', '&lt;').replace('>', '&gt;')}</li>" in html
+    # each frame is an item of the ordered list (its markup: line breaks, a whole location)
+    frames = re.findall(r"<ol class=\"mono\">(.*?)</ol>", html, re.DOTALL)
+    items = [re.sub(r"<[^>]+>", "", li) for ol in frames for li in re.findall(r"<li>(.*?)</li>", ol)]
+    assert all(frame.replace("<", "&lt;").replace(">", "&gt;") in items
                for frame in stack[1:])  # fmt: skip

@@ -24,7 +24,7 @@ from nsysfrag.analysis.metrics import Health
 from nsysfrag.cli import cli
 from nsysfrag.events import SEGMENT_ALLOC, SEGMENT_MAP
 from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
-from nsysfrag.reporters.whatif.document import recommendation_document
+from nsysfrag.reporters.whatif.document import recommendation_document, worth_trying_document
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.testing.nsys_export import FREE, Gpu, MemoryRow
 from nsysfrag.whatif import (
@@ -184,7 +184,7 @@ def test_recommendation_follows_from_the_numbers(tmp_path: Path) -> None:
     # THEN nothing is recommended, and the words say so with the baseline's numbers
     assert space["recommendation"] is None
     text = space["advice"]["text"]
-    assert text.startswith("Keep torch (") and "no policy beats the baseline by more than 1 %" in text
+    assert text.startswith("Keep torch (") and "so nothing is recommended" in text
     assert "1 simulated OOM(s) at 100 MiB" in text
 
 
@@ -209,11 +209,13 @@ def test_a_saving_above_the_model_error_is_recommended_with_its_numbers() -> Non
                        _outcome("best-fit", 850 * MiB))  # fmt: skip
     # WHEN expandable segments save 10 %
     rec = recommend(outcomes, 80 * GiB, recorded_peak=1030 * MiB, error=e)
-    # THEN they are recommended, and the JSON carries exactly the contract's four keys
+    # THEN they are recommended, and the JSON carries the contract's four keys and that the
+    # recommended policy's model was validated on this input
     assert rec.policy == "torch:expandable_segments=True"
     assert recommendation_document(rec) == {
         "policy": "torch:expandable_segments=True", "saving_bytes": 100 * MiB,
         "saving_ratio": pytest.approx(0.1), "model_error": pytest.approx(e),
+        "validated": True,
     }  # fmt: skip
     text = recommendation_text(rec)
     assert text.startswith("expandable_segments:True: peak reserved 1000.0 → 900.0 MiB (−10 %)")
@@ -233,7 +235,7 @@ def test_a_saving_within_the_model_error_is_not_recommended() -> None:
     # THEN nothing is recommended: the saving is within the model's error
     assert rec.policy is None and recommendation_document(rec) is None
     text = recommendation_text(rec)
-    assert "no policy beats the baseline by more than the model's error" in text
+    assert "no validated policy beats the baseline by more than the model's error" in text
     assert "11.5 %" in text and "lowers peak reserved by 11.1 %" in text
 
 
@@ -242,7 +244,7 @@ def test_the_larger_of_the_ranking_and_the_replay_error_counts() -> None:
     e = model_error(990 * MiB, 1000 * MiB, -0.04)
     # WHEN a policy saves 3 % THEN it is not recommended
     outcomes = _ranked(_outcome("torch", 990 * MiB, baseline=True),
-                       _outcome("cuda-async", 960 * MiB))  # fmt: skip
+                       _outcome("torch:expandable_segments=True", 960 * MiB))  # fmt: skip
     assert e == pytest.approx(0.04)
     assert recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=e).policy is None
 
@@ -254,11 +256,40 @@ def test_a_saving_under_1_percent_is_never_recommended() -> None:
     # WHEN the best saves 0.9 % THEN the baseline is kept
     rec = recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
     assert rec.policy is None
-    assert "no policy beats the baseline by more than 1 %" in recommendation_text(rec)
-    # AND without a recorded figure (nsys) the bar is 1 % too, and the error is null
+    assert "no validated policy beats the baseline by more than 1 %" in recommendation_text(rec)
+    # AND without a recorded figure (nsys) the error is null, no model is validated, and
+    # nothing is recommended
     rec = recommend(outcomes, 80 * GiB)
     assert rec.policy is None and rec.model_error is None
-    assert "cannot be measured" in recommendation_text(rec)
+    assert "No model can be checked against this input" in recommendation_text(rec)
+
+
+def test_only_a_model_validated_on_the_input_is_recommended() -> None:
+    # GIVEN torch checked on this input (e = 2 %), cuda-async 30 % lower, expandable segments 5 %
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:expandable_segments=True", 950 * MiB),
+                       _outcome("cuda-async", 700 * MiB))  # fmt: skip
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1020 * MiB, error=0.02)
+    # THEN the torch setting is the recommendation, with the torch model's error ...
+    assert rec.policy == "torch:expandable_segments=True"
+    assert rec.chosen is not None and rec.chosen.validated and rec.chosen.model_error == 0.02
+    # ... and cuda-async, whose model nothing checked, is worth trying, with no error of its own
+    assert rec.worth_trying is not None and rec.worth_trying.policy == "cuda-async"
+    assert not rec.worth_trying.validated and rec.worth_trying.model_error is None
+    doc = worth_trying_document(rec)
+    assert doc is not None and doc["validated"] is False and doc["model_error"] is None
+    text = recommendation_text(rec)
+    assert "Worth trying, not validated: cuda-async lowers peak reserved" in text
+    assert text.count("2.0 %") == 1  # torch's error, quoted once, for torch
+    # WHEN cuda-async alone saves anything THEN nothing is recommended, it is worth trying
+    alone = _ranked(_outcome("torch", 1000 * MiB, baseline=True), _outcome("cuda-async", 700 * MiB))
+    rec = recommend(alone, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
+    assert rec.policy is None and rec.worth_trying is not None
+    assert recommendation_document(rec) is None
+    # AND on an input that checks no model (nsys) a torch setting is worth trying, not more
+    rec = recommend(outcomes, 80 * GiB)
+    assert rec.policy is None and rec.worth_trying is not None
+    assert rec.worth_trying.policy == "cuda-async"  # the larger of the unchecked savings
 
 
 def test_more_simulated_ooms_are_never_recommended() -> None:
@@ -315,7 +346,8 @@ def test_snapshot_stream_has_its_streams_initial_blocks_and_ooms(tmp_path: Path)
     # streams: the old block's (default: it lies in no segment the snapshot shows), 7 and 9
     assert space.requests == 4 and space.frees == 3 and space.streams == 3
     # the capacity comes from the OOM: reserved then (nothing) + free device memory
-    assert space.capacity_bytes == 1 * GiB and "OOM" in space.capacity_source
+    assert space.capacity_bytes == 1 * GiB and space.capacity_source == "oom"
+    assert "OOM" in space.capacity_basis
     by_name = {o.name: o for o in space.outcomes}
     assert by_name["best-fit"].simulated_ooms == 1 and by_name["torch"].simulated_ooms == 1
 
@@ -325,7 +357,9 @@ def test_one_space_per_snapshot_device(tmp_path: Path) -> None:
     t1 = [event("alloc", 0x1000, 2 * MiB, 1), event("free_completed", 0x1000, 2 * MiB, 2)]
     report = whatif(snapshot(tmp_path, t0, t1), ["best-fit"])
     assert [s.device for s in report.spaces] == [0, 1]
-    assert report.spaces[0].capacity_bytes == 80 * GiB and "assumed" in report.spaces[0].capacity_source
+    # No segment, no OOM: C is the peak reserved (none here, so 1 byte), as analyze takes it.
+    first = report.spaces[0]
+    assert first.capacity_source == "reserved_peak" and "assumed" in first.capacity_basis
 
 
 def test_nsys_lifetimes_follow_the_observed_model(tmp_path: Path, make_trace: MakeTrace) -> None:
@@ -697,7 +731,13 @@ def test_real_snapshot_whatif_runs_every_policy(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     assert doc["validation"]["segment_alloc_match"] >= 0.95
     (space,) = doc["spaces"]
-    assert len(space["policies"]) == 7
+    # the six families, and torch with each of the five settings this run did not set:
+    # expandable segments, max_split_size_mb at two sizes of its large blocks, the collector,
+    # roundup_power2_divisions
+    names = [p["policy"] for p in space["policies"]]
+    assert len(names) == 11 and {n.split(":")[0] for n in names} == {
+        "torch", "cuda-async", "best-fit", "first-fit", "buddy", "slab"}  # fmt: skip
+    assert sum(n.startswith("torch:max_split_size_mb=") for n in names) == 2
     assert space["recorded_peak_reserved_bytes"] == doc["validation"]["peak_reserved_recorded_bytes"]
 
 
@@ -722,3 +762,13 @@ def test_warnings_of_several_spaces_are_one_stderr_line(make_trace: MakeTrace) -
     (line,) = stderr.splitlines()
     assert line.startswith("nsysfrag: warning: ") and line.count("caching allocator") == 2
     assert "process 1" in line and "process 2" in line
+
+
+def test_a_collector_setting_says_it_needs_a_memory_fraction() -> None:
+    """garbage_collection_threshold does nothing in PyTorch without a memory fraction: a
+    recommendation of it says to set one too."""
+    outcomes = _ranked(_outcome("torch", 1000 * MiB, baseline=True),
+                       _outcome("torch:garbage_collection_threshold=0.8", 800 * MiB))  # fmt: skip
+    rec = recommend(outcomes, 80 * GiB, recorded_peak=1000 * MiB, error=0.0)
+    assert rec.policy == "torch:garbage_collection_threshold=0.8"
+    assert "set_per_process_memory_fraction" in recommendation_text(rec)

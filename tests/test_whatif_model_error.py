@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from nsysfrag.cli import cli
+from nsysfrag.reporters.whatif.words import recommendation_text
 from nsysfrag.whatif import whatif
 from nsysfrag.whatif.recommend import STATE, TRACE
 from tests.conftest import SAMPLES, MiB
@@ -55,11 +56,11 @@ def test_a_state_only_snapshot_has_a_model_error_from_its_segments(tmp_path: Pat
     assert peaks["cuda-async"] == 6 * MiB
     assert space["recommendation"] is None
     text = space["advice"]["text"]
-    assert "no policy beats the baseline by more than the model's error" in text
+    assert "no validated policy beats the baseline by more than the model's error" in text
     assert "90.0 %" in text and "final state only" in text and "200.00 MiB" in text
 
 
-def test_a_state_only_snapshot_the_model_reproduces_keeps_its_recommendation(
+def test_a_state_only_snapshot_the_model_reproduces_validates_torch_only(
     tmp_path: Path,
 ) -> None:
     # GIVEN the same tensor with nothing cached beside it: the replay reproduces the segments
@@ -67,10 +68,16 @@ def test_a_state_only_snapshot_the_model_reproduces_keeps_its_recommendation(
     report = whatif(path)
     (space,) = report.spaces
     rec = space.recommendation
-    # THEN e is 0, measured on the final state, and the 70 % saving beats max(e, 1 %)
+    # THEN e is 0, measured on the final state: the torch model's own error
     assert rec.model_error == 0.0 and rec.error_basis == STATE and rec.threshold == 0.01
-    assert rec.policy == "cuda-async"
-    assert rec.chosen is not None and rec.chosen.saving_ratio == pytest.approx(0.7)
+    # AND cuda-async's 70 % saving is news, not a recommendation: nothing checked its model
+    assert rec.policy is None
+    assert rec.worth_trying is not None and rec.worth_trying.policy == "cuda-async"
+    assert rec.worth_trying.saving_ratio == pytest.approx(0.7)
+    assert not rec.worth_trying.validated and rec.worth_trying.model_error is None
+    text = " ".join(recommendation_text(rec).split())
+    assert "Worth trying, not validated: cuda-async lowers peak reserved" in text
+    assert text.index("Worth trying") > text.index("error on this input is 0.0 %")
 
 
 def test_the_terminal_says_how_the_error_was_measured(tmp_path: Path) -> None:
@@ -111,6 +118,12 @@ def test_every_real_snapshot_quotes_its_error_and_recommends_only_beyond_it(path
         rec = space["recommendation"]
         if rec is not None:
             assert rec["model_error"] == e and rec["saving_ratio"] > max(e, 0.01)
+            # Only the model the snapshot validates (torch) is recommended, with its own error.
+            assert rec["validated"] is True and rec["policy"].split(":")[0] == "torch"
+        tried = space["worth_trying"]
+        if tried is not None:  # another model's figure: never quoted with torch's error
+            assert tried["validated"] is False and tried["model_error"] is None
+            assert not tried["policy"].startswith("torch")
 
 
 def test_the_json_says_what_the_error_was_measured_on(tmp_path: Path) -> None:
@@ -119,5 +132,6 @@ def test_the_json_says_what_the_error_was_measured_on(tmp_path: Path) -> None:
     (nsys,) = whatif_json(SAMPLES / "training_loop.sqlite")["spaces"]
     assert (state["model_error_basis"], traced["model_error_basis"]) == ("state", "trace")
     assert nsys["model_error"] is None and nsys["model_error_basis"] is None
-    # A recommendation (state) or no OOM to remove: no fewer_ooms news.
-    assert state["recommendation"] is not None and state["fewer_ooms"] is None
+    # No OOM to remove: no fewer_ooms news; cuda-async's saving is worth trying, not validated.
+    assert state["recommendation"] is None and state["fewer_ooms"] is None
+    assert state["worth_trying"]["policy"] == "cuda-async" and not state["worth_trying"]["validated"]

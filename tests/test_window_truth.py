@@ -5,7 +5,7 @@ entries of its history, as PyTorch's ring buffer does. Run with an unbounded buf
 workload gives the whole history, replayed from an empty device with every block's size known.
 Given only a cut window and the final segments, both replays of the pytorch-segments model (the
 compiled one and the Python reference) must reproduce the state of the whole history after every
-event of the window, and at its start: reserved, allocated, free, largest free block, free blocks,
+event of the window, and at its start: reserved, active (and pending), free, largest free block, free blocks,
 releasable and live bytes.
 """
 
@@ -27,7 +27,7 @@ from tests.test_spec_reference_truth import (  # the same generator and workload
 )
 
 STATE = (
-    "reserved_bytes", "allocated_bytes", "free_bytes", "largest_free_bytes", "free_blocks",
+    "reserved_bytes", "active_bytes", "pending_bytes", "free_bytes", "largest_free_bytes", "free_blocks",
     "releasable_bytes", "live_bytes",
 )  # fmt: skip
 REPLAYS = {"compiled": compiled.replay_device, "python": replay.replay_device}

@@ -19,10 +19,10 @@ FAMILIES: tuple[PolicyFamily, ...] = (
     slab.FAMILY,
 )
 
-# What runs without --policy: every family, plus the option PyTorch users reach for first.
+# What runs without --policy: every family (whatif adds the torch settings each input
+# suggests, nsysfrag.analysis.tried_settings, on top of the run's own).
 DEFAULT_POLICIES = (
     "torch",
-    "torch:expandable_segments=True",
     "cuda-async",
     "best-fit",
     "first-fit",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import Health, format_bytes
 from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
+from nsysfrag.analysis.tried_settings import Setting
 from nsysfrag.reporters.time_base import moment
 
 SITES_NAMED = 3
@@ -17,14 +18,42 @@ CAPACITY_REMEDY = (
 )
 
 
-def fragmentation_remedy(expandable: bool) -> str:
-    """What to do about a failure by fragmentation, given whether expandable segments are on."""
-    if expandable:
-        return "free those blocks before the large allocation (expandable segments are on already)"
-    return (
-        "try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free those blocks before the"
-        " large allocation"
-    )
+WHATIF_TRIES = "`nsysfrag whatif` on this snapshot evaluates"
+# The settings advice may name against fragmentation, in the order it names them.
+_AGAINST_HOLES = ("expandable_segments", "max_split_size_mb")
+
+
+def named_settings(s: SpaceAnalysis) -> list[Setting]:
+    """The PYTORCH_CUDA_ALLOC_CONF settings advice names for this space: only settings
+    ``whatif`` tries by default on this input (never one its run uses or that conflicts with
+    its settings), and only against a caching allocator's holes or failures."""
+    if s.snapshot is None:
+        return []
+    tried = [x for x in s.snapshot.tried_settings if x.key in _AGAINST_HOLES]
+    holes = bool(s.hotspots) and s.hotspots[0].hole_creating_frees > 0
+    fragmented = any(f.verdict == FRAGMENTATION for f in s.ooms)
+    return tried if holes or fragmented else []
+
+
+def settings_phrase(settings: list[Setting]) -> str:
+    """``expandable_segments:True, or max_split_size_mb:32 or 64 to keep large blocks whole, in
+    PYTORCH_CUDA_ALLOC_CONF (`nsysfrag whatif` on this snapshot evaluates each)``."""
+    parts = [str(x) for x in settings if x.key != "max_split_size_mb"]
+    sizes = [x.value for x in settings if x.key == "max_split_size_mb"]
+    if sizes:
+        parts.append(f"max_split_size_mb:{' or '.join(sizes)} to keep large blocks whole")
+    listed = ", or ".join(parts)
+    each = "it" if len(settings) == 1 else "each"
+    return f"{listed}, in PYTORCH_CUDA_ALLOC_CONF ({WHATIF_TRIES} {each})"
+
+
+def fragmentation_remedy(s: SpaceAnalysis) -> str:
+    """What to do about a failure by fragmentation in this space."""
+    settings = [x for x in named_settings(s) if x.key == "expandable_segments"]
+    if not settings:
+        on = " (expandable segments are on already)" if _expandable(s) else ""
+        return f"free those blocks before the large allocation{on}"
+    return f"try {settings_phrase(settings)}, or free those blocks before the large allocation"
 
 
 def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
@@ -41,7 +70,7 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
             " PYTORCH_NO_CUDA_MEMORY_CACHING=1 for a tensor-level trace."
         )
     lines += stranded_advice(s)
-    if s.snapshot is not None and s.snapshot.capacity_source == "reserved_peak" and s.health:
+    if s.capacity_assumed and s.health:
         lines.append(
             f"This {s.health.label} rating assumes the device was full at the peak: the snapshot"
             " does not say how large the device is, so its capacity is taken to be the peak"
@@ -53,21 +82,23 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
     if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
+            settings = named_settings(s)
             remedy = (
-                "max_split_size_mb to keep large segments whole (`nsysfrag whatif` on this"
-                " snapshot puts a number on it)"
-                if _expandable(s)
-                else "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or max_split_size_mb to"
-                " keep large segments whole (`nsysfrag whatif` on this snapshot puts numbers on"
-                " both)"
+                f"try {settings_phrase(settings)}"
+                if settings
+                else "allocate the blocks that outlive them first, so that the short-lived ones"
+                " free in order"
+                + (" (expandable segments are on already)" if _expandable(s) else "")
             )
             lines.append(
                 f"Blocks from '{top.site}' ({top.size_class}) are freed while neighbours in the"
-                f" same segment stay live, splitting the caching allocator's segments: try {remedy}."
+                f" same segment stay live, splitting the caching allocator's segments: {remedy}."
             )
     elif s.hotspots:
         top = s.hotspots[0]
-        if top.hole_creating_frees and top.hole_bytes:
+        # Stranded memory too little to matter on the device is no call to change the code.
+        matters = s.health is not Health.OK or top.hole_bytes >= HOLE_SHARE * s.capacity_bytes
+        if top.hole_creating_frees and top.hole_bytes and matters:
             pins = ", ".join(f"'{p}'" for p in top.pinned_by[:2]) or "long-lived blocks"
             lines.append(
                 f"Blocks from '{top.site}' ({top.size_class}) leave {format_bytes(top.hole_bytes)}"
@@ -93,6 +124,9 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
 
 # Stranded memory worth a word: at least this share of what the driver holds, and of the device.
 STRANDED_SHARE = 0.05
+# A hotspot worth changing code for in a healthy space: its holes stranded this share of the
+# device over the run.
+HOLE_SHARE = 0.01
 
 
 def stranded_advice(s: SpaceAnalysis) -> list[str]:
@@ -126,11 +160,11 @@ def failure_advice(s: SpaceAnalysis) -> list[str]:
         lines.append(f"{n} allocations failed" + (f" ({', '.join(kinds)})." if kinds else "."))
     firsts = [fs[0] for fs in by_verdict.values() if fs] or [s.ooms[0]]
     for f in sorted(firsts, key=lambda f: f.state.time_ns):
-        lines.append(_describe(f, first=n > 1, expandable=_expandable(s), at=moment(s, f.state.time_ns)))
+        lines.append(_describe(f, first=n > 1, remedy=fragmentation_remedy(s), at=moment(s, f.state.time_ns)))
     return lines
 
 
-def _describe(f: Failure, first: bool, expandable: bool, at: str) -> str:
+def _describe(f: Failure, first: bool, remedy: str, at: str) -> str:
     st = f.state
     when = f"{'The first ' if first else 'An '}allocation"
     pool = st.pool
@@ -164,7 +198,6 @@ def _describe(f: Failure, first: bool, expandable: bool, at: str) -> str:
             f"{when} that ran out of memory at {at} was out of capacity: {numbers}. Even with no"
             f" fragmentation at all it would not have fit: {CAPACITY_REMEDY}."
         )
-    remedy = fragmentation_remedy(expandable)
     sites = ", ".join(f"'{x.site}'" for x in f.stranded_sites[:SITES_NAMED])
     held = f" in segments that also hold blocks from {sites}" if sites else ""
     return (

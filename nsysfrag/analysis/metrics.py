@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag.events import I64, BoolArray
+from nsysfrag.units import format_bytes as format_bytes
 
 F64 = npt.NDArray[np.float64]
 # local_frag and free_blocks rate a space only where at least this share of the device is free:
@@ -122,6 +123,67 @@ def rate_health(
     return worst, basis
 
 
+@dataclass(frozen=True, slots=True)
+class Unrated:
+    """A maximum above a health threshold that the health does not count: it fell at moments
+    where less than MATERIAL_SHARE of the device was free (the materiality rule)."""
+
+    metric: str  # local_frag or free_blocks
+    value: float  # its maximum over every moment (an int for free_blocks)
+    time_ns: int  # the first moment it took that value
+    free_share: float  # free memory then, as a share of the device
+    rated_value: float | None  # its maximum over the moments health counts; None: none
+
+
+def unrated_maxima(
+    local: F64,
+    free_blocks: npt.NDArray[np.integer],
+    free_bytes: I64,
+    capacity_bytes: int,
+    time_ns: I64,
+) -> list[Unrated]:
+    """The rated metrics whose maximum is at a higher level than health gives them (local_frag
+    and free_blocks count only where at least 5 % of the device is free)."""
+    is_material = material(free_bytes, capacity_bytes)
+    out = []
+    for name, values, level_of in (("local_frag", local, local_frag_health),
+                                   ("free_blocks", free_blocks, free_blocks_health)):  # fmt: skip
+        if not len(values):
+            continue
+        point = int(np.argmax(values))
+        rated = values[is_material]
+        rated_value = rated.max() if len(rated) else None
+        if level_of(values[point]) <= (level_of(rated_value) if rated_value is not None else Health.OK):
+            continue
+        cast = int if name == "free_blocks" else float
+        out.append(
+            Unrated(
+                name,
+                cast(values[point]),
+                int(time_ns[point]),
+                float(free_bytes[point]) / capacity_bytes if capacity_bytes else 0.0,
+                None if rated_value is None else cast(rated_value),
+            )
+        )
+    return out
+
+
+def unrated_words(u: Unrated, when: str) -> str:
+    """``max local frag 61.6% is not counted in the health: it came at 0.312 s, when 1.2 % of
+    the device was free …``: why a red maximum sits beside a healthier rating."""
+    rated = (
+        f"; over the moments it does count, {basis_words(u.metric, u.rated_value)} at most"
+        if u.rated_value is not None
+        else "; no moment had that much free"
+    )
+    return (
+        f"max {basis_words(u.metric, u.value)} is not counted in the health: it came at {when},"
+        f" when only {u.free_share:.1%} of the device was free, and the rating counts"
+        f" {u.metric.replace('_', ' ')} only while at least {MATERIAL_SHARE:.0%} of the device is"
+        f" free (the shape of that little free memory decides no request){rated}."
+    )
+
+
 def size_class(nbytes: I64) -> I64:
     """Class ``k`` holds sizes in ``[2**k, 2**(k+1))``; sizes must be >= 1."""
     # frexp is exact for every integer below 2**53, unlike log2 near powers of two.
@@ -143,16 +205,6 @@ def size_class_label(k: int) -> str:
     if lo_unit == hi_unit:
         return f"{lo}–{hi} {_UNITS[lo_unit]}"
     return f"{lo} {_UNITS[lo_unit]}–{hi} {_UNITS[hi_unit]}"
-
-
-def format_bytes(n: float) -> str:
-    """Human units, binary prefixes: ``1536`` -> ``1.50 KiB``."""
-    value = float(n)
-    for unit in _UNITS:
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            return f"{int(value)} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def growth_per_second(time_ns: I64, values: F64, samples: int = 1000) -> float:

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.metrics import F64, Health, HealthBasis, size_class_label
+from nsysfrag.analysis.metrics import F64, Health, HealthBasis, Unrated, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.analysis.peak_sites import PeakSites
+    from nsysfrag.capacity import Capacity
     from nsysfrag.models.segments import SnapshotSection
     from nsysfrag.models.series import PoolColumns
 
@@ -24,7 +25,8 @@ class PoolState:
     (pytorch-segments), or the driver's resident pages (observed)."""
 
     reserved_bytes: int  # the segments' bytes, or the resident pages' (and memory pools')
-    allocated_bytes: int  # the bytes of blocks not yet free (their footprints, in pages)
+    allocated_bytes: int  # PyTorch's allocated_bytes: blocks allocated and not freed (footprints, in pages)
+    active_bytes: int  # PyTorch's active_bytes: also the freed blocks other streams still use
     releasable_bytes: int  # R: free bytes the allocator (a memory pool) can give back
     stranded_bytes: int  # S: free bytes beside allocated blocks in segments (resident pages)
     device_free_bytes: int  # D: the device's memory outside them
@@ -186,6 +188,24 @@ class SpaceAnalysis:
     page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages
     # Each site's live and stranded bytes at the memory peak (None without one).
     memory_peak_sites: PeakSites | None = None
+    capacity: Capacity | None = None  # C with where it came from (capacity_bytes is C)
+    # Maxima above a threshold that the health does not count (the materiality rule).
+    unrated: tuple[Unrated, ...] = ()
+
+    @property
+    def capacity_source(self) -> str:
+        """Where C came from (nsysfrag.capacity.SOURCES)."""
+        return self.capacity.source if self.capacity is not None else "device"
+
+    @property
+    def capacity_basis(self) -> str:
+        """Where C came from, in words."""
+        return self.capacity.basis if self.capacity is not None else "the device's memory"
+
+    @property
+    def capacity_assumed(self) -> bool:
+        """Nothing in the input says how large the device is (C is the peak reserved)."""
+        return self.capacity is not None and self.capacity.assumed
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,11 @@ from nsysfrag.analysis.metrics import (
     local_frag,
     material,
     rate_health,
+    unrated_maxima,
 )
 from nsysfrag.analysis.peak_sites import peak_sites
 from nsysfrag.analysis.results import Counts, PoolState, SpaceAnalysis, State, Timeline
+from nsysfrag.capacity import stated
 from nsysfrag.events import FAILED_ALLOC, I64, SourceInfo
 from nsysfrag.inputs import RecordedSpace
 from nsysfrag.models import ModelRun
@@ -104,14 +106,15 @@ class Fragmentation:
 
 
 def pool_state(pool: PoolColumns, i: int) -> PoolState:
-    reserved, allocated = int(pool.reserved_bytes[i]), int(pool.allocated_bytes[i])
+    reserved, active = int(pool.reserved_bytes[i]), int(pool.active_bytes[i])
     releasable = int(pool.releasable_bytes[i])
     return PoolState(
         reserved_bytes=reserved,
-        allocated_bytes=allocated,
+        allocated_bytes=int(pool.allocated_bytes[i]),
+        active_bytes=active,
         releasable_bytes=releasable,
         # Never below 0: a memory pool can record less than its blocks' footprints.
-        stranded_bytes=max(0, reserved - allocated - releasable),
+        stranded_bytes=max(0, reserved - active - releasable),
         device_free_bytes=pool.device_free_at(i),
         largest_block_bytes=int(pool.largest_block_bytes[i]),
     )
@@ -166,6 +169,7 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
     block_sizes = series.bytes[event == ALLOCATED]
     at_peak = run.free_blocks_after(f.peak_index)
     memory_peak = memory_peak_index(series.pool) if series.pool is not None else None
+    section = run.snapshot_section(f.peak_index, at_peak)
     return SpaceAnalysis(
         pid=space.pid,
         device=space.device,
@@ -213,8 +217,14 @@ def summarize(space: RecordedSpace, run: ModelRun, source: SourceInfo, model: st
         caching_allocator_suspected=source.driver_allocations and _looks_like_segments(block_sizes),
         source=source,
         model=model,
-        snapshot=run.snapshot_section(f.peak_index, at_peak),
+        snapshot=section,
         timestamps=space.timestamps,
+        capacity=section.capacity if section is not None else stated(capacity, space.capacity_source),
+        unrated=tuple(
+            unrated_maxima(
+                f.local_frag, series.free_blocks, series.free_bytes, capacity, series.time_ns
+            )
+        ),
     )
 
 

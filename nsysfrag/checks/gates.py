@@ -1,4 +1,5 @@
-"""CI gates: ``--fail-on "global_frag>0.3"`` expressions over the JSON document's space keys."""
+"""CI gates: ``--fail-on "global_frag>0.3"`` expressions over the JSON document's space keys
+(every numeric key: ``checks.keys``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.checks.keys import HEALTH, KNOWN, nearest, numeric_keys, resolve
 from nsysfrag.errors import InputError
 from nsysfrag.units import SizeError, parse_bytes
 
@@ -23,38 +25,33 @@ _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "=": operator.eq,
 }
 _EXPRESSION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(>=|<=|!=|==|>|<|=)\s*(\S.*?)\s*$")
-# Bare names of the per-event metrics mean their maximum over the trace, which is what a gate
-# on fragmentation is about; `peak.`/`final.` reach the other states.
-_BARE_IN = ("max", "peak")
-EXAMPLES = 'global_frag>0.3, local_frag>=0.6, free_blocks>500, alloc_failure_rate>0, health=critical'
-_STATE = ("time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes", "live_bytes")
-_MAX = ("global_frag", "local_frag", "free_blocks", "live_bytes")
-_COUNTS = ("allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs",
-           "failed_allocations", "other_kind_events")
-_TOP = ("alloc_failure_rate", "internal_frag", "growth_per_s", "health", "out_of_order_frees",
-        "hole_creating_frees", "capacity_bytes", "span_mode", "caching_allocator_suspected")
-METRICS = frozenset(
-    _TOP
-    + _STATE
-    + _COUNTS
-    + tuple(f"peak.{k}" for k in _STATE)
-    + tuple(f"final.{k}" for k in _STATE)
-    + tuple(f"max.{k}" for k in _MAX)
-    + tuple(f"counts.{k}" for k in _COUNTS)
+EXAMPLES = (
+    "global_frag>0.3, local_frag>=0.6, free_blocks>500, alloc_failure_rate>0, health=critical,"
+    " peak.reserved_bytes>70GiB, final.stranded_bytes>1GiB, ooms.count>0"
 )
+# Every numeric key of a space (checks.keys): the metrics a gate takes.
+METRICS = KNOWN
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
     text: str
-    metric: str
+    metric: str  # as the user wrote it
     op: str
     limit: float | str
+    path: str = ""  # the dotted key it means (checks.keys.resolve); "" for the metric itself
 
     def check(self, space: dict[str, Any]) -> Trip | None:
-        value = _lookup(space, self.metric)
+        key = self.path or self.metric
+        value = space.get(HEALTH) if key == HEALTH else numeric_keys(space).get(key)
         if value is None:
-            raise InputError(f"--fail-on {self.text!r}: the analysis has no metric {self.metric!r}")
+            found = numeric_keys(space)
+            near = nearest(key, found)
+            hint = f"; it has {', '.join(near)}" if near else ""
+            raise InputError(
+                f"--fail-on {self.text!r}: this analysis has no {key!r} in pid"
+                f" {space.get('pid')} device {space.get('device')}{hint}"
+            )
         if self.metric == "health":
             tripped = _OPERATORS[self.op](HEALTH_ORDER[str(value)], HEALTH_ORDER[str(self.limit)])
         else:
@@ -83,24 +80,6 @@ class Trip:
         )
 
 
-def _lookup(space: dict[str, Any], metric: str) -> Any:
-    node: Any = space
-    for part in metric.split("."):
-        if not isinstance(node, dict) or part not in node:
-            node = None
-            break
-        node = node[part]
-    if node is None and "." not in metric:
-        for section in _BARE_IN:
-            if metric in space.get(section, {}):
-                return space[section][metric]
-        if metric in space.get("counts", {}):
-            return space["counts"][metric]
-    if isinstance(node, (dict, list)):
-        return None
-    return int(node) if isinstance(node, bool) else node
-
-
 def parse_gate(text: str) -> Gate:
     """Parse ``METRIC OP VALUE``; raise InputError saying why when it is malformed."""
     m = _EXPRESSION.match(text)
@@ -109,16 +88,15 @@ def parse_gate(text: str) -> Gate:
             f"--fail-on {text!r}: not a gate; write METRIC OP VALUE, e.g. {EXAMPLES}"
         )
     metric, op, raw = m.groups()
-    if metric not in METRICS:
-        raise InputError(
-            f"--fail-on {text!r}: unknown metric {metric!r}; use one of the JSON keys of a space,"
-            f" e.g. {EXAMPLES}, peak.largest_free_bytes<2GiB, counts.overlaps>0"
-        )
+    try:
+        path = resolve(metric)
+    except InputError as err:
+        raise InputError(f"--fail-on {text!r}: {err}") from None
     if metric == "health":
         if raw.lower() not in HEALTH_ORDER:
             raise InputError(f"--fail-on {text!r}: health is one of ok, warn, critical")
-        return Gate(text, metric, op, raw.lower())
-    return Gate(text, metric, op, _number(text, raw))
+        return Gate(text, metric, op, raw.lower(), path)
+    return Gate(text, metric, op, _number(text, raw), path)
 
 
 def _number(text: str, raw: str) -> float:

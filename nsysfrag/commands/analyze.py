@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.text import Text
 
 from nsysfrag.analysis import Analysis
+from nsysfrag.checks.keys import key_list
 from nsysfrag.commands.feedback import say as say_line
 from nsysfrag.commands.report_options import (
     ReportRequest,
@@ -55,7 +56,12 @@ class ExportOptions:
     reexport: bool = False
 
 
-@click.command("analyze")
+@click.command(
+    "analyze",
+    epilog="Gate and trend keys (--fail-on, history --trend/--metric): every numeric key of a"
+    " space of the JSON, as a dotted path; a bare per-event name means its max, else its peak"
+    " value, else a count; a list counts as PATH.count: " + key_list() + ".",
+)
 @click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path),
                 metavar="TRACE...")
 @report_options

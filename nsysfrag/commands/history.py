@@ -65,8 +65,9 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
               help=f"At most the N newest runs (default {TABLE_RUNS} in the table, {TREND_RUNS}"
               " in a trend, all in --json).")
 @click.option("--trend", "trend_metric", metavar="METRIC",
-              help="Draw METRIC per device over the runs as a sparkline (e.g. global_frag,"
-              " local_frag, free_blocks, peak.largest_free_bytes).")
+              help="Draw METRIC per device over the runs as a sparkline: any numeric key of"
+              " the analyze JSON (e.g. global_frag, peak.reserved_bytes, ooms.count;"
+              " `nsysfrag analyze --help` lists them).")
 @click.option("--png", "png_path", type=click.Path(path_type=Path),
               help="With --trend: also write a line chart to this PNG file.")
 @click.option("--check", is_flag=True,

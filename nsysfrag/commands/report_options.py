@@ -162,7 +162,9 @@ def report_options(f: F) -> F:
                      help="The driver's page (nsys traces): a page is resident while a block"
                      " touches it, and its free bytes are stranded."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
-                     help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical'. Repeatable."),
+                     help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical',"
+                     " 'peak.reserved_bytes>70GiB', 'ooms.count>0': any numeric key of the JSON"
+                     " (listed below). Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
                      help="Compare with an earlier run's --json document."),
         click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",
@@ -199,10 +201,6 @@ def check_outputs(request: ReportRequest, source: Path) -> None:
             raise InputError(other_kinds(names, (f"an analysis of {words.description}", fmt.description)))
 
 
-# What the first run after installing spends compiling (benchmarks/bench_startup.py, 2 cores).
-REPLAY_COMPILE_S = 5
-
-
 def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = True) -> Analysis:
     """Read ``path`` with the input format that claims it and analyze every space, with a bar
     per phase and a notice while kernels compile (commands.feedback); ``interactive=False``
@@ -210,7 +208,7 @@ def analyze_input(path: Path, request: ReportRequest, *, interactive: bool = Tru
     fmt = format_of(path)
     if not interactive:
         return _read_and_analyze(fmt, path, request, None)
-    with feedback() as shown, shown.compiling("the replay kernels", REPLAY_COMPILE_S):
+    with feedback() as shown, shown.compiling("the replay kernels"):
         return _read_and_analyze(fmt, path, request, shown.progress)
 
 

@@ -13,15 +13,16 @@ from nsysfrag.commands.params import ByteSize
 from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
 
-# What the first what-if after installing spends compiling (benchmarks/bench_startup.py).
-ALLOCATOR_COMPILE_S = 25
-
 
 @click.command("whatif")
 @click.argument("source", metavar="INPUT", type=click.Path(path_type=Path))
 @click.option("--policy", "policies", multiple=True, metavar="POLICY",
               help="A policy to replay (repeatable; default: all of "
-              + ", ".join(DEFAULT_POLICIES) + "). torch takes PYTORCH_CUDA_ALLOC_CONF options:"
+              + ", ".join(DEFAULT_POLICIES) + ", and torch with each setting the input"
+              " suggests added to the run's own: expandable_segments, max_split_size_mb at"
+              " the sizes of its large blocks, garbage_collection_threshold,"
+              " roundup_power2_divisions, unless the run set it or it conflicts). torch takes"
+              " PYTORCH_CUDA_ALLOC_CONF options:"
               " torch:expandable_segments=True,max_split_size_mb=128.")  # fmt: skip
 @click.option("--capacity", type=ByteSize(), default=None,
               help="Device memory to simulate (e.g. 80GiB). Default: the trace's GPU; for a"
@@ -75,7 +76,7 @@ def whatif_command(
 
         source = export_report(source, None, None, False)
         check_destinations(outputs, [Kept("the input's export", source)])
-    with feedback() as shown, shown.compiling("the allocator models", ALLOCATOR_COMPILE_S):
+    with feedback() as shown, shown.compiling("the allocator models"):
         report = whatif(source, policies, capacity, validate)
     # stderr is one line at most (a CI log greps it), however many spaces have warnings.
     warnings = [f"{space.label}: {w}" for space in report.spaces for w in space.warnings]

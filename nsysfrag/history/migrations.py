@@ -140,7 +140,31 @@ def v3_job_rank(connection: Connection) -> None:
     connection.execute(text("ALTER TABLE runs ADD COLUMN rank INTEGER"))
 
 
-MIGRATIONS: tuple[Migration, ...] = (v1_initial, v2_provenance_and_indexes, v3_job_rank)
+def v4_space_values(connection: Connection) -> None:
+    """Every numeric key of each space (checks.keys), beyond the columns of run_spaces: what
+    `history --trend` and `--check` follow for any key of the analyze JSON."""
+    md = MetaData()
+    Table("runs", md, Column("id", Integer, primary_key=True))  # exists: the key's target
+    values = Table(
+        "run_space_values",
+        md,
+        Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+        Column("pid", BigInteger, nullable=False),
+        Column("device", Integer, nullable=False),
+        Column("model", String, nullable=False),
+        Column("path", String, nullable=False),
+        Column("value", Double, nullable=False),
+        PrimaryKeyConstraint("run_id", "pid", "device", "model", "path", name="pk_run_space_values"),
+    )
+    md.create_all(connection, tables=[values])
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    v1_initial,
+    v2_provenance_and_indexes,
+    v3_job_rank,
+    v4_space_values,
+)
 LATEST = len(MIGRATIONS)
 
 

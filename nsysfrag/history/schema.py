@@ -140,6 +140,20 @@ run_spaces = Table(
     PrimaryKeyConstraint("run_id", "pid", "device", "model", name="pk_run_spaces"),
 )
 
+# Every other numeric key of a space (checks.keys.numeric_keys), one row each: trends and
+# checks follow any key of the analyze JSON, not only the columns above.
+run_space_values = Table(
+    "run_space_values",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("device", Integer, nullable=False),
+    Column("model", String, nullable=False),
+    Column("path", String, nullable=False),
+    Column("value", Double, nullable=False),
+    PrimaryKeyConstraint("run_id", "pid", "device", "model", "path", name="pk_run_space_values"),
+)
+
 schema_version = Table(
     "schema_version",
     metadata,
@@ -147,4 +161,4 @@ schema_version = Table(
     Column("applied_at", DateTime, nullable=False),
 )
 
-TABLES = ("runs", "run_tags", "run_spaces", "schema_version")
+TABLES = ("runs", "run_tags", "run_spaces", "run_space_values", "schema_version")

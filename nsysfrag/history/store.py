@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import URL, Connection, Engine, RowMapping, exc, select
 
 from nsysfrag import __version__
+from nsysfrag.checks.keys import numeric_keys
 from nsysfrag.errors import InputError
 from nsysfrag.history.connection import (
     WRITE,
@@ -43,6 +44,7 @@ from nsysfrag.history.schema import (
     NO_CAPACITY_OVERRIDE,
     OPTIONAL_FIELDS,
     SPACE_FIELDS,
+    run_space_values,
     run_spaces,
     run_tags,
     runs,
@@ -89,6 +91,8 @@ class RunRecord:
     host: str | None = None
     recorded_at: datetime | None = None  # None: now
     rank: int | None = None  # the rank of a distributed job's input (analyze with several)
+    # Per space (as ``spaces``): its other numeric keys by dotted path (checks.keys).
+    values: tuple[Mapping[str, float], ...] = ()
 
     @classmethod
     def from_document(
@@ -117,6 +121,7 @@ class RunRecord:
             host=socket.gethostname(),
             spaces=tuple(flatten_space(s) for s in document["spaces"]),
             rank=rank,
+            values=tuple(space_values(s) for s in document["spaces"]),
         )
 
 
@@ -153,11 +158,19 @@ def flatten_space(space: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def space_values(space: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric keys of an analyze JSON space that run_spaces has no column for."""
+    columns = {f.path for f in SPACE_FIELDS}
+    return {k: v for k, v in numeric_keys(space).items() if k not in columns}
+
+
 @dataclass(frozen=True, slots=True)
 class StoredSpace:
-    """One space of a stored run: its JSON scalars by path (``peak.global_frag``)."""
+    """One space of a stored run: its JSON scalars by path (``peak.global_frag``), and its other
+    numeric keys (recorded since schema 4)."""
 
     values: Mapping[str, Any]
+    extra: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -172,7 +185,7 @@ class StoredSpace:
         return str(self.values["health"])
 
     def get(self, path: str) -> Any:
-        return self.values.get(path)
+        return self.values[path] if path in self.values else self.extra.get(path)
 
     def document(self) -> dict[str, Any]:
         """The scalars nested as in the analyze JSON document."""
@@ -374,6 +387,7 @@ class HistoryStore:
                         return Recorded(existing, False, _relabel(connection, existing, run))
                     run_id = _insert_run(connection, run)
                     _insert_spaces(connection, run_id, run.spaces)
+                    _insert_values(connection, run_id, run.spaces, run.values)
                     _insert_tags(connection, run_id, run.tags)
             except exc.IntegrityError:
                 with connection.begin():
@@ -409,7 +423,13 @@ class HistoryStore:
             ids = [row["id"] for row in rows]
             tags: dict[int, dict[str, str]] = {i: {} for i in ids}
             spaces: dict[int, list[StoredSpace]] = {i: [] for i in ids}
+            extra: dict[tuple[int, int, int, str], dict[str, float]] = {}
             for chunk in _chunks(ids, 500):
+                for v in connection.execute(
+                    select(run_space_values).where(run_space_values.c.run_id.in_(chunk))
+                ):
+                    owner = (v.run_id, v.pid, v.device, v.model)
+                    extra.setdefault(owner, {})[v.path] = v.value
                 for t in connection.execute(
                     select(run_tags).where(run_tags.c.run_id.in_(chunk)).order_by(run_tags.c.key)
                 ):
@@ -419,7 +439,8 @@ class HistoryStore:
                     .where(run_spaces.c.run_id.in_(chunk))
                     .order_by(run_spaces.c.pid, run_spaces.c.device, run_spaces.c.model)
                 ).mappings():
-                    spaces[s["run_id"]].append(_space(s))
+                    owner = (s["run_id"], s["pid"], s["device"], s["model"])
+                    spaces[s["run_id"]].append(_space(s, extra.get(owner, {})))
         return [
             StoredRun(
                 id=row["id"],
@@ -484,6 +505,22 @@ def _insert_spaces(
         )
 
 
+def _insert_values(
+    connection: Connection,
+    run_id: int,
+    spaces: Sequence[Mapping[str, Any]],
+    values: Sequence[Mapping[str, float]],
+) -> None:
+    rows = [
+        {"run_id": run_id, "pid": s["pid"], "device": s["device"], "model": s["model"],
+         "path": path, "value": float(value)}
+        for s, keyed in zip(spaces, values, strict=False)
+        for path, value in keyed.items()
+    ]  # fmt: skip
+    if rows:
+        connection.execute(run_space_values.insert(), rows)
+
+
 def _insert_tags(connection: Connection, run_id: int, tags: Sequence[tuple[str, str]]) -> None:
     if tags:
         connection.execute(
@@ -530,14 +567,14 @@ def _find_run(connection: Connection, run: RunRecord) -> int | None:
     return None if found is None else int(found)
 
 
-def _space(row: RowMapping) -> StoredSpace:
+def _space(row: RowMapping, extra: Mapping[str, float]) -> StoredSpace:
     values = {}
     for f in SPACE_FIELDS:
         value = row[f.column]
         if f.path == "span_mode" and value is not None:
             value = bool(value)
         values[f.path] = value
-    return StoredSpace(values)
+    return StoredSpace(values, extra)
 
 
 def _naive_utc(moment: datetime) -> datetime:

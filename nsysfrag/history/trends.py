@@ -14,34 +14,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.errors import InputError
-from nsysfrag.history.schema import SPACE_FIELDS
+from nsysfrag.checks.keys import HEALTH, KNOWN, resolve
 from nsysfrag.history.store import StoredRun, StoredSpace
 from nsysfrag.models.observed import MODEL_NAME
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 DEFAULT_METRIC = "global_frag"
-# A bare name of a per-event metric means its maximum over the trace, else its value at the
-# peak, else a count: the same reading as `--fail-on` gates.
-_BARE_IN = ("max", "peak", "counts")
 # For these a smaller value is the regression.
 HIGHER_IS_BETTER = frozenset({"peak.largest_free_bytes", "final.largest_free_bytes"})
-NUMERIC_METRICS = tuple(
-    f.path for f in SPACE_FIELDS if f.numeric and f.path not in ("pid", "device")
-)
+# Every numeric key of a space of the analyze JSON (checks.keys), as `--fail-on` takes them;
+# pid and device identify a space, they do not trend.
+NUMERIC_METRICS = tuple(sorted(k for k in KNOWN if k not in (HEALTH, "pid", "device")))
 
 
 def resolve_metric(name: str) -> str:
-    """The stored path of a metric name: ``global_frag`` -> ``max.global_frag``."""
-    if name in NUMERIC_METRICS:
-        return name
-    for section in _BARE_IN:
-        if f"{section}.{name}" in NUMERIC_METRICS:
-            return f"{section}.{name}"
-    raise InputError(
-        f"{name!r} is not a numeric metric of a space; use e.g. global_frag, local_frag,"
-        " free_blocks, peak.largest_free_bytes, internal_frag, counts.overlaps"
-    )
+    """The stored path of a metric name: ``global_frag`` -> ``max.global_frag``; the same
+    reading as ``--fail-on`` gates."""
+    return resolve(name, NUMERIC_METRICS)
 
 
 def is_ratio(metric: str) -> bool:

@@ -41,6 +41,9 @@ class RecordedSpace:
     events: AllocationEvents
     model: Model
     capacity_bytes: int | None  # None: the model estimates it from the events
+    # Where capacity_bytes came from (nsysfrag.capacity.SOURCES): "--capacity", or the device's
+    # own figure; a model that estimates C says where its estimate came from itself.
+    capacity_source: str = "device"
     other_kind_events: int = 0  # events of memory the model does not place (pinned, managed)
     timestamps: bool = True  # False: the events' times are entry numbers, 1 ns apart
 

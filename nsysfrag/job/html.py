@@ -15,7 +15,7 @@ from nsysfrag.job import heatmap, terminal
 from nsysfrag.job.document import RankSummary
 from nsysfrag.job.terminal import at, basis_text, hotspot_text, memory_text, oom_text
 from nsysfrag.reporters.html import CSS
-from nsysfrag.reporters.html_page import esc, page, table
+from nsysfrag.reporters.html_page import esc, page, site_markup, table
 from nsysfrag.reporters.state_cells import percent
 
 TOP_HOTSPOTS = 5
@@ -47,7 +47,7 @@ def _rank_table(summaries: Sequence[RankSummary]) -> str:
             f"<tr>{link}<td>{_health(s.health)}</td><td>{esc(basis_text(s, in_table=True))}</td>"
             f'<td class="n">{percent(s.peak_global_frag)}</td>'
             f'<td class="n">{esc(memory_text(s))}</td><td>{esc(oom_text(s))}</td>'
-            f'<td class="site">{esc(hotspot_text(s))}</td></tr>'
+            f'<td class="site">{site_markup(hotspot_text(s))}</td></tr>'
         )
     head = ["rank", "health", "basis", "peak global frag", "peak memory", "OOMs", "top hotspot"]
     return table(head, rows, numeric={0, 3, 4})
@@ -121,10 +121,10 @@ def _space(s: RankSummary, space: dict[str, Any]) -> str:
         ))
     if space["hotspots"]:
         rows = [
-            f'<tr><td class="site">{esc(h["site"])}</td><td>{esc(h["size_class"])}</td>'
+            f'<tr><td class="site">{site_markup(h["site"])}</td><td>{esc(h["size_class"])}</td>'
             f'<td class="n">{h["out_of_order_frees"]}</td>'
             f'<td class="n">{format_bytes(h["hole_bytes"])}</td>'
-            f'<td class="site">{esc(", ".join(h["pinned_by"][:3]))}</td></tr>'
+            f'<td class="site">{site_markup(", ".join(h["pinned_by"][:3]))}</td></tr>'
             for h in space["hotspots"][:TOP_HOTSPOTS]
         ]
         out.append("<h4>Out-of-order free hotspots</h4>" + table(

@@ -121,8 +121,9 @@ def render(
         console.print(Prose(Text(UNRECORDED, style="dim")))
     _worst(summaries, document, console)
     _skew(document, console)
-    for s in failed:
-        console.print(Prose(outside(f"rank {s.rank} failed: {failure(s.path, s.error)}", style="red")))
+    for s in failed:  # its error itself is the `nsysfrag: error: rank N: …` line on stderr, once
+        said = f"rank {s.rank} failed ({s.path}): its error line on stderr says why"
+        console.print(Prose(outside(said, style="red")))
     if analyzed:
         console.print(Prose(Text(
             "A rank's full report: nsysfrag analyze PATH (or --html, --json) on its input alone.",

@@ -42,7 +42,8 @@ class PoolColumns:
     (observed)."""
 
     reserved_bytes: I64
-    allocated_bytes: I64
+    allocated_bytes: I64  # PyTorch's allocated_bytes: active blocks whose free was not requested
+    active_bytes: I64  # PyTorch's active_bytes: every block not yet free (F = reserved - active)
     releasable_bytes: I64  # R
     largest_block_bytes: I64  # L: the largest free block inside a segment (a resident page)
     capacity_bytes: int  # C

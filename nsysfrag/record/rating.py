@@ -81,7 +81,7 @@ def rate_state(
         final, pool = s.final, s.final.pool
         last = len(run.series) - 1
         sites = stranded_sites(run.stranded_after(last), run.series)
-        capacity_source = s.snapshot.capacity_source if s.snapshot is not None else ""
+        capacity_source = s.capacity_source if s.snapshot is not None else ""
         out.append(
             Rating(
                 device=space.device,

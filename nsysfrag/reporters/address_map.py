@@ -11,9 +11,10 @@ The blocks are painted into an image the size of the plot, at ``OVERSAMPLE`` cel
 for high-density screens, rather than drawn as one vector rectangle each: the figure then has
 the same size and drawing time for ten blocks or ten million, and every block is drawn. A block
 thinner than ``MIN_BLOCK_PX`` pixels in time or in address (a 1 MiB block in an 80 GiB arena is
-a hundredth of a pixel) is widened to ``MIN_BLOCK_PX``, and the legend says so. Blocks are
-painted largest first (bytes × lifetime), so where widened neighbours overlap the small ones
-show on top of the large; neighbours that fall on the same pixels merge.
+a hundredth of a pixel) is widened to ``MIN_BLOCK_PX``, and the legend says so; the widening
+fills only cells no block's own extent covers, so hundreds of one-page blocks between large
+ones never paint the large ones out. Blocks are painted largest first (bytes × lifetime), so
+the small ones show on top of the large; neighbours that fall on the same pixels merge.
 """
 
 from __future__ import annotations
@@ -166,13 +167,21 @@ class _Blocks:
         return score
 
     def painted(self, codes: U8, x_full: float, y_full: float, shape: tuple[int, int]) -> U8:
+        """Every block widened to ``MIN_BLOCK_PX``, then every block at its own size (a cell
+        at least) over them: a widened block shows beside its neighbours, but never over a
+        block's own cells (hundreds of one-page blocks between large ones would otherwise
+        paint the large ones out)."""
         rows, cols = shape
         least = MIN_BLOCK_PX * OVERSAMPLE
-        x0, x1 = pixel_spans(self.start, self.end, x_full, cols, min(least, cols))
-        y0, y1 = pixel_spans(self.offset, self.offset + self.nbytes, y_full, rows, min(least, rows))
         # Largest first, so where widened blocks overlap the small ones stay visible on top.
         order = np.lexsort((np.arange(len(codes)), -self.nbytes, -self.score))
-        return paint_blocks(x0[order], x1[order], y0[order], y1[order], codes[order], shape)
+        spans = []
+        for wide in (least, 1):
+            x0, x1 = pixel_spans(self.start, self.end, x_full, cols, min(wide, cols))
+            y0, y1 = pixel_spans(self.offset, self.offset + self.nbytes, y_full, rows, min(wide, rows))
+            spans.append((x0[order], x1[order], y0[order], y1[order]))
+        x0, x1, y0, y1 = (np.concatenate(parts) for parts in zip(*spans, strict=True))
+        return paint_blocks(x0, x1, y0, y1, np.concatenate([codes[order]] * 2), shape)
 
 
 def _plot_cells(fig: Figure) -> tuple[int, int]:

@@ -64,10 +64,11 @@ def frame(analysis: Analysis) -> pd.DataFrame:
 def _pool_columns(pool: PoolColumns) -> dict[str, Any]:
     """A caching allocator's own figures after each event (snapshots), after the common ones:
     what PyTorch users plot memory by."""
-    stranded = np.maximum(pool.reserved_bytes - pool.allocated_bytes - pool.releasable_bytes, 0)
+    stranded = np.maximum(pool.reserved_bytes - pool.active_bytes - pool.releasable_bytes, 0)
     return {
         "reserved_bytes": pool.reserved_bytes,
         "allocated_bytes": pool.allocated_bytes,
+        "active_bytes": pool.active_bytes,
         "stranded_bytes": stranded,
         "releasable_bytes": pool.releasable_bytes,
         "device_free_bytes": pool.device_free_bytes,

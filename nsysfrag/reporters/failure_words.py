@@ -50,12 +50,15 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
     head = [("at", moment(space, st.time_ns)), ("requested", requested)]
     pool = st.pool
     if pool is None or f.requested_bytes is None:
-        state = [
-            ("free", format_bytes(st.free_bytes)),
-            ("free blocks", str(st.free_blocks)),
-            ("largest free block", format_bytes(st.largest_free_bytes)),
-            ("live", format_bytes(st.live_bytes)),
-        ]
+        # No size, no verdict: what was free then, in the state table's words.
+        state = (
+            [("free", format_bytes(st.free_bytes)), ("free blocks", str(st.free_blocks)),
+             ("largest free block", format_bytes(st.largest_free_bytes))]
+            if pool is None
+            else [("device free", format_bytes(pool.device_free_bytes)),
+                  ("stranded", format_bytes(pool.stranded_bytes)),
+                  ("largest usable", format_bytes(st.largest_free_bytes))]
+        ) + [("live", format_bytes(st.live_bytes))]  # fmt: skip
         cells = (*head, *state, ("verdict", verdict_words(f)))
         return FailureText(cells, "", f.site, (), f.stack[1:])
     device_free = (
@@ -67,6 +70,11 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
         ("device free", format_bytes(device_free)),
         ("reserved", format_bytes(pool.reserved_bytes)),
         ("allocated", format_bytes(pool.allocated_bytes)),
+        *(
+            [("active", format_bytes(pool.active_bytes))]
+            if pool.active_bytes != pool.allocated_bytes
+            else []
+        ),
         ("stranded", format_bytes(pool.stranded_bytes)),
         ("releasable", format_bytes(pool.releasable_bytes)),
         ("largest free block", format_bytes(pool.largest_block_bytes)),
@@ -81,13 +89,12 @@ def failure_text(space: SpaceAnalysis, f: Failure) -> FailureText:
             f" fit; {CAPACITY_REMEDY}."
         )
     else:
-        expandable = space.snapshot is not None and space.snapshot.facts.expandable_segments
         held = " in segments that also hold blocks from the sites below" if f.stranded_sites else ""
         explanation = (
             f"Fragmentation: device free + stranded + releasable ({format_bytes(could)}) would"
             f" have held {asked}, but no single free range did (the largest usable was"
             f" {format_bytes(st.largest_free_bytes)}); {format_bytes(pool.stranded_bytes)} was"
-            f" stranded{held}: {fragmentation_remedy(expandable)}."
+            f" stranded{held}: {fragmentation_remedy(space)}."
         )
     stranded = tuple(
         (x.site, f"{format_bytes(x.stranded_bytes)} in {x.segments} segment"

@@ -336,3 +336,20 @@ figure_builders: dict[str, FigureBuilder] = {
     "address_map": address_map,
     "hotspots": hotspots_chart,
 }
+# The figures whose x axis is time: a space that is one moment (a snapshot without a trace, its
+# final state only) has nothing to draw on it.
+TIME_FIGURES = frozenset({"fragmentation", "memory", "free_blocks", "address_map"})
+
+
+def one_moment(space: SpaceAnalysis) -> bool:
+    """Every point of the space is at the same time: a time axis would be empty."""
+    t = space.timeline.time_ns
+    return len(t) == 0 or int(t.max()) == int(t.min())
+
+
+def figures_for(space: SpaceAnalysis) -> dict[str, FigureBuilder]:
+    """The figures worth drawing for ``space``, in ``figure_builders`` order: no time plot
+    for a space that is one moment."""
+    if not one_moment(space):
+        return figure_builders
+    return {name: build for name, build in figure_builders.items() if name not in TIME_FIGURES}

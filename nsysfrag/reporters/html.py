@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
-from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label
+from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label, unrated_words
 from nsysfrag.events import Words
 from nsysfrag.reporters.failure_words import (
     failure_table,
@@ -25,8 +25,16 @@ from nsysfrag.reporters.failure_words import (
     failures_title,
     unknown_note,
 )
-from nsysfrag.reporters.figures import figure_builders
-from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
+from nsysfrag.reporters.figures import figures_for, one_moment
+from nsysfrag.reporters.html_page import (
+    BASE_CSS,
+    esc,
+    page,
+    rated_cell,
+    site_markup,
+    table,
+    warnings_box,
+)
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
 from nsysfrag.reporters.time_base import moment
 
@@ -101,7 +109,7 @@ def space_title(space: SpaceAnalysis) -> str:
     process = f" ({space.process_name})" if space.process_name else ""
     return (
         f"pid {space.pid}{process} · device {space.device}: {space.device_name},"
-        f" {format_bytes(space.capacity_bytes)}"
+        f" {space.capacity.heading() if space.capacity else format_bytes(space.capacity_bytes)}"
     )
 
 
@@ -224,8 +232,11 @@ def _summary(s: SpaceAnalysis) -> str:
         *([("page size", format_bytes(s.page_bytes))] if s.page_bytes else []),
     ]
     figure_rows = "".join(f'<tr><th>{k}</th><td class="n">{v}</td></tr>' for k, v in figures)
+    unrated = "".join(
+        f'<p class="sub">{esc(unrated_words(u, moment(s, u.time_ns)))}</p>' for u in s.unrated
+    )
     return (
-        f"<h3>State ({esc(s.source.words.space_title)})</h3>{states}"
+        f"<h3>State ({esc(s.source.words.space_title)})</h3>{states}{unrated}"
         '<div class="pair"><div><h3>Events</h3>'
         f'<table class="counts"><tbody>{count_rows}</tbody></table></div>'
         "<div><h3>Growth and layout</h3>"
@@ -257,16 +268,16 @@ def _failures(s: SpaceAnalysis) -> str:
             continue
         item = [f"<strong>at {esc(t.cells[0][1])}</strong>"]
         if t.requested_at is not None:
-            item.append(f' — requested at <span class="mono">{esc(t.requested_at)}</span>')
+            item.append(f' — requested at <span class="mono">{site_markup(t.requested_at)}</span>')
         if t.callers:
-            frames = "".join(f"<li>{esc(c)}</li>" for c in t.callers)
+            frames = "".join(f"<li>{site_markup(c)}</li>" for c in t.callers)
             item.append(f'<details><summary>called from ({len(t.callers)} frames, innermost'
                         f' first)</summary><ol class="mono">{frames}</ol></details>')  # fmt: skip
         if t.explanation:
             item.append(f"<p>{esc(t.explanation)}</p>")
         if t.stranded:
             sites = "".join(
-                f'<tr><td class="site mono">{esc(site)}</td><td class="n">{esc(held)}</td></tr>'
+                f'<tr><td class="site mono">{site_markup(site)}</td><td class="n">{esc(held)}</td></tr>'
                 for site, held in t.stranded
             )
             item.append(table(["stranded beside blocks from", "stranded"], [sites], numeric={1}))
@@ -288,8 +299,15 @@ def _advice(s: SpaceAnalysis) -> str:
 
 
 def _figures(s: SpaceAnalysis, space_index: int) -> str:
-    out = ['<h3>Figures</h3><div class="figures">']
-    for j, (name, build) in enumerate(figure_builders.items()):
+    out = ["<h3>Figures</h3>"]
+    if one_moment(s):
+        out.append(
+            '<p class="sub">No figures over time: the input records one moment of this space'
+            " (a snapshot without a trace: its final state), so the figures below are of that"
+            " moment.</p>"
+        )
+    out.append('<div class="figures">')
+    for j, (name, build) in enumerate(figures_for(s).items()):
         # Short: a 20,000-block address map repeats its clip-path id 20,000 times.
         prefix = f"s{space_index}f{j}-"
         alt = f"{name} figure of {space_title(s)}"
@@ -311,10 +329,10 @@ def _hotspots(s: SpaceAnalysis) -> str:
         if len(h.pinned_by) > PINNED_BY_SHOWN:
             pins += f", … {len(h.pinned_by) - PINNED_BY_SHOWN} more"
         rows.append(
-            f'<tr><td class="site mono">{esc(h.site)}</td><td class="n">{esc(h.size_class)}</td>'
+            f'<tr><td class="site mono">{site_markup(h.site)}</td><td class="n">{esc(h.size_class)}</td>'
             f'<td class="n">{h.out_of_order_frees}</td><td class="n">{h.hole_creating_frees}</td>'
             f'<td class="n">{format_bytes(h.hole_bytes)}</td>'
-            f'<td class="site mono">{esc(pins)}</td></tr>'
+            f'<td class="site mono">{site_markup(pins)}</td></tr>'
         )
     shown = f"top {TOP_HOTSPOTS} of {len(s.hotspots)}" if len(s.hotspots) > TOP_HOTSPOTS else ""
     note = f'<p class="sub">{shown}</p>' if shown else ""

@@ -67,8 +67,10 @@ Cell = str | Text | Site
 _UNIT = r"(?:[KMGTPE]i?B|[kMGTPE]B|B|%|s|ms|µs|ns|points/s|pt/s|pt)"
 _FIGURE_GAP = re.compile(rf"(?<=\d) (?={_UNIT}(?![\w/]))")
 _WORD = re.compile(r"\S+\s*")
-# In a name (a site, a path, a list of them) a line may also break after '/', ',' or ':'.
-_NAME_PART = re.compile(r"(?:[^\s/,:]+[/,:]*|[/,:]+)\s*")
+# In a name (a site, a path, a list of them) a line may also break after '/', ',', '_', '-' or
+# '+', after ':' unless a line number follows (file.py:43 stays whole), and where a CamelCase
+# word starts its next part (NativeLayerNorm|Backward0): never inside a word's own letters.
+_NAME_BREAK = re.compile(r"(?<=[/,_+\-])(?=\S)|(?<=:)(?=[^\d\s])|(?<=[a-z])(?=[A-Z])")
 # A name column (sites, labels, paths) may fold down to this many cells, or its longest entry.
 NAME_FLOOR = 12
 Kind = Literal["figure", "words", "name", "site"]
@@ -89,10 +91,15 @@ def _tokens(plain: str) -> Iterator[tuple[int, int]]:
         yield m.start(), m.end()
 
 
+def name_parts(word: str) -> list[str]:
+    """The pieces a name may break into (``_NAME_BREAK``), in order; joined, the word."""
+    return [part for part in _NAME_BREAK.split(word) if part]
+
+
 def _pieces(word: str, width: int, name: bool) -> list[str]:
-    """A word longer than ``width`` in pieces that fit: a name breaks after '/', ',' or ':'
-    where it can, anything else (and a part still too long) is folded."""
-    parts = [m.group() for m in _NAME_PART.finditer(word)] if name else [word]
+    """A word longer than ``width`` in pieces that fit: a name breaks where ``name_parts``
+    allows, anything else (and a part still too long) is folded."""
+    parts = name_parts(word) if name else [word]
     pieces: list[str] = []
     for part in parts:
         if pieces and cell_len(pieces[-1]) + cell_len(part) <= width:
@@ -143,7 +150,8 @@ class Prose:
     text: Text
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        for line in wrap_lines(self.text, options.max_width):
+        # A word longer than a line (a path) breaks as a name does, not mid-word.
+        for line in wrap_lines(self.text, options.max_width, name=True):
             line.end = "\n"
             line.no_wrap = True
             yield line
@@ -192,8 +200,9 @@ def _stops(column: Column, cells: list[Cell]) -> list[int]:
         floor = content
     elif column.kind == "words":
         floor = max([header_word] + [cell_len(w) for line in lines for w in line.split()])
-    else:
-        floor = max(header_word, min(widest, column.floor))  # a name or a site
+    else:  # a name or a site: down to its floor, but never below a part of a name's word
+        parts = [cell_len(part) for line in lines for w in line.split() for part in name_parts(w)]
+        floor = max([header_word, min(widest, column.floor), *parts])
     if column.kind == "name":  # names give way first: they fold, figures must not
         return [widest, floor, floor, floor]
     if column.kind == "site":  # sites shorten first, wrap at spaces, and fold last

@@ -125,6 +125,12 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
         *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
         ("reserved", sizes(figure("reserved_bytes"))),
         ("allocated", sizes(figure("allocated_bytes"))),
+        # PyTorch's active bytes, shown where freed blocks still wait on other streams
+        *(
+            [("active", sizes(figure("active_bytes")))]
+            if figure("active_bytes") != figure("allocated_bytes")
+            else []
+        ),
         ("stranded", sizes(figure("stranded_bytes"))),
         ("releasable", sizes(figure("releasable_bytes"))),
         ("device free", sizes(figure("device_free_bytes"))),

@@ -12,6 +12,7 @@ from nsysfrag.analysis.metrics import (
     Health,
     format_bytes,
     size_class_label,
+    unrated_words,
 )
 from nsysfrag.printable import printable
 from nsysfrag.reporters import state_cells
@@ -22,7 +23,8 @@ from nsysfrag.reporters.failure_words import (
     failures_title,
     unknown_note,
 )
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
+from nsysfrag.reporters.time_base import moment
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
@@ -136,7 +138,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
     head = Text()
     process = f" ({printable(s.process_name)})" if s.process_name else ""
     head.append(f"process {s.pid}{process} · device {s.device}: {printable(s.device_name)}, ")
-    head.append(f"{format_bytes(s.capacity_bytes)}\n")
+    head.append(f"{s.capacity.heading() if s.capacity else format_bytes(s.capacity_bytes)}\n")
     head.append("health: ")
     head.append(s.health.label.upper(), style=STYLE[s.health])
     head.append(f" ({state_cells.health_reason(s)})")
@@ -162,7 +164,9 @@ def _space(s: SpaceAnalysis) -> RenderableType:
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
         f" frees: {s.out_of_order_frees} · frees that left a hole: {s.hole_creating_frees}"
     )
-    parts: list[RenderableType] = [Prose(head), *_failures(s), states, Prose(figures)]
+    unrated = [Prose(outside(unrated_words(u, moment(s, u.time_ns)), style="dim"))
+               for u in s.unrated]  # fmt: skip
+    parts: list[RenderableType] = [Prose(head), *_failures(s), states, *unrated, Prose(figures)]
 
     columns: tuple[Column, ...]
     if s.hotspots:

@@ -44,6 +44,7 @@ def rank_policies(
         device=source.device,
         capacity_bytes=source.capacity_bytes,
         capacity_source=source.capacity_source,
+        capacity_basis=source.capacity_basis,
         requests=stream.n_requests,
         frees=int((stream.kind == FREE).sum()),
         streams=len(stream.stream_names),

@@ -1,16 +1,21 @@
 """The recommendation, as data: which policy a PyTorch user should switch to (or none) and the
 numbers it follows from. The words are the reporters' (``reporters/whatif/words.py``).
 
-The truth rule: the baseline is the run's own settings, simulated, and the model's error ``e``
-on this input is how far that simulation is from what the run recorded (see
-:func:`model_error`): its peak reserved where a trace recorded the run (``TRACE``), or, for a
-snapshot of the final state only (``STATE``), the reserved memory of its segments, which the
-replay of its live blocks must reproduce too. A policy a PyTorch user can switch to (a ``torch`` setting or
-``cuda-async``; the reference models are quoted for scale only) is recommended only when it
-lowers peak reserved by more than ``max(e, 1 %)`` of the baseline's and has no more simulated
-OOMs than the baseline. Among those, policies within 1 % of the best peak count as equal, and a
-setting of the native allocator wins over a backend switch, then the shorter
-PYTORCH_CUDA_ALLOC_CONF.
+The truth rule, model by model: the baseline is the run's own settings, simulated, and a
+model's error ``e`` on this input is how far that simulation is from what the run recorded
+(see :func:`model_error`): its peak reserved where a trace recorded the run (``TRACE``), or,
+for a snapshot of the final state only (``STATE``), the reserved memory of its segments, which
+the replay of its live blocks must reproduce too. Only the ``torch`` model is checked so: it is
+the model of the allocator that recorded the run, with the run's own settings, so a snapshot
+validates it (every ``torch`` setting is that model); nothing checks ``cuda-async`` (nor any
+model on an nsys export, which records no reserved memory). A policy a PyTorch user can switch
+to (a ``torch`` setting or ``cuda-async``; the reference models are quoted for scale only) is
+recommended only when its model was validated on this input, it lowers peak reserved by more
+than ``max(e, 1 %)`` of the baseline's, with ``e`` that model's own error, and it has no more
+simulated OOMs than the baseline. Among those, policies within 1 % of the best peak count as
+equal, and a setting of the native allocator wins, then the shorter PYTORCH_CUDA_ALLOC_CONF. A
+policy of an unvalidated model that would have passed is *worth trying, not validated*: shown
+as such, never as the recommendation, never with another model's error.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ SWITCH = "switch"  # switch to ``policy``
 TRACE = "trace"  # e: the simulated baseline's peak reserved against the traced run's
 STATE = "state"  # e: the baseline's reserved after replaying a state-only snapshot's live
 # blocks against its segments (the one moment such a snapshot records)
+VALIDATED_FAMILY = "torch"  # the model a snapshot checks: the allocator that recorded it
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,8 @@ class Candidate:
     saving_bytes: int  # baseline peak reserved - this policy's (negative: it needs more)
     saving_ratio: float  # saving_bytes / the baseline's peak reserved
     simulated_ooms: int
+    validated: bool = False  # its model was checked against this input
+    model_error: float | None = None  # that model's own error on this input (validated only)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,9 @@ class Recommendation:
     # truth rule recommends savings only; a policy that removes the run's failures at a cost in
     # peak reserved is still news to a user whose job died for memory, so the report says so.
     fewer_ooms: Candidate | None = None
+    # A policy of a model not validated on this input that saves more than the threshold (and
+    # more than ``chosen``) with no more simulated OOMs: worth trying, never the recommendation.
+    worth_trying: Candidate | None = None
 
     @property
     def policy(self) -> str | None:
@@ -99,16 +110,21 @@ def recommend(
     error_basis: str = TRACE,
 ) -> Recommendation:
     """The policy to switch to under the truth rule, against the baseline (the run's own
-    settings, or PyTorch's defaults); ``error`` is the model's error on this input, measured
-    as ``error_basis`` says."""
+    settings, or PyTorch's defaults); ``error`` is the ``torch`` model's error on this input,
+    measured as ``error_basis`` says (None: it cannot be checked, so nothing is validated)."""
     base = next((o for o in outcomes if o.baseline), outcomes[0])
     threshold = max(error or 0.0, MIN_SAVING)
-    others = [_candidate(o, base) for o in sorted(outcomes, key=rank_key)
+    others = [_candidate(o, base, error) for o in sorted(outcomes, key=rank_key)
               if o.policy.actionable and not o.baseline]  # fmt: skip
-    passing = [c for c in others
+    checked = [c for c in others if c.validated]
+    passing = [c for c in checked
                if c.simulated_ooms <= base.simulated_ooms and c.saving_ratio > threshold]  # fmt: skip
     chosen = _preferred(passing) if passing and not segments_suspected else None
     verdict = SEGMENTS if segments_suspected else (SWITCH if chosen else KEEP)
+    # An unchecked model's saving must clear 1 % and the checked one's: nothing else bounds it.
+    bar = max(MIN_SAVING, chosen.saving_ratio if chosen else 0.0)
+    untested = [c for c in others if not c.validated
+                and c.simulated_ooms <= base.simulated_ooms and c.saving_ratio > bar]  # fmt: skip
     return Recommendation(
         verdict=verdict,
         baseline=base.name,
@@ -120,19 +136,25 @@ def recommend(
         threshold=threshold,
         capacity_bytes=capacity,
         chosen=chosen,
-        best_other=max(others, key=lambda c: c.saving_bytes) if others and not chosen else None,
+        best_other=max(checked, key=lambda c: c.saving_bytes) if checked and not chosen else None,
         fewer_ooms=next((c for c in others if c.simulated_ooms < base.simulated_ooms), None)
         if not chosen and not segments_suspected
         else None,
         scale=None if segments_suspected else _scale(outcomes),
+        worth_trying=None
+        if segments_suspected or not untested
+        else max(untested, key=lambda c: c.saving_bytes),
     )
 
 
-def _candidate(o: PolicyOutcome, base: PolicyOutcome) -> Candidate:
+def _candidate(o: PolicyOutcome, base: PolicyOutcome, error: float | None) -> Candidate:
+    """``o`` against the baseline; validated when its model is the one ``error`` measured."""
     saving = base.peak_reserved_bytes - o.peak_reserved_bytes
     ratio = saving / base.peak_reserved_bytes if base.peak_reserved_bytes else 0.0
+    validated = error is not None and o.policy.family == VALIDATED_FAMILY
     return Candidate(o.name, o.policy.family, o.policy.alloc_conf(), o.peak_reserved_bytes,
-                     saving, ratio, o.simulated_ooms)  # fmt: skip
+                     saving, ratio, o.simulated_ooms, validated,
+                     error if validated else None)  # fmt: skip
 
 
 def _preferred(passing: list[Candidate]) -> Candidate:

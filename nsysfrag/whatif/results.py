@@ -58,7 +58,8 @@ class SpaceComparison:
     pid: int | None
     device: int
     capacity_bytes: int
-    capacity_source: str
+    capacity_source: str  # nsysfrag.capacity.SOURCES
+    capacity_basis: str  # the source in words
     requests: int
     frees: int
     streams: int

@@ -12,7 +12,7 @@ from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
 from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
-from nsysfrag.whatif.streams import nsys_streams, snapshot_streams
+from nsysfrag.whatif.streams import nsys_streams, snapshot_streams, tried_policy
 from nsysfrag.whatif.validate import Validation, validate_snapshot
 
 
@@ -25,10 +25,7 @@ def whatif(
     """Replay the input's request streams through ``policies`` (default: all)."""
     from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
-    unique: dict[str, Policy] = {}  # a policy named twice runs once
-    for text in policies or DEFAULT_POLICIES:
-        p = parse_policy(text)
-        unique.setdefault(p.name, p)
+    named = [parse_policy(text) for text in policies or DEFAULT_POLICIES]
     if capacity is not None and capacity < 1:
         raise InputError("--capacity must be a positive number of bytes")
     snapshot = is_snapshot(path) if path.exists() else path.suffix.lower() in (".pickle", ".pkl")
@@ -66,5 +63,13 @@ def whatif(
             " record a trace of the run's allocations"
         )
     errors = {d.device: d.peak_error for d in checked.devices} if checked else {}
-    spaces = [rank_policies(s, list(unique.values()), errors.get(s.device)) for s in sources]
+    spaces = []
+    for s in sources:
+        # Without --policy: every family, and each torch setting the input suggests on top of
+        # the run's own (analysis.tried_settings: what analyze's advice may name).
+        tried = [] if policies else [tried_policy(s.baseline, x) for x in s.tried]
+        unique: dict[str, Policy] = {}  # a policy named twice runs once
+        for p in named + tried:
+            unique.setdefault(p.name, p)
+        spaces.append(rank_policies(s, list(unique.values()), errors.get(s.device)))
     return WhatifReport(str(path), kind, level, spaces, notes, validation)

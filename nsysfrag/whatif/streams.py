@@ -21,10 +21,16 @@ import numpy as np
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
 from nsysfrag.allocators.torch import split_options
+from nsysfrag.analysis.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
 from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.series import ALLOCATED
-from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity, snapshot_capacity
+from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
 from nsysfrag.whatif.recommend import STATE, TRACE
 
 
@@ -37,13 +43,16 @@ class RequestSource:
     device: int
     stream: RequestStream
     capacity_bytes: int
-    capacity_source: str
+    capacity_source: str  # nsysfrag.capacity.SOURCES
+    capacity_basis: str  # the source in words
     baseline: Policy
     recorded_peak_reserved_bytes: int | None
     warnings: list[str]
     segments_suspected: bool = False
     error_basis: str = TRACE  # how the baseline is checked against the record (recommend.py)
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
+    # The torch settings a whatif without --policy tries on top of the baseline's.
+    tried: tuple[Setting, ...] = ()
 
 
 def stream_names(values: I64) -> tuple[str, ...]:
@@ -70,6 +79,10 @@ def snapshot_streams(
     total memory, where a record wrote it beside the snapshot)."""
     config = snapshot_config(columns)
     as_run = as_run_policy(config)
+    run = RunSettings.of(
+        columns.allocator_conf, columns.expandable_segments, columns.max_split_size,
+        columns.roundup_power2_divisions,
+    )  # fmt: skip
     notes = [columns.layout]
     if not any(d.traced for d in devices):
         notes.append(
@@ -88,8 +101,11 @@ def snapshot_streams(
             warnings.append(
                 f"{req.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"
             )
-        cap, cap_source = snapshot_capacity(capacity, d.record, (device_bytes or {}).get(d.device))
+        cap = d.capacity(capacity, (device_bytes or {}).get(d.device))
         names = stream_names(req.stream_values)
+        live = (b.requested_bytes for seg in columns.segments if seg.device == d.device
+                for b in seg.blocks)  # fmt: skip
+        requests = recorded_requests(d.history.action, d.history.size, live)
         sources.append(
             RequestSource(
                 label=f"device {d.device}",
@@ -98,16 +114,25 @@ def snapshot_streams(
                 stream=RequestStream.build(
                     req.kind, req.request, req.time_ns, req.size, req.stream, names
                 ),
-                capacity_bytes=cap,
-                capacity_source=cap_source,
+                capacity_bytes=cap.bytes,
+                capacity_source=cap.source,
+                capacity_basis=cap.basis,
                 baseline=as_run,
                 recorded_peak_reserved_bytes=d.record.peak,
                 warnings=warnings,
                 timestamps=req.timestamps,
                 error_basis=TRACE if d.traced else STATE,
+                tried=tried_settings(run, requests),
             )
         )
     return sources, notes
+
+
+def tried_policy(baseline: Policy, setting: Setting) -> Policy:
+    """The baseline's torch settings with ``setting`` added: one knob changed."""
+    base = baseline.options if isinstance(baseline.options, TorchConfig) else TorchConfig()
+    conf = ",".join(filter(None, (base.conf_string(), str(setting))))
+    return as_run_policy(TorchConfig.parse(conf))
 
 
 def as_run_policy(config: TorchConfig) -> Policy:
@@ -170,11 +195,13 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 device=s.device,
                 stream=stream,
                 capacity_bytes=s.capacity_bytes,
-                capacity_source="--capacity" if capacity is not None else "the trace's TARGET_INFO_GPU",
+                capacity_source=s.capacity_source,
+                capacity_basis=s.capacity_basis,
                 baseline=baseline,
                 recorded_peak_reserved_bytes=None,
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
+                tried=tried_settings(RunSettings(), tl.bytes[allocs]),
             )
         )
     return sources, notes

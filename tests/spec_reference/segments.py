@@ -29,8 +29,8 @@ UNLIMITED = 1 << 62
 
 STATE_KEYS = (
     "time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes",
-    "live_bytes", "reserved_bytes", "allocated_bytes", "releasable_bytes", "stranded_bytes",
-    "device_free_bytes", "largest_block_bytes",
+    "live_bytes", "reserved_bytes", "allocated_bytes", "active_bytes", "releasable_bytes",
+    "stranded_bytes", "device_free_bytes", "largest_block_bytes",
 )  # fmt: skip
 # Trace actions after which the state is a moment (README: "a point per alloc, free_completed,
 # segment_free/segment_unmap and oom"; QUESTIONS.md Q9).
@@ -104,6 +104,9 @@ class Block:
     size: int | None  # None: live at the window's start, freed in it, size not yet known
     requested: int
     inferred: bool = False  # its size came from _size_initial_blocks, not from the record
+    # SPEC 1.2 §9: freed by the program, its free pending on other streams (free_requested, or
+    # state active_pending_free): active, not allocated.
+    pending: bool = False
 
 
 class Layout:
@@ -218,12 +221,13 @@ def _pool_of(seg: Segment, layout: Layout, settings: Settings) -> str:
 
 
 def _segment_figures(seg: Segment, layout: Layout, settings: Settings) -> tuple[int, ...]:
-    """(allocated, requested, releasable, largest free, free blocks) of one segment."""
-    allocated = requested = releasable = largest = 0
+    """(active, requested, releasable, largest free, free blocks, pending) of one segment."""
+    allocated = requested = releasable = largest = pending = 0
     inside = layout.blocks_in(seg.address, seg.end)
     for a in inside:
         allocated += layout.live[a].size or 0
         requested += layout.live[a].requested
+        pending += (layout.live[a].size or 0) if layout.live[a].pending else 0
     gaps = layout.gaps(seg)
     for lo, hi in gaps:
         largest = max(largest, hi - lo)
@@ -235,7 +239,7 @@ def _segment_figures(seg: Segment, layout: Layout, settings: Settings) -> tuple[
             releasable += max(0, last - first)
     elif not inside:
         releasable = seg.size
-    return allocated, requested, releasable, largest, len(gaps)
+    return allocated, requested, releasable, largest, len(gaps), pending
 
 
 def _raw_state(layout: Layout, settings: Settings) -> dict[str, int]:
@@ -246,7 +250,8 @@ def _raw_state(layout: Layout, settings: Settings) -> dict[str, int]:
     figures = layout.cache.values()
     return {
         "reserved": layout.reserved,
-        "allocated": sum(f[0] for f in figures),
+        "active": sum(f[0] for f in figures),
+        "allocated": sum(f[0] - f[5] for f in figures),
         "requested": sum(f[1] for f in figures),
         "releasable": sum(f[2] for f in figures),
         "largest": max((f[3] for f in figures), default=0),
@@ -255,7 +260,7 @@ def _raw_state(layout: Layout, settings: Settings) -> dict[str, int]:
 
 
 def _derive(raw: dict[str, int], cap: int) -> dict[str, Any]:
-    free_in_segments = raw["reserved"] - raw["allocated"]  # F
+    free_in_segments = raw["reserved"] - raw["active"]  # F
     device_free = max(cap - raw["reserved"], 0)  # D
     l_eff = max(raw["largest"], device_free + raw["releasable"])
     free = device_free + free_in_segments
@@ -268,6 +273,7 @@ def _derive(raw: dict[str, int], cap: int) -> dict[str, Any]:
         "live_bytes": raw["requested"],
         "reserved_bytes": raw["reserved"],
         "allocated_bytes": raw["allocated"],
+        "active_bytes": raw["active"],
         "releasable_bytes": raw["releasable"],
         "stranded_bytes": free_in_segments - raw["releasable"],
         "device_free_bytes": device_free,
@@ -288,7 +294,8 @@ def _final_layout(segments: list[dict[str, Any]]) -> Layout:
         for b in s.get("blocks", []):
             addr = b.get("address", addr)
             if b["state"] != "inactive":
-                layout.add_block(addr, Block(b["size"], _requested(b)))
+                pending = b["state"] in ("active_pending_free", "active_awaiting_free")
+                layout.add_block(addr, Block(b["size"], _requested(b), pending=pending))
             addr += b["size"]
     return layout
 
@@ -313,8 +320,12 @@ def _undo(layout: Layout, trace: list[dict[str, Any]]) -> None:
         elif action in ("free_completed", "free"):
             if addr in layout.live:
                 layout.conflicts += 1
-            else:
-                layout.add_block(addr, Block(None, e["size"]))
+            else:  # a free_completed ends a requested free: pending until then
+                layout.add_block(addr, Block(None, e["size"], pending=action == "free_completed"))
+        elif action == "free_requested":
+            if addr in layout.live:
+                layout.live[addr].pending = False
+                layout.touch(addr)
         elif action == "segment_alloc":
             seg = layout.segments.get(addr)
             if seg is None or layout.blocks_in(seg.address, seg.end):
@@ -362,6 +373,34 @@ class DeviceResult:
     conflicts: int
     final_mismatches: int
     initial_blocks: int
+    retry_capacity: int | None = None  # what the allocator's OOM retries imply (Q11b)
+
+
+def _retry_capacity(trace: list[dict[str, Any]], initial: int, peak: int) -> int | None:
+    """QUESTIONS.md Q11b: a run of segment_free/segment_unmap right before a new segment whose
+    size, added to the reserved memory before the run, exceeds the peak is the allocator's OOM
+    retry: the device refused that much, so C is just below it (2 MiB: a segment's granularity),
+    at least the peak. Expandable segments (the run unmaps) record no refused size: C is the
+    peak. None: no retry."""
+    releases, new_segments = ("segment_free", "segment_unmap"), ("segment_alloc", "segment_map")
+    reserved, i, refused, expandable = initial, 0, [], False
+    while i < len(trace):
+        if trace[i]["action"] not in releases:
+            step = trace[i]["size"] if trace[i]["action"] in new_segments else 0
+            reserved, i = reserved + step, i + 1
+            continue
+        before, unmapped = reserved, trace[i]["action"] == "segment_unmap"
+        while i < len(trace) and trace[i]["action"] in releases:
+            reserved, i = reserved - trace[i]["size"], i + 1
+        new = trace[i]["size"] if i < len(trace) and trace[i]["action"] in new_segments else 0
+        if new > 0 and before + new > peak:
+            if unmapped:
+                expandable = True
+            else:
+                refused.append(before + new)
+    if expandable:
+        return peak
+    return max(peak, min(refused) - (2 << 20)) if refused else None
 
 
 def _replay(
@@ -393,7 +432,7 @@ def _replay_once(
     counts = dict.fromkeys(
         ("allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs",
          "failed_allocations", "other_kind_events"), 0)  # fmt: skip
-    peak_reserved = layout.reserved
+    peak_reserved = initial_reserved = layout.reserved
     # The rebuilt start of the window is a state the device was in: one moment, at the time of
     # the first entry (0 without a trace); its partial layouts while rebuilding are not
     # (QUESTIONS.md Q8).
@@ -421,6 +460,10 @@ def _replay_once(
                 counts["frees"] += 1
             else:
                 counts["unmatched_frees"] += 1
+        elif action == "free_requested":  # allocated drops, active stays (SPEC 1.2 §9)
+            if addr in layout.live:
+                layout.live[addr].pending = True
+                layout.touch(addr)
         elif action == "segment_alloc":
             if layout.segment_at(addr) is not None:
                 layout.conflicts += 1
@@ -446,10 +489,14 @@ def _replay_once(
             raw_moments.append((t, raw))
             if action == "oom":
                 ooms.append((t, e, raw))
+    if raw_moments:  # the end of the trace is the last moment: a free_requested after it counts
+        layout.dirty.update(layout.segments)  # (it changes allocated bytes only)
+        raw_moments[-1] = (raw_moments[-1][0], _raw_state(layout, settings))
     mismatches = _compare_final(layout, final)
     result = DeviceResult(
-        raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks
-    )
+        raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks,
+        _retry_capacity(trace, initial_reserved, peak_reserved),
+    )  # fmt: skip
     return result, layout.repairs
 
 
@@ -555,6 +602,8 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
     elif result.ooms:  # the device's oom entries (QUESTIONS.md Q11)
         reachable = [raw["reserved"] + entry["device_free"] for _t, entry, raw in result.ooms]
         cap, source = max(*reachable, result.peak_reserved), "oom"
+    elif result.retry_capacity is not None:  # the allocator's OOM retries (Q11b)
+        cap, source = result.retry_capacity, "oom_retries"
     else:
         cap, source = result.peak_reserved, "reserved_peak"
     moments: list[Moment] = [{"time_ns": t, **_derive(raw, cap)} for t, raw in result.raw]
@@ -578,9 +627,11 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
     extras = {
         "reserved_bytes_peak": result.peak_reserved,
         "allocated_bytes_peak": max(raw["allocated"] for _t, raw in result.raw),
+        "active_bytes_peak": max(raw["active"] for _t, raw in result.raw),
         "requested_bytes_peak": max(raw["requested"] for _t, raw in result.raw),
         "reserved_bytes_final": last["reserved"],
         "allocated_bytes_final": last["allocated"],
+        "active_bytes_final": last["active"],
         "requested_bytes_final": last["requested"],
         "oom_events": [
             {
@@ -588,7 +639,7 @@ def _space(device: int, result: DeviceResult, capacity: int | None) -> dict[str,
                 "device_free_bytes": entry["device_free"],
                 "requested_bytes": entry["size"],
                 "largest_free_bytes": raw["largest"],
-                "free_bytes": raw["reserved"] - raw["allocated"],
+                "free_bytes": raw["reserved"] - raw["active"],
                 "reserved_bytes": raw["reserved"],
                 "allocated_bytes": raw["allocated"],
             }

@@ -38,11 +38,23 @@ def check_export_file(path: Path) -> bytes:
                 f"{path}: this is an nsys report, not its SQLite export; run"
                 f" `nsys export --type sqlite {path}` and analyze the .sqlite"
             )
+        if header.lstrip()[:1] == b"{" and b'"nsysfrag' in header:
+            raise InputError(
+                f"{path}: this is a JSON report nsysfrag wrote, not an input; {READS}"
+                " (`nsysfrag compare BASE.json CURRENT.json` compares two reports)"
+            )
         raise InputError(
-            f"{path}: not an SQLite database; pass the .sqlite written by"
-            " `nsys export --type sqlite`"
+            f"{path}: not an SQLite database (an nsys export) nor a pickle (a PyTorch memory"
+            f" snapshot); {READS}"
         )
     return header
+
+
+# The two inputs, for a file that is neither.
+READS = (
+    "nsysfrag reads the .sqlite written by `nsys export --type sqlite` (or the .nsys-rep"
+    " itself) and the .pickle written by torch.cuda.memory._dump_snapshot()"
+)
 
 
 def database_uri(path: Path, header: bytes) -> str:

@@ -162,10 +162,15 @@ class SiteResolver:
     def site_codes(self, event_index: I64) -> tuple[I64, list[str]]:
         """The site of each memory event in ``event_index``, as codes into a list of names."""
         tid, start = self.calling_threads(event_index)
-        nodes = np.zeros(len(event_index), dtype=np.int64)
+        return self.codes_at(self._memory.pid[event_index], tid, start)
+
+    def codes_at(self, pid: I64, tid: I64, start: I64) -> tuple[I64, list[str]]:
+        """The site of calls made on threads (``pid``, ``tid``; tid -1: none known) at times
+        ``start``, as codes into a list of names."""
+        nodes = np.zeros(len(pid), dtype=np.int64)
         known = np.flatnonzero(tid != NO_THREAD)
         if len(known):
-            threads = _thread_key(self._memory.pid[event_index][known], tid[known])
+            threads = _thread_key(pid[known], tid[known])
             uniq, inverse = np.unique(threads, return_inverse=True)
             by_thread = np.argsort(inverse, kind="stable")
             bounds = np.searchsorted(inverse[by_thread], np.arange(len(uniq) + 1))

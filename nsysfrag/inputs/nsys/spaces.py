@@ -65,6 +65,7 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
                 events=events,
                 model=model,
                 capacity_bytes=_capacity(trace, key, options.capacity_bytes),
+                capacity_source="device" if options.capacity_bytes is None else "--capacity",
                 other_kind_events=other.get(key, 0),
                 timestamps=timed,
             )
@@ -116,13 +117,27 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
 
 @dataclass(frozen=True)
 class _SpaceSites:
-    """A space's sites: those of the memory-event rows behind its events."""
+    """A space's sites: those of the memory-event rows behind its events, and of the API rows
+    of its failed calls (which have no memory event)."""
 
     resolver: SiteResolver
-    memory_row: I64  # per event of the space; -1 for a failed call (no memory event)
+    memory_row: I64  # per event of the space; -1 for a failed call
+    trace: Trace
+    call_row: I64 | None = None  # per event: the failed call's API row, or -1
 
     def codes(self, events: I64) -> tuple[I64, list[str]]:
-        return self.resolver.site_codes(self.memory_row[events])
+        rows = self.memory_row[events]
+        if self.call_row is None or (rows >= 0).all():
+            return self.resolver.site_codes(rows)
+        mem, api = self.trace.memory, self.trace.api
+        tid, start = self.resolver.calling_threads(np.maximum(rows, 0))
+        pid = mem.pid[np.maximum(rows, 0)] if len(mem) else np.zeros(len(rows), dtype=np.int64)
+        calls = self.call_row[events]
+        failed = rows < 0
+        pid = np.where(failed, api.pid[np.maximum(calls, 0)], pid)
+        tid = np.where(failed, api.tid[np.maximum(calls, 0)], tid)
+        start = np.where(failed, api.start_ns[np.maximum(calls, 0)], start)
+        return self.resolver.codes_at(pid, tid, start)
 
 
 def _timed(start_ns: I64) -> bool:
@@ -150,10 +165,11 @@ def _space_events(
         pools = MemoryPools(*(column[rows] for column in (
             mem.pools.pool, mem.pools.size_bytes, mem.pools.kept_bytes)))  # fmt: skip
     memory_row = rows
+    call_row = None
     if failed_calls:
         calls = np.asarray(failed_calls, dtype=np.int64)
+        calls = calls[np.argsort(trace.api.start_ns[calls], kind="stable")]
         times = trace.api.start_ns[calls]
-        times = times[np.argsort(times, kind="stable")]
         # A failed call goes after the memory events at or before its start.
         at = np.searchsorted(time_ns, times, side="right")
         time_ns = np.insert(time_ns, at, times)
@@ -161,6 +177,7 @@ def _space_events(
         address = np.insert(address, at, np.uint64(0))
         nbytes = np.insert(nbytes, at, UNKNOWN_BYTES)  # nsys records no size for a failed call
         memory_row = np.insert(rows, at, -1)
+        call_row = np.insert(np.full(len(rows), -1, dtype=np.int64), at, calls)
         if pools is not None:
             pools = MemoryPools(
                 np.insert(pools.pool, at, -1),
@@ -175,7 +192,7 @@ def _space_events(
         kind=kind,
         address=address,
         bytes=nbytes,
-        sites=_SpaceSites(resolver, memory_row),
+        sites=_SpaceSites(resolver, memory_row, trace, call_row),
         pools=pools,
     )
 

@@ -40,10 +40,10 @@ def recording_of(
 ) -> Recording:
     """One space per CUDA device of ``snapshot`` (its records, or its columns).
 
-    ``options.capacity_bytes`` is C for every device; without it, a device's total memory
-    where ``device_bytes`` has it (the facts a record wrote beside the snapshot); else the
-    model takes C from the snapshot's OOM entries (reserved + CUDA free at the OOM), else from
-    the peak reserved memory (a warning says so).
+    ``options.capacity_bytes`` is C for every device; without it the model estimates C as
+    every command does (:mod:`nsysfrag.capacity`): from a device's total memory where
+    ``device_bytes`` has it (the facts a record wrote beside the snapshot), else from the
+    device's record (its OOM entries, its OOM retries), else the peak reserved memory.
     """
     if options.capacity_bytes is not None and options.capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")

@@ -38,6 +38,7 @@ from nsysfrag.models.series import (
     StrandedSegment,
     from_replay,
 )
+from nsysfrag.units import format_bytes
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -97,11 +98,25 @@ class ObservedModel:
             failure_points=np.searchsorted(rows, np.flatnonzero(space.events.kind == FAILED_ALLOC))
             - 1,
             pool=from_replay(
-                PoolColumns, out, releasable_bytes=releasable, capacity_bytes=space.capacity_bytes
+                PoolColumns,
+                out,
+                # The driver frees at once: nothing waits on another stream.
+                active_bytes=out.allocated_bytes,
+                releasable_bytes=releasable,
+                capacity_bytes=space.capacity_bytes,
             ),
             page_bytes=self.page_bytes,
         )
-        return ObservedRun(series, space.capacity_bytes, kernel_events, out, base)
+        warnings = []
+        most = int(out.reserved_bytes.max()) if len(out.reserved_bytes) else 0
+        if most > space.capacity_bytes:
+            warnings.append(
+                f"process {space.pid} device {space.device}: the pages its blocks touch reached"
+                f" {format_bytes(most)}, more than the device's {format_bytes(space.capacity_bytes)}"
+                " (a wrong --capacity, or memory of other kinds in the same pages): device free"
+                " memory is taken as 0 there and global fragmentation is clamped to 100 %"
+            )
+        return ObservedRun(series, space.capacity_bytes, kernel_events, out, warnings)
 
 
 @dataclass(frozen=True)
@@ -110,14 +125,14 @@ class ObservedRun:
     capacity_bytes: int
     kernel_events: KernelEvents
     output: KernelOutput
-    base_address: int
     warnings: list[str] = field(default_factory=list)
 
     def live_after(self, point: int) -> I64:
         """The allocation points of the blocks live right after ``point``."""
         out = self.output
         placed = np.flatnonzero(out.event[: point + 1] == ALLOCATED)
-        return placed[(out.removed_at[placed] > point) | (out.removed_at[placed] == NO_BLOCK)]
+        alive: I64 = placed[(out.removed_at[placed] > point) | (out.removed_at[placed] == NO_BLOCK)]
+        return alive
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """The free runs inside resident pages right after ``point`` (device free memory is no

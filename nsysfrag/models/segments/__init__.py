@@ -17,7 +17,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.events import ProgressCallback
+from nsysfrag.analysis.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
+from nsysfrag.capacity import (
+    DEVICE,
+    OVERRIDE,
+    RESERVED_PEAK,
+    Capacity,
+    read_record,
+    snapshot_capacity,
+)
+from nsysfrag.events import AllocationEvents, ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.segments.compiled import CompiledDevice
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
@@ -70,18 +84,23 @@ class SnapshotSection:
     """The figures only a snapshot has, in the order the JSON document lists them."""
 
     facts: SnapshotFacts
-    capacity_source: str  # "--capacity", "device", "oom" or "reserved_peak"
+    capacity: Capacity  # C, where it came from and that in words
     reserved_bytes_peak: int
-    allocated_bytes_peak: int
+    allocated_bytes_peak: int  # PyTorch's allocated_bytes.all.peak (over the window)
+    active_bytes_peak: int  # PyTorch's active_bytes.all.peak
     requested_bytes_peak: int
     reserved_bytes_at_frag_peak: int
     # Free blocks that are whole cudaMalloc segments: PyTorch can return them to CUDA.
     releasable_bytes_at_frag_peak: int
     reserved_bytes_final: int
     allocated_bytes_final: int
+    active_bytes_final: int
     requested_bytes_final: int
     window: WindowFigures
     oom_events: tuple[OomEvent, ...]
+    # The PYTORCH_CUDA_ALLOC_CONF settings `whatif` tries by default on this device (and so
+    # the only ones advice may name).
+    tried_settings: tuple[Setting, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,8 +112,16 @@ class SegmentsModel:
     facts: SnapshotFacts
     name: str = MODEL_NAME
     progress: ProgressCallback | None = field(default=None, compare=False)
-    # The device's total memory where a record wrote it beside the snapshot (nsysfrag record).
-    device_bytes: int | None = None
+    device_bytes: int | None = None  # the device's memory, where recorded beside the snapshot
+
+    def tried_settings(self, events: AllocationEvents) -> tuple[Setting, ...]:
+        """What ``whatif`` tries on this device by default (``analysis.tried_settings``)."""
+        s, conf = self.settings, self.facts.allocator_conf
+        run = RunSettings.of(
+            conf, s.expandable_segments, s.max_split_size, s.roundup_power2_divisions
+        )
+        live = (b.requested_bytes for seg in self.final_segments for b in seg.blocks)
+        return tried_settings(run, recorded_requests(events.kind, events.bytes, live))
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
         compiled = None
@@ -107,11 +134,10 @@ class SegmentsModel:
             r = replay_device(space.events, self.final_segments, self.settings, space.timestamps)
         warnings: list[str] = []
         if len(r.time_ns) == 0:
-            return SegmentsRun(self, space, r, _series(r, 0), 0, "", warnings, compiled)
-        capacity, capacity_source = _capacity(
-            r, space.device, space.capacity_bytes, warnings, self.device_bytes
-        )
-        series = _series(r, capacity)
+            empty = Capacity(0, RESERVED_PEAK, "")
+            return SegmentsRun(self, space, r, _series(r, 0), empty, warnings, compiled)
+        capacity = _capacity(r, space, self.device_bytes, warnings)
+        series = _series(r, capacity.bytes)
         device = space.device
         if r.conflicts:
             warnings.append(
@@ -129,7 +155,7 @@ class SegmentsModel:
                 f"device {device}: the trace has no timestamps (PyTorch before 2.1), so times"
                 " are entry numbers, 1 ns apart, and growth_per_s is 0"
             )
-        return SegmentsRun(self, space, r, series, capacity, capacity_source, warnings, compiled)
+        return SegmentsRun(self, space, r, series, capacity, warnings, compiled)
 
 
 @dataclass(frozen=True)
@@ -138,10 +164,17 @@ class SegmentsRun:
     space: RecordedSpace
     replay: DeviceReplay
     series: StateSeries
-    capacity_bytes: int
-    capacity_source: str  # "--capacity", "device", "oom" or "reserved_peak"
+    capacity: Capacity
     warnings: list[str]
     compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.capacity.bytes
+
+    @property
+    def capacity_source(self) -> str:
+        return self.capacity.source
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
         """The free blocks inside segments right after ``point``, and the device's free memory
@@ -172,14 +205,16 @@ class SegmentsRun:
         r = self.replay
         return SnapshotSection(
             facts=self.model.facts,
-            capacity_source=self.capacity_source,
+            capacity=self.capacity,
             reserved_bytes_peak=r.max_reserved_bytes,
-            allocated_bytes_peak=r.max_allocated_bytes,
+            allocated_bytes_peak=int((r.active_bytes - r.pending_bytes).max()),
+            active_bytes_peak=r.max_active_bytes,
             requested_bytes_peak=r.max_requested_bytes,
             reserved_bytes_at_frag_peak=int(r.reserved_bytes[peak]),
             releasable_bytes_at_frag_peak=int(r.releasable_bytes[peak]),
             reserved_bytes_final=int(r.reserved_bytes[-1]),
-            allocated_bytes_final=int(r.allocated_bytes[-1]),
+            allocated_bytes_final=int(r.active_bytes[-1] - r.pending_bytes[-1]),
+            active_bytes_final=int(r.active_bytes[-1]),
             requested_bytes_final=int(r.live_bytes[-1]),
             window=WindowFigures(
                 trace_entries=r.trace_entries,
@@ -190,6 +225,7 @@ class SegmentsRun:
                 final_mismatches=r.final_mismatches,
             ),
             oom_events=tuple(r.ooms),
+            tried_settings=self.model.tried_settings(self.space.events),
         )
 
 
@@ -206,7 +242,11 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
         largest_free_bytes=np.maximum(r.largest_free_bytes, device_free + r.releasable_bytes),
         free_blocks=r.free_blocks + (device_free > 0),
         pool=from_replay(
-            PoolColumns, r, capacity_bytes=capacity, largest_block_bytes=r.largest_free_bytes
+            PoolColumns,
+            r,
+            allocated_bytes=r.active_bytes - r.pending_bytes,
+            capacity_bytes=capacity,
+            largest_block_bytes=r.largest_free_bytes,
         ),
         held_peak=r.peak_allocated,
         failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
@@ -214,41 +254,32 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
 
 
 def _capacity(
-    r: DeviceReplay,
-    device: int,
-    override: int | None,
-    warnings: list[str],
-    device_bytes: int | None = None,
-) -> tuple[int, str]:
-    if override is not None:
-        if r.max_reserved_bytes > override:
-            warnings.append(
-                f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
-                f" more than --capacity {format_bytes(override)}; global_frag can exceed 1"
-            )
-        return override, "--capacity"
-    if device_bytes is not None:  # recorded beside the snapshot: the device's total memory
-        if r.max_reserved_bytes > device_bytes:
-            warnings.append(
-                f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
-                f" more than the {format_bytes(device_bytes)} its device facts give; global_frag"
-                " can exceed 1 (are the facts of another device?)"
-            )
-        return device_bytes, "device"
-    estimates = [
-        o.reserved_bytes + o.device_free_bytes for o in r.ooms if o.device_free_bytes is not None
-    ]
-    if estimates:
-        # What this process could reach at the OOM: its own reserve plus what CUDA had free.
-        # Other processes and the CUDA context are not in it, so it is a lower bound.
-        return max(max(estimates), r.max_reserved_bytes, 1), "oom"
-    cap = max(r.max_reserved_bytes, 1)
-    warnings.append(
-        f"device {device}: the snapshot does not say how much memory the device has (no"
-        f" out-of-memory entry), so its capacity is taken to be the peak reserved memory,"
-        f" {format_bytes(cap)}: the rating assumes the device was full at the peak, so its"
-        " fragmentation figures are upper bounds; pass --capacity (e.g. --capacity 80GiB) to"
-        " rate the snapshot against the real device"
+    r: DeviceReplay, space: RecordedSpace, device_bytes: int | None, warnings: list[str]
+) -> Capacity:
+    """C from the device's record (nsysfrag.capacity: what every command rates it against)."""
+    events = space.events
+    record = read_record(
+        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes
     )
-    return cap, "reserved_peak"
-
+    capacity = snapshot_capacity(record, space.capacity_bytes, device_bytes)
+    device = space.device
+    if capacity.source == OVERRIDE and r.max_reserved_bytes > capacity.bytes:
+        warnings.append(
+            f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+            f" more than --capacity {format_bytes(capacity.bytes)}; global_frag can exceed 1"
+        )
+    elif capacity.source == DEVICE and r.max_reserved_bytes > capacity.bytes:
+        warnings.append(
+            f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+            f" more than the {format_bytes(capacity.bytes)} its device facts give; global_frag"
+            " can exceed 1 (are the facts of another device?)"
+        )
+    elif capacity.assumed:
+        warnings.append(
+            f"device {device}: the snapshot does not say how much memory the device has (no"
+            " out-of-memory entry, no OOM retry), so its capacity is taken to be the peak"
+            f" reserved memory, {format_bytes(capacity.bytes)}: the rating assumes the device"
+            " was full at the peak, so its fragmentation figures are upper bounds; pass"
+            " --capacity (e.g. --capacity 80GiB) to rate the snapshot against the real device"
+        )
+    return capacity

@@ -45,6 +45,7 @@ from nsysfrag.models.segments.kernel import (
     O_LARGEST,
     O_LEFT,
     O_LIVE,
+    O_PENDING,
     O_RELEASABLE,
     O_REMOVED,
     O_RESERVED,
@@ -190,6 +191,7 @@ class CompiledDevice:
             np.asarray([b.size for b in blocks], dtype=np.int64),
             np.asarray([b.requested_bytes for b in blocks], dtype=np.int64),
             np.asarray([code_of[b.site] for b in blocks], dtype=np.int64),
+            np.asarray([int(b.pending_free) for b in blocks], dtype=np.int64),
         )
         self.fold = self._folded()
         # Sizes of blocks live at the window's start that an allocation showed too short (slot
@@ -381,7 +383,8 @@ class CompiledDevice:
             free_blocks=out_i64[O_BLOCKS],
             live_bytes=out_i64[O_LIVE],
             reserved_bytes=out_i64[O_RESERVED],
-            allocated_bytes=out_i64[O_ALLOCATED],
+            active_bytes=out_i64[O_ALLOCATED],
+            pending_bytes=out_i64[O_PENDING],
             releasable_bytes=out_i64[O_RELEASABLE],
             out_of_order=out_flags[F_OUT_OF_ORDER],
             hole=out_flags[F_HOLE],
@@ -402,7 +405,7 @@ class CompiledDevice:
             end_address=max(int(tot[T_HIGH]), low),
             peak_allocated=(int(tot[T_PEAK_ALLOC]), int(tot[T_PEAK_REQ])),
             max_reserved_bytes=int(tot[T_MAX_RESERVED]),
-            max_allocated_bytes=int(tot[T_MAX_ALLOCATED]),
+            max_active_bytes=int(tot[T_MAX_ALLOCATED]),
             max_requested_bytes=int(tot[T_MAX_REQUESTED]),
             ooms=oom_events,
             repairs={int(self.keys[k]): size for k, size in sorted(self.repairs.items())},

@@ -18,7 +18,7 @@ class OomEvent:
     largest_free_bytes: int
     free_bytes: int
     reserved_bytes: int
-    allocated_bytes: int
+    allocated_bytes: int  # PyTorch's: active blocks whose free was not requested
     stream: int
     site: str
 
@@ -36,7 +36,8 @@ class DeviceReplay:
     free_blocks: I64
     live_bytes: I64
     reserved_bytes: I64
-    allocated_bytes: I64
+    active_bytes: I64  # every block not yet free (PyTorch's active_bytes)
+    pending_bytes: I64  # of them, freed by the program and waiting on other streams
     releasable_bytes: I64  # R (docs/metrics.md): wholly free segments, whole free expandable pages
     out_of_order: BoolArray
     hole: BoolArray
@@ -55,9 +56,9 @@ class DeviceReplay:
     final_mismatches: int  # segments or blocks the replay's end differs from the snapshot in
     base_address: int
     end_address: int
-    peak_allocated: tuple[int, int]  # (allocated, requested) at the first maximum of allocated
+    peak_allocated: tuple[int, int]  # (active, requested) at the first maximum of active bytes
     max_reserved_bytes: int
-    max_allocated_bytes: int
+    max_active_bytes: int
     max_requested_bytes: int
     ooms: list[OomEvent] = field(default_factory=list)
     # Blocks live at the window's start whose inferred size an allocation showed too short:

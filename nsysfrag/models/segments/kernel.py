@@ -12,6 +12,7 @@ import numpy as np
 
 from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
+    B_PENDING,
     B_PLACED,
     B_POINT,
     B_REQ,
@@ -31,6 +32,7 @@ from nsysfrag.models.segments.kernel_layout import (
     T_NFREE,
     T_PEAK_ALLOC,
     T_PEAK_REQ,
+    T_PENDING,
     T_POINTS,
     T_RELEASABLE,
     T_REQUESTED,
@@ -62,13 +64,15 @@ E_ALLOCATED, E_FREED, E_UNMATCHED_FREE, E_ZERO_SIZE_ALLOC = 0, 1, 2, 3
 E_WINDOW_START = 9
 NO_BLOCK = -1
 # Blocks live at the window's start, per slot (R_SIZE -1: not recorded). R_KNOWN: a size an
-# earlier run found for such a block (-1: none); R_FOUND: the size this run found (-1: none).
-R_ON, R_SIZE, R_REQ, R_SITE, R_KNOWN, R_FOUND = range(6)
-START_COLUMNS = 6
-# Output rows.
+# earlier run found for such a block (-1: none); R_FOUND: the size this run found (-1: none);
+# R_PENDING: its free was requested and waits on other streams.
+R_ON, R_SIZE, R_REQ, R_SITE, R_KNOWN, R_FOUND, R_PENDING = range(7)
+START_COLUMNS = 7
+# Output rows (O_ALLOCATED: the active bytes, every placed live block; O_PENDING: of them, the
+# pending frees: PyTorch's allocated bytes are the difference).
 O_TIME, O_ADDRESS, O_BYTES, O_FREE, O_LARGEST, O_BLOCKS, O_LIVE, O_RESERVED = range(8)
-O_ALLOCATED, O_RELEASABLE, O_SITE, O_FREED, O_LEFT, O_RIGHT, O_REMOVED = range(8, 15)
-OUTPUT_ROWS = 15
+O_ALLOCATED, O_RELEASABLE, O_SITE, O_FREED, O_LEFT, O_RIGHT, O_REMOVED, O_PENDING = range(8, 16)
+OUTPUT_ROWS = 16
 F_OVERLAP, F_OUT_OF_ORDER, F_HOLE = range(3)
 
 
@@ -124,7 +128,7 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
         page = expandable_page(f_small[i], f_end[i] - start) if f_exp[i] == 1 else 0
         seg_add(seg, sfen, tot, f_slot[i], f_end[i], f_stream[i], f_small[i], f_exp[i], page, start)
         accepted[i] = True
-    b_seg, b_slot, b_size, b_req, b_site = final_blocks
+    b_seg, b_slot, b_size, b_req, b_site, b_pending = final_blocks
     for i in range(len(b_slot)):
         if accepted[b_seg[i]]:
             k = b_slot[i]
@@ -134,6 +138,7 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
                 b_req[i],
                 b_site[i],
             )
+            rb[k, R_PENDING] = b_pending[i]
     for j in range(len(act) - 1, -1, -1):
         a = act[j]
         k = slot_a[j]
@@ -153,9 +158,13 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
                 tot[T_CONFLICTS] += 1
             else:
                 rb[k, R_ON], rb[k, R_SIZE], rb[k, R_REQ], rb[k, R_SITE] = 1, -1, size[j], site[j]
+                # free_completed ends a requested free: pending before it
+                rb[k, R_PENDING] = 1 if a == A_FREE_COMPLETED else 0
         elif a == A_FREE_REQUESTED:
             if rb[k, R_ON] == 0:
                 tot[T_CONFLICTS] += 1
+            else:
+                rb[k, R_PENDING] = 0
         elif a == A_SEGMENT_ALLOC:
             if seg[k, S_ON] == 0 or seg[k, S_END] != end:
                 tot[T_CONFLICTS] += 1
@@ -224,10 +233,13 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         placed = s >= 0 and sz > 0 and fe > fs and fe >= x + sz
         tot[T_CONFLICTS] += 0 if placed else 1
         blk[k, B_LIVE], blk[k, B_PLACED], blk[k, B_SIZE] = 1, 0, sz
-        blk[k, B_REQ], blk[k, B_POINT] = rb[k, R_REQ], -1
+        blk[k, B_REQ], blk[k, B_POINT], blk[k, B_PENDING] = rb[k, R_REQ], -1, 0
         tot[T_REQUESTED] += rb[k, R_REQ]
         if placed:
             place(keys, seg, blk, bfen, gap, share, tot, k, s)
+            if rb[k, R_PENDING] == 1:
+                blk[k, B_PENDING] = 1
+                tot[T_PENDING] += sz
     track(tot)
     stack_point = np.empty(len(initial) + len(act) + 1, dtype=np.int64)
     stack_slot = np.empty(len(initial) + len(act) + 1, dtype=np.int64)
@@ -298,7 +310,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                 overlap = True
                 tot[T_CONFLICTS] += 1
             blk[k, B_LIVE], blk[k, B_PLACED], blk[k, B_SIZE] = 1, 0, sz
-            blk[k, B_REQ], blk[k, B_POINT] = size[j], point
+            blk[k, B_REQ], blk[k, B_POINT], blk[k, B_PENDING] = size[j], point, 0
             tot[T_REQUESTED] += size[j]
             if placed:
                 place(keys, seg, blk, bfen, gap, share, tot, k, s)
@@ -366,12 +378,19 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         elif a == A_OOM:
             if record:
                 ooms[0, n_oom], ooms[1, n_oom], ooms[2, n_oom] = j, gap[1], tot[T_FREE]
-                ooms[3, n_oom], ooms[4, n_oom] = tot[T_RESERVED], tot[T_ALLOCATED]
+                ooms[3, n_oom], ooms[4, n_oom] = tot[T_RESERVED], tot[T_ALLOCATED] - tot[T_PENDING]
             n_oom += 1
             emit(gap, tot, out_i64, out_flags, out_event, record, t, A_OOM, 0, size[j], 0)
-        # free_requested: the block stays allocated until free_completed; snapshot: nothing
+        elif a == A_FREE_REQUESTED and blk[k, B_LIVE] == 1 and blk[k, B_PLACED] == 1 and blk[k, B_PENDING] == 0:  # fmt: skip
+            # PyTorch's allocated bytes drop now; the block stays active (not reusable) until
+            # free_completed. No point of its own: the next point shows it.
+            blk[k, B_PENDING] = 1
+            tot[T_PENDING] += blk[k, B_SIZE]
+        # snapshot: nothing
         track(tot)
     progress[0] = len(act)
+    if record and tot[T_POINTS] > 0:  # the end of the trace is the last point's state: a
+        out_i64[O_PENDING, tot[T_POINTS] - 1] = tot[T_PENDING]  # free_requested after it counts
     return len(initial), initial_reserved
 
 
@@ -426,6 +445,7 @@ def emit(  # type: ignore[no-untyped-def]
     out_i64[O_LIVE, i] = tot[T_REQUESTED]
     out_i64[O_RESERVED, i] = tot[T_RESERVED]
     out_i64[O_ALLOCATED, i] = tot[T_ALLOCATED]
+    out_i64[O_PENDING, i] = tot[T_PENDING]
     out_i64[O_RELEASABLE, i] = tot[T_RELEASABLE]
     out_i64[O_SITE, i] = site
     out_i64[O_FREED, i] = freed

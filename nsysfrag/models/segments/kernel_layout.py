@@ -32,15 +32,18 @@ from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
 # Segment table columns (S_SMALL: 1 small pool, 0 large, -1 not recorded).
 S_ON, S_END, S_STREAM, S_SMALL, S_EXP, S_PAGE, S_ORIGIN = range(7)
 SEGMENT_COLUMNS = 7
-# Live block table columns (B_PREV/B_NEXT: the placed blocks in address order, -1 at the ends).
-B_LIVE, B_PLACED, B_SIZE, B_REQ, B_POINT, B_PREV, B_NEXT = range(7)
-BLOCK_COLUMNS = 7
-# Running totals.
+# Live block table columns (B_PREV/B_NEXT: the placed blocks in address order, -1 at the ends;
+# B_PENDING: freed by the program, waiting on other streams: active, no longer allocated).
+B_LIVE, B_PLACED, B_SIZE, B_REQ, B_POINT, B_PREV, B_NEXT, B_PENDING = range(8)
+BLOCK_COLUMNS = 8
+# Running totals (T_ALLOCATED: the bytes of every placed live block, PyTorch's active bytes;
+# T_PENDING: of them, the blocks whose free waits on other streams).
 T_RESERVED, T_ALLOCATED, T_REQUESTED, T_FREE, T_NFREE, T_RELEASABLE, T_CONFLICTS = range(7)
 T_NSEG, T_NPLACED, T_HEAD = 7, 8, 9  # T_HEAD: the lowest placed block, -1 if none
 T_MAX_RESERVED, T_MAX_ALLOCATED, T_MAX_REQUESTED, T_PEAK_ALLOC, T_PEAK_REQ = 10, 11, 12, 13, 14
 T_LOW, T_HIGH, T_POINTS, T_TOP_BIT, T_LEAVES = 15, 16, 17, 18, 19
-TOTALS = 20
+T_PENDING = 20
+TOTALS = 21
 
 
 def new_layout(keys: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -311,6 +314,9 @@ def drop(keys, seg, sfen, blk, bfen, gap, share, tot, k, at, removed, record):  
         removed[blk[k, B_POINT]] = at
     blk[k, B_LIVE] = 0
     tot[T_REQUESTED] -= blk[k, B_REQ]
+    if blk[k, B_PENDING] == 1:  # its free completes (or the trace missed it)
+        blk[k, B_PENDING] = 0
+        tot[T_PENDING] -= blk[k, B_SIZE]
     if blk[k, B_PLACED] == 0:
         return -1, -1, -1
     p = blk[k, B_PREV]

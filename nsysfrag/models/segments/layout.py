@@ -116,6 +116,7 @@ class _Block:
     placed: bool  # False when it fell outside every segment (not modelled)
     live: bool = True
     inferred: bool = False  # live at the window's start, its size not recorded but inferred
+    pending: bool = False  # freed by the program, waiting on other streams (still active)
 
 
 class Layout:
@@ -130,7 +131,8 @@ class Layout:
         self.block_starts: list[int] = []
         self.block_ending: dict[int, int] = {}  # end -> start of the live block ending there
         self.reserved = 0
-        self.allocated = 0
+        self.allocated = 0  # every placed live block: PyTorch's active bytes
+        self.pending = 0  # of them, the blocks whose free waits on other streams
         self.requested = 0
         self.free_total = 0
         # R (docs/metrics.md), kept incrementally: each free block's share, fixed when it is added.
@@ -242,7 +244,16 @@ class Layout:
         del self.block_starts[bisect_left(self.block_starts, block.address)]
         del self.block_ending[block.address + block.size]
         self.allocated -= block.size
+        if block.pending:
+            block.pending = False
+            self.pending -= block.size
         return self.release(block.address, block.address + block.size)
+
+    def request_free(self, block: _Block) -> None:
+        """The program freed ``block``; other streams still use it: active, not allocated."""
+        if block.placed and not block.pending:
+            block.pending = True
+            self.pending += block.size
 
     def blocks_in(self, start: int, end: int) -> list[_Block]:
         """Placed live blocks overlapping ``[start, end)``."""

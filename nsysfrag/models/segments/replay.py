@@ -4,10 +4,12 @@ The replay runs forwards from the layout at the start of the snapshot's window (
 so frees of blocks allocated before the window are ordinary frees, not anomalies.
 
 Free memory is the inactive ranges inside reserved segments (``layout``). After every event the
-model reports ``F`` = reserved − allocated, ``L`` the largest free block, ``N`` the number of
-free blocks and ``U`` the requested bytes of live blocks, plus reserved, allocated and
-requested bytes. A block stays allocated until ``free_completed``: a block freed by the program
-but still in use on another stream (``free_requested``) cannot be reused yet.
+model reports ``F`` = reserved − active, ``L`` the largest free block, ``N`` the number of
+free blocks and ``U`` the requested bytes of live blocks, plus reserved, active, pending and
+requested bytes. A block stays active until ``free_completed``: a block freed by the program
+but still in use on another stream (``free_requested``) cannot be reused yet; it is no longer
+*allocated* in PyTorch's sense (``memory_stats()["allocated_bytes"]`` drops at the request), so
+allocated = active − pending.
 
 Block sizes: a block live at the snapshot has its recorded size. Otherwise the history gives
 only the requested bytes, so the block takes ``round_size(requested)`` (``rules``), or the whole
@@ -181,6 +183,8 @@ class _Replayer:
         for j, e in enumerate(self.entries):
             self._apply(j, e, times[j], fold[j])
             self._track()
+        if self.cols["pending_bytes"]:  # the end of the trace is the last point's state: a
+            self.cols["pending_bytes"][-1] = self.layout.pending  # free_requested after it counts
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
@@ -262,6 +266,8 @@ class _Replayer:
                 self.conflicts += 1
             b = _Block(address, size, r.requested, NO_BLOCK, placed, inferred=r.size is None)
             layout.add_block(b)
+            if r.pending:
+                layout.request_free(b)
             out.append((b, self.sites.code(r.site)))
         return out
 
@@ -316,14 +322,18 @@ class _Replayer:
                     largest_free_bytes=layout.largest_free(),
                     free_bytes=layout.free_total,
                     reserved_bytes=layout.reserved,
-                    allocated_bytes=layout.allocated,
+                    allocated_bytes=layout.allocated - layout.pending,
                     stream=e.stream,
                     site=e.site,
                 )
             )
             self._point(t, OOM, 0, e.size)
         elif a == "free_requested":
-            pass  # the block stays allocated until free_completed
+            # PyTorch's allocated bytes drop now; the block stays active (not reusable) until
+            # free_completed. No point of its own: the next point shows it.
+            freed = layout.blocks.get(e.address)
+            if freed is not None:
+                layout.request_free(freed)
         # "snapshot" entries change nothing
 
     def _alloc(self, j: int, e: HistoryEntry, t: int) -> None:
@@ -469,7 +479,8 @@ class _Replayer:
         c["free_blocks"].append(len(layout.free_end))
         c["live_bytes"].append(layout.requested)
         c["reserved_bytes"].append(layout.reserved)
-        c["allocated_bytes"].append(layout.allocated)
+        c["active_bytes"].append(layout.allocated)
+        c["pending_bytes"].append(layout.pending)
         c["releasable_bytes"].append(layout.releasable_total)
         c["site"].append(site)
         c["overlap"].append(overlap)
@@ -504,7 +515,7 @@ class _Replayer:
             end_address=max(self.high, low),
             peak_allocated=self.peak_allocated,
             max_reserved_bytes=self.max_reserved,
-            max_allocated_bytes=self.max_allocated,
+            max_active_bytes=self.max_allocated,
             max_requested_bytes=self.max_requested,
             ooms=self.ooms,
         )
@@ -522,7 +533,8 @@ class _Replayer:
 # The columns of each point, named as DeviceReplay's fields; int64 unless _DTYPES says.
 _COLUMNS = (
     "time_ns", "event", "address", "bytes", "free_bytes", "largest_free_bytes", "free_blocks",
-    "live_bytes", "reserved_bytes", "allocated_bytes", "releasable_bytes", "site", "overlap",
+    "live_bytes", "reserved_bytes", "active_bytes", "pending_bytes", "releasable_bytes", "site",
+    "overlap",
     "out_of_order", "hole", "freed_alloc", "pin_left", "pin_right",
 )  # fmt: skip
 _DTYPES = {

@@ -62,6 +62,7 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "device": s.device,
         "capacity_bytes": s.capacity_bytes,
         "capacity_source": s.capacity_source,
+        "capacity_basis": s.capacity_basis,
         "requests": s.requests,
         "frees": s.frees,
         "streams": s.streams,
@@ -74,6 +75,7 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "model_error_basis": rec.error_basis,
         "ranking": [o.name for o in s.outcomes],
         "recommendation": recommendation_document(rec),
+        "worth_trying": worth_trying_document(rec),
         "fewer_ooms": fewer_ooms_document(rec),
         "advice": {
             "text": recommendation_text(rec),
@@ -93,7 +95,25 @@ def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
         "policy": rec.chosen.policy,
         "saving_bytes": rec.chosen.saving_bytes,
         "saving_ratio": rec.chosen.saving_ratio,
-        "model_error": rec.model_error,
+        "model_error": rec.chosen.model_error,  # the recommended policy's own model's error
+        "validated": True,
+    }
+
+
+def worth_trying_document(rec: Recommendation) -> dict[str, Any] | None:
+    """A policy whose model was not validated on this input but that would save more than the
+    recommendation (or than 1 %): worth trying, not validated; never the recommendation."""
+    c = rec.worth_trying
+    if c is None:
+        return None
+    return {
+        "policy": c.policy,
+        "alloc_conf": c.alloc_conf,
+        "saving_bytes": c.saving_bytes,
+        "saving_ratio": c.saving_ratio,
+        "simulated_ooms": c.simulated_ooms,
+        "validated": False,
+        "model_error": None,
     }
 
 
@@ -112,6 +132,7 @@ def fewer_ooms_document(rec: Recommendation) -> dict[str, Any] | None:
         "peak_reserved_bytes": c.peak_reserved_bytes,
         "cost_bytes": -c.saving_bytes,
         "cost_ratio": -c.saving_ratio,
+        "validated": c.validated,
     }
 
 

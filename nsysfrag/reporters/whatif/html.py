@@ -23,7 +23,7 @@ from nsysfrag.whatif import (
 )
 
 COLUMNS = (
-    "#", "policy", "peak reserved", "vs baseline", "peak requested", "R/U at peak R",
+    "#", "policy", "peak reserved", "vs baseline", "R/U at peak R",
     "max R / max U", "simulated OOMs", "first OOM", "max global frag", "max local frag",
     "max free blocks", "health",
 )  # fmt: skip
@@ -33,10 +33,12 @@ _CSS = BASE_CSS + """
 .rec { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .5rem .9rem; margin: .8rem 0; }
 .muted { color: var(--muted); }
 table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
-th, td { padding: .25rem .55rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
+th, td { padding: .25rem .45rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }
 thead th { border-bottom: 2px solid #9aa5b1; }
-td.n, th.n { text-align: right; white-space: nowrap; }
+td.n, th.n { text-align: right; }
+td.n { white-space: nowrap; }
+td.policy { min-width: 12rem; }
 tr.baseline td { font-weight: 600; }
 .ok { color: var(--ok); background: var(--ok-bg); }
 .warn { color: var(--warn); background: var(--warn-bg); }
@@ -50,25 +52,51 @@ _PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#
             "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip
 
 
+def _breakable(name: str) -> str:
+    """``name`` escaped, with a line break opportunity after each ',' and ':'."""
+    return esc(name).replace(",", ",<wbr>").replace(":", ":<wbr>")
+
+
 def _cell(text: str, cls: str = "n") -> str:
     return f'<td class="{cls}">{esc(text)}</td>'
 
 
+# Bar labels: a policy name takes one line per option (after each ','); the label column is
+# as wide as the longest line needs at 12 px (an upper bound of 7 px a character, so no label
+# is clipped), within these bounds.
+_CHAR_PX = 7.0
+_LABEL_PX = (120, 420)
+
+
+def _label_lines(name: str) -> list[str]:
+    parts = name.split(",")
+    return [p + "," for p in parts[:-1]] + parts[-1:]
+
+
 def _bars(s: SpaceComparison) -> str:
     """Peak reserved per policy, and peak requested as a reference line."""
-    width, row, left = 760, 24, 300
-    height = row * len(s.outcomes) + 30
+    labels = [_label_lines(o.name) for o in s.outcomes]
+    longest = max((len(line) for lines in labels for line in lines), default=0)
+    width, line_h = 760, 15
+    left = int(min(max(longest * _CHAR_PX + 16, _LABEL_PX[0]), _LABEL_PX[1]))
+    rows = [max(24, 9 + line_h * len(lines)) for lines in labels]
+    height = sum(rows) + 30
     top = max([o.peak_reserved_bytes for o in s.outcomes] + [1])
     scale = (width - left - 90) / top
     out = [f'<svg viewBox="0 0 {width} {height}" role="img" aria-label="peak reserved per policy">']
-    for i, o in enumerate(s.outcomes):
-        y = 10 + i * row
+    y = 10
+    for o, lines, row in zip(s.outcomes, labels, rows, strict=True):
         w = max(o.peak_reserved_bytes * scale, 1)
         color = "#d62728" if o.simulated_ooms else ("#1d232a" if o.baseline else "#1f77b4")
-        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="12">{esc(o.name)}</text>')
-        out.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" fill="{color}"/>')
+        spans = "".join(
+            f'<tspan x="{left - 8}" dy="{0 if i == 0 else line_h}">{esc(line)}</tspan>'
+            for i, line in enumerate(lines)
+        )
+        out.append(f'<text x="{left - 8}" y="{y + 15}" text-anchor="end" font-size="12">{spans}</text>')
+        out.append(f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="16" fill="{color}"/>')
         out.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">'
                    f"{esc(format_bytes(o.peak_reserved_bytes))}</text>")  # fmt: skip
+        y += row
     req = max(o.peak_requested_bytes for o in s.outcomes)
     x = left + req * scale
     out.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{height - 18}" stroke="#2ca02c"'
@@ -121,7 +149,7 @@ def _peak_cell(o: PolicyOutcome, s: SpaceComparison) -> str:
     text = esc(format_bytes(o.peak_reserved_bytes))
     recorded = s.recommendation.recorded_peak_reserved_bytes
     if o.baseline and recorded is not None:
-        text += f'<br><span class="muted">recorded {esc(format_bytes(recorded))}</span>'
+        text += f'<br><span class="muted">recorded<br>{esc(format_bytes(recorded))}</span>'
     return f'<td class="n">{text}</td>'
 
 
@@ -140,14 +168,14 @@ def _html_space(s: SpaceComparison) -> str:
     base = s.baseline
     rows = []
     for i, o in enumerate(s.outcomes, 1):
-        name = esc(o.name) + (' <span class="muted">(baseline)</span>' if o.baseline else "")
+        # a long policy name may break after an option (',') or the family (':'), never inside
+        name = _breakable(o.name) + (' <span class="muted">(baseline)</span>' if o.baseline else "")
         rows.append(
             f'<tr class="{"baseline" if o.baseline else ""}">'
             + _cell(str(i))
-            + f'<td>{name}<br><span class="muted">{esc(o.policy.description)}</span></td>'
+            + f'<td class="policy">{name}<br><span class="muted">{esc(o.policy.description)}</span></td>'
             + _peak_cell(o, s)
             + _cell(words.change(o, base))
-            + _cell(format_bytes(o.peak_requested_bytes))
             + _cell(words.ratio(o.reserved_over_requested_at_peak))
             + _cell(words.ratio(o.max_reserved_over_max_requested))
             + (
@@ -162,8 +190,11 @@ def _html_space(s: SpaceComparison) -> str:
             + f'<td class="{o.health.label}">{esc(o.health.label)}</td></tr>'
         )
     out.append("<h3>Policies, ranked</h3>")
+    peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     out.append('<p class="muted">Ranked by simulated OOMs, then peak reserved bytes. Every'
-               " figure is the named policy's own model of free memory.</p>")  # fmt: skip
+               " figure is the named policy's own model of free memory; R is reserved, U"
+               f" requested (at most {esc(format_bytes(peak_requested))}, the program's own"
+               " figure).</p>")  # fmt: skip
     out.append(table(list(COLUMNS), rows))
     out.append(_bars(s))
     out.append(_lines(s))

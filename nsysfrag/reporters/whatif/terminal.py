@@ -79,9 +79,7 @@ def _fitted_table(
                       collapse_padding=True)  # fmt: skip
         for c in shown:
             left = c in ("policy", "compared")
-            # A policy name (the user's own --policy text) folds when nothing else can give.
-            table.add_column(c, justify="left" if left else "right", no_wrap=c != "policy",
-                             overflow="fold")  # fmt: skip
+            table.add_column(c, justify="left" if left else "right", no_wrap=True)
         for row in rows:
             table.add_row(*(cell for c, cell in zip(columns, row, strict=True) if c in shown))
         width = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
@@ -107,7 +105,8 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
         style = "bold" if o.baseline else ""
         rows.append([
             str(i),
-            outside(o.name, style=style),
+            # one option a line: a long policy name never folds inside a word
+            Text("\n").join(outside(part, style=style) for part in _options(o.name)),
             Text(format_bytes(o.peak_reserved_bytes), style=style),
             change(o, base),
             Text(str(o.simulated_ooms), style="bold red" if o.simulated_ooms else "green"),
@@ -150,6 +149,12 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
     reference = reference_text(rec)
     if reference:
         console.print(Prose(outside(reference, style="dim")))
+
+
+def _options(name: str) -> list[str]:
+    """``torch:a=1,b=2`` as ``["torch:a=1,", "b=2"]``: the lines a policy name takes."""
+    parts = name.split(",")
+    return [p + "," for p in parts[:-1]] + parts[-1:]
 
 
 def _terminal_validation(v: Validation, console: Console) -> None:

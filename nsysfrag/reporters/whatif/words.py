@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
-from nsysfrag.whatif.recommend import MIN_SAVING, SEGMENTS, STATE, SWITCH, Candidate
+from nsysfrag.whatif.recommend import (
+    MIN_SAVING,
+    SEGMENTS,
+    STATE,
+    SWITCH,
+    VALIDATED_FAMILY,
+    Candidate,
+)
 
 VALIDATION_COLUMNS = (
     "device", "compared", "recorded", "simulated", "matched\nin order", "match",
@@ -39,7 +46,13 @@ def capacity_text(capacity: int) -> str:
 def conf_text(conf: str | None) -> str:
     if conf == "":
         return "the default settings (unset PYTORCH_CUDA_ALLOC_CONF)"
-    return f"PYTORCH_CUDA_ALLOC_CONF={conf}"
+    collector = (
+        " and a memory fraction (torch.cuda.set_per_process_memory_fraction: PyTorch runs the"
+        " collector only under one; the model lets it allow the whole device)"
+        if conf is not None and "garbage_collection_threshold" in conf
+        else ""
+    )
+    return f"PYTORCH_CUDA_ALLOC_CONF={conf}{collector}"
 
 
 def percent(x: float) -> str:
@@ -83,27 +96,32 @@ def recommendation_text(rec: Recommendation) -> str:
             " multiple of 2 MiB), so the replay says nothing about the tensors inside them."
         )
     if rec.model_error is None:
-        error = f"The model's error cannot be measured on this input ({_checked(rec)})"
+        error = (
+            f"No model can be checked against this input ({_checked(rec)}), so nothing is"
+            " recommended"
+        )
     else:
-        error = f"The model's error on this input is {percent(rec.model_error)} ({_checked(rec)})"
+        error = (
+            f"The {VALIDATED_FAMILY} model's error on this input is {percent(rec.model_error)}"
+            f" ({_checked(rec)})"
+        )
     c = rec.chosen
     if rec.verdict == SWITCH and c is not None:
         return (
             f"{_label(c)}: peak reserved"
             f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
             f" ({signed_percent(-c.saving_ratio)}), {_ooms(rec, c)};"
-            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger."
+            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger.{_worth_trying(rec)}"
         )
     cap = capacity_text(rec.capacity_bytes)
     ooms = (
         f"no simulated OOM at {cap}" if rec.baseline_ooms == 0
         else f"{rec.baseline_ooms} simulated OOM(s) at {cap}"
     )  # fmt: skip
-    bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
-    text = (
-        f"Keep {rec.baseline} ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved,"
-        f" {ooms}): no policy beats the baseline by more than {bar}"
-    )
+    text = f"Keep {rec.baseline} ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved, {ooms})"
+    if rec.model_error is not None:
+        bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
+        text += f": no validated policy beats the baseline by more than {bar}"
     other = rec.best_other
     if other is not None and other.saving_bytes > 0:
         if other.simulated_ooms > rec.baseline_ooms:
@@ -127,9 +145,27 @@ def recommendation_text(rec: Recommendation) -> str:
             f". {_label(fewer)} has {fewer.simulated_ooms} simulated OOM(s) against"
             f" {rec.baseline_ooms} at peak reserved"
             f" {pair(rec.baseline_peak_reserved_bytes, fewer.peak_reserved_bytes)}"
-            f" ({signed_percent(-fewer.saving_ratio)}){conf}"
+            f" ({signed_percent(-fewer.saving_ratio)}){_unchecked(fewer)}{conf}"
         )
-    return f"{text}. {error}."
+    return f"{text}. {error}.{_worth_trying(rec)}"
+
+
+def _unchecked(c: Candidate) -> str:
+    return "" if c.validated else f" in the {c.family} model, not validated on this input"
+
+
+def _worth_trying(rec: Recommendation) -> str:
+    """`` Worth trying, not validated: …`` (with its leading space), or ''."""
+    c = rec.worth_trying
+    if c is None:
+        return ""
+    return (
+        f" Worth trying, not validated: {_label(c)} lowers peak reserved"
+        f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
+        f" ({signed_percent(-c.saving_ratio)}) in the {c.family} model, {_ooms(rec, c)}; this"
+        f" input cannot check that model, so the figure has no error bound"
+        + (f" (set {conf_text(c.alloc_conf)} to try it)." if c.alloc_conf is not None else ".")
+    )
 
 
 def baseline_text(rec: Recommendation) -> str:
@@ -193,7 +229,7 @@ def space_title(s: SpaceComparison) -> str:
 def space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
     peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     meta = [
-        ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_source})"),
+        ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_basis})"),
         (
             "requests",
             (

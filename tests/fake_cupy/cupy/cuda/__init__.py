@@ -1,0 +1,3 @@
+from __future__ import annotations
+
+from cupy.cuda import runtime as runtime
