@@ -166,7 +166,8 @@ class ObservedRun:
         hit = (row < len(pages)) & (pages[np.minimum(row, len(pages) - 1)] == touched)
         order = np.lexsort((block[hit], row[hit]))
         rows, blocks = row[hit][order], block[hit][order]
-        first = self.base_address - self.base_address % page
+        base = self.series.base_address
+        first = base - base % page
         out = []
         bounds = np.searchsorted(rows, np.arange(len(pages) + 1))
         for k in range(len(pages)):
