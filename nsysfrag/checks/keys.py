@@ -44,6 +44,12 @@ _SNAPSHOT = ("expandable_segments", "time_origin_unix_us", "reserved_bytes_peak"
              "reserved_bytes_at_frag_peak", "releasable_bytes_at_frag_peak",
              "reserved_bytes_final", "allocated_bytes_final", "active_bytes_final",
              "requested_bytes_final")  # fmt: skip
+# Each site's live and stranded bytes at the memory peak (reporters.json_report.peak_sites_document).
+_PEAK_SITES = tuple(
+    f"memory_peak_sites.{part}.{k}"
+    for part in ("live", "stranded")
+    for k in ("total_bytes", "other_sites", "other_bytes", f"sites.{COUNT}")
+)
 _WINDOW = ("trace_entries", "initial_blocks", "initial_reserved_bytes", "timestamps", "conflicts",
            "final_mismatches")  # fmt: skip
 
@@ -66,6 +72,7 @@ def _known() -> frozenset[str]:
             *(f"{k}.{COUNT}" for k in _LISTS),
             *_SNAPSHOT,
             *(f"window.{k}" for k in _WINDOW),
+            *_PEAK_SITES,
         )
     )
 
