@@ -24,7 +24,7 @@ SPACE_KEYS = {
     "hole_creating_frees", "hotspots", "size_histogram", "free_block_histogram", "timeline",
 }
 STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes", "free_bytes", "live_bytes",
-              "reserved_bytes", "allocated_bytes", "stranded_bytes", "releasable_bytes", "device_free_bytes",
+              "reserved_bytes", "allocated_bytes", "active_bytes", "stranded_bytes", "releasable_bytes", "device_free_bytes",
               "largest_block_bytes"}
 COUNT_KEYS = {"allocations", "frees", "unmatched_frees", "overlaps", "zero_size_allocs", "failed_allocations", "other_kind_events"}
 

@@ -111,4 +111,6 @@ def _empty(series: StateSeries, capacity: int, time_ns: int) -> State:
         arena = series.end_address - series.base_address
         return State(time_ns, 0.0, 0.0, 1, arena, arena, 0)
     blocks = 1 if capacity >= (series.page_bytes or 1) else 0
-    return State(time_ns, 0.0, 0.0, blocks, capacity, capacity, 0, PoolState(0, 0, 0, 0, capacity, 0))
+    nothing = PoolState(reserved_bytes=0, allocated_bytes=0, active_bytes=0, releasable_bytes=0,
+                        stranded_bytes=0, device_free_bytes=capacity, largest_block_bytes=0)  # fmt: skip
+    return State(time_ns, 0.0, 0.0, blocks, capacity, capacity, 0, nothing)
