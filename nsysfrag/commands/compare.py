@@ -33,8 +33,11 @@ def compare_command(base: Path, current: Path, fail_on_regression: float | None)
     (pid, device) when both runs have it, else by device in pid order. Two jobs' documents
     (analyze with several inputs) compare rank by rank.
 
-    Example:
+    Examples:
 
+    \b
+        nsysfrag analyze run.sqlite -q --json branch.json
+        nsysfrag compare main.json branch.json
         nsysfrag compare main.json branch.json --fail-on-regression 0.05
     """
     base_doc, current_doc = load_either(base), load_either(current)
