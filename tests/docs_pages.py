@@ -1,6 +1,7 @@
 """docs/commands/: one page per command, made from click's own help so that it cannot drift.
 
-    python -m tests.docs_pages          # rewrite docs/commands/ from the commands' help
+    python -m tests.docs_pages               # rewrite docs/commands/ from the commands' help
+    python -m tests.docs_pages --screenshot  # render docs/images/html-report.png again
 
 tests/test_docs.py fails when a committed page differs from what this writes, so a change to a
 command's help comes with its page. The help is rendered as a terminal 80 columns wide shows it.
@@ -8,7 +9,10 @@ command's help comes with its page. The help is rendered as a terminal 80 column
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -85,7 +89,37 @@ def pages() -> dict[Path, str]:
     return made
 
 
+SCREENSHOT = REPO / "docs" / "images" / "html-report.png"
+SCREENSHOT_SAMPLE = REPO / "sample_traces" / "inference_serving.sqlite"
+# The part of the page the image shows, in pixels of a 1200-wide window: from the state table to
+# the end of the fragmentation timeline (chosen by eye on the page as it is laid out today).
+SCREENSHOT_BOX = (0, 1730, 1200, 3190)
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]  # fmt: skip
+
+
+def screenshot() -> None:
+    """The README's image: the sample's HTML report in headless Chromium, cropped, 80 % size,
+    128 colours (about 100 kB)."""
+    from PIL import Image  # matplotlib's own dependency
+
+    with tempfile.TemporaryDirectory() as tmp:
+        page, shot = Path(tmp) / "report.html", Path(tmp) / "page.png"
+        subprocess.run([sys.executable, "-m", "nsysfrag", "analyze", str(SCREENSHOT_SAMPLE), "-q",
+                        "--html", str(page)], check=True, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+        subprocess.run([os.environ.get("CHROMIUM", "/usr/bin/chromium"), *CHROMIUM_FLAGS,
+                        "--window-size=1200,6000", f"--screenshot={shot}", page.as_uri()],
+                       check=True, capture_output=True, timeout=300)  # fmt: skip
+        image = Image.open(shot).convert("RGB").crop(SCREENSHOT_BOX)
+        image = image.resize((image.width * 4 // 5, image.height * 4 // 5), Image.Resampling.LANCZOS)
+        image.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(SCREENSHOT, optimize=True)
+    print(f"{SCREENSHOT.relative_to(REPO)}: {SCREENSHOT.stat().st_size:,} bytes", file=sys.stderr)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--screenshot"]:
+        screenshot()
+        return
     PAGES.mkdir(parents=True, exist_ok=True)
     for path, text in pages().items():
         path.write_text(text, encoding="utf-8")
