@@ -84,9 +84,15 @@ def _running(folder: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        # Every process of the session, whatever its group (the pool's workers have groups of
+        # their own): one left blocked on a gate would hold the pipes, and communicate() with
+        # them, forever.
+        for pid in [proc.pid, *_session(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.communicate(timeout=60)
 
 
 def _opening(session: int) -> list[int]:

@@ -110,16 +110,20 @@ def test_the_real_oom_is_told_with_its_own_numbers_not_the_peaks(tmp_path: Path)
 def test_nsys_failures_lead_with_their_moment_and_state(name: str, tmp_path: Path) -> None:
     """GIVEN an nsys sample with failed cudaMalloc calls
     WHEN its reports are written
-    THEN the failures come first, each with its own time and free memory, the size "not
+    THEN the failures come first, each with its own time and free memory (device free,
+    stranded, largest usable), the size "not
     recorded by nsys" and the verdict unknown; the terminal lists ten and points to --json."""
     terminal, html, doc = _run(SAMPLES / name, tmp_path)
     (space,) = doc["spaces"]
     lead = terminal[: terminal.index("State (")]
     assert "size not recorded by nsys, verdict unknown" in lead
     shown = space["ooms"][:10]
+    head = html[: html.index("<h3>State (")]
     for oom in shown:
+        # In the state table's words: device free, stranded and the largest usable request.
         assert format_bytes(oom["largest_free_bytes"]) in lead
-        assert format_bytes(oom["free_bytes"]) in html[: html.index("<h3>State (")]
+        assert format_bytes(oom["device_free_bytes"]) in head
+        assert format_bytes(oom["stranded_bytes"]) in head
     more = len(space["ooms"]) - 10
     assert (f"… and {more} more; --json lists all." in lead) == (more > 0)
 
