@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# Exit codes (README, "Bad input").
+# Exit codes (docs/reports.md, "Exit codes").
 EXIT_GATE = 1
 EXIT_INPUT = 2
 EXIT_NSYS = 3

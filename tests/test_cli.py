@@ -212,4 +212,4 @@ def test_every_command_has_help_with_an_example() -> None:
     for name in cli.list_commands(click.Context(cli)):
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0
-        assert "Example:" in result.output, name
+        assert "Examples:" in result.output, name

@@ -8,6 +8,7 @@ and the command's exit code; its snapshots must pass every check a genuine snaps
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
 from nsysfrag.job import heatmap
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import rate_state
+from tests.conftest import REPO
 from tests.record_helpers import LAUNCH, TRAIN, GiB, Run, fake_env, jsonl, record, warnings_of
 from tests.test_snapshot import test_real_snapshot_analyzes as check_like_a_real_snapshot
 from tests.test_snapshot_columns import test_columns_hold_what_the_records_hold as check_columns
@@ -193,3 +195,20 @@ def test_the_record_snapshots_pass_the_checks_of_genuine_ones(
     assert path is not None and path.is_file()
     check_like_a_real_snapshot(path)
     check_columns(path)
+
+
+# What varies from run to run in the lines docs/record.md shows: clock times, durations, and
+# the number of samples and alerts that fit in them.
+_TIMING = re.compile(r"\d\d:\d\d:\d\d|\+?\d+(\.\d+)? m?s\b|\d+ (samples|alerts)\b")
+
+
+def test_docs_record_page_shows_this_job_as_it_prints(job: tuple[Path, Run, dict[str, Any]]) -> None:
+    _, run, _ = job
+    page = (REPO / "docs" / "record.md").read_text(encoding="utf-8")
+    shown = [ln for block in re.findall(r"```text\n(.*?)```", page, re.DOTALL) for ln in block.splitlines()]
+    assert len(shown) > 5
+    printed = {_TIMING.sub("#", ln.rstrip()) for ln in (run.out + run.err).splitlines()}
+    missing = [ln for ln in shown if ln != "…" and _TIMING.sub("#", ln.rstrip()) not in printed]
+    assert not missing, "docs/record.md shows lines this job does not print:\n" + "\n".join(missing) + (
+        "\n--- it prints:\n" + run.out + run.err
+    )

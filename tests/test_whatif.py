@@ -99,7 +99,7 @@ FRAGMENTING = [
 
 def test_help_has_an_example() -> None:
     result = CliRunner().invoke(cli, ["whatif", "--help"])
-    assert result.exit_code == 0 and "Example:" in result.output
+    assert result.exit_code == 0 and "Examples:" in result.output
     assert "nsysfrag whatif snap.pickle" in result.output
 
 

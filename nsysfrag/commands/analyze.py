@@ -94,12 +94,15 @@ def analyze_command(
     as it would be alone, on a process pool (--jobs) or a Dask cluster (--scheduler), and one
     report for the whole job.
 
-    Example:
+    Examples:
 
     \b
-        nsysfrag analyze run.sqlite --json run.json --csv timeline.csv
+        nsysfrag analyze run.sqlite
+        nsysfrag analyze run.sqlite --json run.json --csv timeline.csv --html run.html
         nsysfrag analyze run.nsys-rep --cache-dir ~/.cache/nsysfrag
-        nsysfrag analyze snap.pickle --html snap.html
+        nsysfrag analyze snap.pickle --capacity 80GiB --html snap.html
+        nsysfrag analyze run.sqlite -q --fail-on "global_frag>0.30" --fail-on "health=critical"
+        nsysfrag analyze snap.pickle -q --fail-on "memory_peak.reserved_bytes>70GiB"
         nsysfrag analyze 'runs/rank%q{RANK}.nsys-rep' --html job.html --json job.json
     """
     request = ReportRequest.from_options(options)

@@ -67,9 +67,11 @@ def compare_command(
     order; two jobs compare rank by rank. Sites match by their text (file:line function, or
     NVTX path), and by file and function when only line numbers moved.
 
-    Example:
+    Examples:
 
     \b
+        nsysfrag analyze run.sqlite -q --json branch.json
+        nsysfrag compare main.json branch.json
         nsysfrag compare main.json branch.json --fail-on-regression 0.05
         nsysfrag compare ctx128.pickle ctx256.pickle --html compare.html
     """

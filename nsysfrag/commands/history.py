@@ -104,7 +104,7 @@ def history_command(
     the median of the --window runs before it (same filters), per device and metric, and exits
     1 with one line per regression.
 
-    Example:
+    Examples:
 
     \b
         nsysfrag analyze run.sqlite --record --label "nightly #412" --tag model=llama-8b

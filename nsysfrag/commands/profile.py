@@ -64,7 +64,7 @@ def profile_command(
     produced from what nsys recorded and its exit code becomes nsysfrag's. Ctrl-C stops the
     recording: nsys finishes its report, and that is analyzed.
 
-    Example:
+    Examples:
 
     \b
         nsysfrag profile -- python train.py --steps 50

@@ -64,7 +64,7 @@ def record_command(
     seconds; a rated metric crossing a health level is an alert. Neither nsys nor a change to
     the program is needed. The exit code is COMMAND's (a --fail-on gate can turn 0 into 1).
 
-    Example:
+    Examples:
 
     \b
         nsysfrag record -- torchrun --nproc_per_node=8 train.py

@@ -52,7 +52,7 @@ def whatif_command(
     bytes, and the report ranks them by simulated OOMs and peak reserved memory and says what
     to set.
 
-    Example:
+    Examples:
 
     \b
         nsysfrag whatif snap.pickle

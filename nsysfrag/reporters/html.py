@@ -383,7 +383,7 @@ def _space(s: SpaceAnalysis, index: int) -> str:
     )
 
 
-# (metric, formula / meaning, ok, warn, critical); text as in README's metric section.
+# (metric, formula / meaning, ok, warn, critical); text as in docs/metrics.md's table.
 METRICS: tuple[tuple[str, str, str, str, str], ...] = (
     ("global_frag", "(F − L) / C — free memory outside the largest block, as a share of the device",
      "< 20 %", "20 – 40 %", "≥ 40 %"),
