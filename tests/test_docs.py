@@ -317,10 +317,16 @@ STAND_INS = {
     "snapshots/snapshot_0.pickle": "training_snapshot.pickle",
     "snapshots/snapshot_1.pickle": "inference_snapshot.pickle",
     "out/run.sqlite": "training_loop.sqlite",
+    "ctx128.pickle": "torch_fragmentation_snapshot.pickle",
+    "ctx256.pickle": "torch_capacity_snapshot.pickle",
+    "runs/monday/rank0.sqlite": "training_loop.sqlite",
+    "runs/monday/rank1.sqlite": "inference_serving.sqlite",
+    "runs/tuesday/rank0.sqlite": "training_loop.sqlite",
+    "runs/tuesday/rank1.sqlite": "churn_anomalies.sqlite",
 }
 # Earlier analyses the examples compare with: (name, the stand-in analyzed).
 DOCUMENTS = {"base.json": "run.sqlite", "run.json": "run.sqlite", "main.json": "run.sqlite",
-             "baseline/run.json": "out/run.sqlite"}  # fmt: skip
+             "baseline/run.json": "out/run.sqlite", "last-week.json": "run.sqlite"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
