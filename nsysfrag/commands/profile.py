@@ -21,6 +21,7 @@ from nsysfrag.commands.report_options import (
     emit_reports,
     report_options,
 )
+from nsysfrag.commands.outputs import Output
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import runner as nsys
 
@@ -51,6 +52,7 @@ TORCH_WARNING = (
 def profile_command(
     prefix: Path | None,
     nsys_path: str | None,
+    nsys_timeout: float | None,
     backtrace: bool,
     capture_range: str | None,
     nsys_args: tuple[str, ...],
@@ -81,8 +83,12 @@ def profile_command(
         extra_args=nsys_args,
         torch_tensors=torch_tensors,
     )
-    check_outputs(request, plan.export)
-    tool = locate_nsys(nsys_path)
+    recording = [
+        Output("-o", plan.report, stdout_ok=False),
+        Output("-o", plan.export, stdout_ok=False),
+    ]
+    check_outputs(request, None, made_here=recording)
+    tool = locate_nsys(nsys_path, timeout_s=nsys_timeout)
     nsys.require_memory_tracking(tool)
 
     outcome = _record(tool, plan, request)

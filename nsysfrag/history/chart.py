@@ -91,6 +91,10 @@ def trend_figure(
     return fig
 
 
-def write_png(figure: Figure, path: Path) -> None:
-    # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-    figure.savefig(path, format="png", dpi="figure")
+def write_png(figure: Figure, path: Path, option: str = "--png") -> None:
+    """The chart as a PNG file at ``path``, through ``nsysfrag.destinations``."""
+    from nsysfrag import destinations
+
+    with destinations.writing(option) as batch, batch.open(path, binary=True) as f:
+        # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
+        figure.savefig(f, format="png", dpi="figure")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,61 @@ def sqlite_file_missing(url: URL) -> bool:
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return False
     return not Path(str(url.database)).exists()
+
+
+# The files SQLite opens beside a database (and would write through a link there).
+SIDE_FILES = ("-wal", "-shm", "-journal")
+DB_WRITER = "--db"  # how the history store names itself to nsysfrag.destinations
+
+
+def check_database_file(path: Path, *, writing: bool) -> None:
+    """Refuse, before SQLite opens it, a database file that is not a regular file (a FIFO would
+    block the open forever, a device never ends) or, to write, a file this run keeps (its
+    input, a baseline, an output: ``nsysfrag.destinations``), a link to nothing, or a link or
+    special file where SQLite keeps its journal and WAL. A missing file is created here, never
+    through a link; reading, it is simply absent."""
+    from nsysfrag import destinations
+
+    where = os.fsencode(path).decode("utf-8", "backslashreplace")
+    if writing:
+        why = destinations.refusal(path, DB_WRITER)
+        if why is not None:
+            raise InputError(f"--db {where}: {why}")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise InputError(
+                f"--db {where}: a link to a file that does not exist; nsysfrag creates no file"
+                " through a link: point --db (or NSYSFRAG_DB) at the file itself"
+            ) from None
+        st = None
+    except OSError as err:
+        raise InputError(f"--db {where}: cannot be used ({err.strerror})") from None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+        raise InputError(
+            f"--db {where}: is {kind}, not a history database file; point --db (or"
+            " NSYSFRAG_DB) at an SQLite file"
+        )
+    if not writing:
+        return
+    for suffix in SIDE_FILES:
+        side = Path(f"{os.fspath(path)}{suffix}")
+        try:
+            side_st = os.lstat(side)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            continue
+        if not stat.S_ISREG(side_st.st_mode):
+            raise InputError(
+                f"--db {where}: {side.name} beside it is a link or a special file, where SQLite"
+                " writes its journal; nsysfrag never writes through it: remove it"
+            )
+    if st is None:
+        make_parent(path)
+        destinations.create_empty(path, DB_WRITER)
 
 
 def make_parent(path: Path) -> None:

@@ -26,13 +26,13 @@ from nsysfrag import __version__
 from nsysfrag.errors import InputError
 from nsysfrag.history.connection import (
     WRITE,
+    check_database_file,
     database_file,
     database_url,
     engine_for,
     explain,
     first_line,
     location,
-    make_parent,
     read_only_engine,
     sqlite_file_missing,
     upgraded_copy,
@@ -270,12 +270,12 @@ class HistoryStore:
             return
         file = database_file(url)
         with self._errors():
+            if file is not None:
+                check_database_file(file, writing=create)
             if file is not None and not create:
                 # Reading never writes: no journal-mode switch, no upgrade of the file.
                 self._engine = self._open_read_only(file)
                 return
-            if file is not None:
-                make_parent(file)
             self._engine = engine_for(url)
             self._upgrade()
 

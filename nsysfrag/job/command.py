@@ -97,7 +97,7 @@ def run_job(
 
         require_dask()
     inputs = job_inputs(arguments, options.rank_pattern)
-    _check_outputs(request, inputs)
+    _check_outputs(request, inputs, export.cache_dir)
     baseline = load_job_document(request.baseline) if request.baseline is not None else None
     tasks = [
         RankTask(
@@ -108,6 +108,7 @@ def run_job(
             nsys_path=export.nsys_path,
             cache_dir=str(export.cache_dir) if export.cache_dir is not None else None,
             reexport=export.reexport,
+            nsys_timeout=export.nsys_timeout,
         )
         for i in inputs
     ]
@@ -115,21 +116,27 @@ def run_job(
     return _report(outcomes, request, baseline)
 
 
-def _check_outputs(request: ReportRequest, inputs: Sequence[RankInput]) -> None:
-    """No output may overwrite an input (or the export beside a report), the baseline or the
-    history; checked before any work (commands.outputs)."""
+def _check_outputs(
+    request: ReportRequest, inputs: Sequence[RankInput], cache_dir: Path | None
+) -> None:
+    """No output may overwrite an input (or where a report's export goes, beside it or in
+    --cache-dir), the baseline or the history; checked before any work (commands.outputs)
+    and again as each output is written (nsysfrag.destinations)."""
+    from nsysfrag import destinations
     from nsysfrag.commands.outputs import Kept, check_destinations
+    from nsysfrag.inputs.nsys.runner import export_candidates
 
     kept = [Kept("the input trace", i.path) for i in inputs]
     kept += [
-        Kept("the export of an input trace", i.path.with_suffix(".sqlite"))
+        Kept(f"the export of rank {i.rank}'s report", export, destinations.NSYS_EXPORT)
         for i in inputs
         if is_report(i.path)
+        for export in export_candidates(i.path, cache_dir)
     ]
     if request.baseline is not None:
         kept.append(Kept("the --baseline document", request.baseline))
     outputs = request.outputs()
-    check_destinations(outputs, kept, request.db)
+    check_destinations(outputs, kept, request.db, recording=request.record)
 
 
 def _execute(

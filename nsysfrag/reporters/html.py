@@ -455,5 +455,7 @@ def render(analysis: Analysis) -> str:
 
 
 def write(analysis: Analysis, path: Path) -> None:
-    """Write :func:`render`'s page to ``path`` as UTF-8."""
-    Path(path).write_text(render(analysis), encoding="utf-8")
+    """Write :func:`render`'s page to ``path`` as UTF-8 (``nsysfrag.destinations``)."""
+    from nsysfrag import destinations
+
+    destinations.write_text(path, render(analysis), "html")
