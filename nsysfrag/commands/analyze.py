@@ -25,6 +25,7 @@ from nsysfrag.commands.report_options import (
     emit_reports,
     report_options,
 )
+from nsysfrag.commands.outputs import stderr_console
 from nsysfrag.commands.params import Seconds
 from nsysfrag.errors import InputError, NsysError
 from nsysfrag.inputs import format_of
@@ -250,7 +251,7 @@ class _PhaseLine:
 @contextmanager
 def phase(label: str) -> Iterator[None]:
     """A transient status line on stderr while the block runs; nothing unless it is a terminal."""
-    console = Console(stderr=True)
+    console = stderr_console()
     if not console.is_terminal:
         yield
         return

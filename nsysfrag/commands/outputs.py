@@ -30,6 +30,7 @@ from nsysfrag import destinations
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.files import stat_path
 from nsysfrag.inputs.nsys.export_file import SQLITE_MAGIC
+from nsysfrag.limits import MAX_COLUMNS
 
 STDOUT = Path("-")
 
@@ -41,9 +42,20 @@ MIN_WIDTH = 40
 
 def report_console() -> Console:
     """The terminal report's console: stdout, as wide as ``$COLUMNS``, else the terminal, else
-    80 columns (at least MIN_WIDTH); what it prints is never read as markup or emoji codes."""
-    console = Console(soft_wrap=False, markup=False, emoji=False, highlight=False)
-    console.width = max(console.width, MIN_WIDTH)
+    80 columns (from MIN_WIDTH to limits.MAX_COLUMNS); what it prints is never read as markup
+    or emoji codes."""
+    return clamped(Console(soft_wrap=False, markup=False, emoji=False, highlight=False))
+
+
+def stderr_console() -> Console:
+    """The console of progress bars and status lines (stderr), as wide as :func:`clamped`."""
+    return clamped(Console(stderr=True))
+
+
+def clamped(console: Console) -> Console:
+    """``console`` no narrower than MIN_WIDTH and no wider than ``limits.MAX_COLUMNS``: a
+    ``$COLUMNS`` of 100,000,000 would have every rule and padded line take that many cells."""
+    console.width = min(max(console.width, MIN_WIDTH), MAX_COLUMNS)
     return console
 
 

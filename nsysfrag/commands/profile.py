@@ -102,6 +102,9 @@ def profile_command(
     if outcome.signal is not None:
         note(f"{signal.Signals(outcome.signal).name} received; nsys stopped recording,"
              " analyzing what it wrote")
+    elif outcome.timed_out:
+        note(f"--nsys-timeout ({nsys_timeout:g} s) stopped the recording; analyzing what nsys"
+             " wrote")
 
     try:
         with phase(f"exporting {plan.report.name}"):

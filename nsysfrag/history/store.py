@@ -48,6 +48,7 @@ from nsysfrag.history.schema import (
     runs,
 )
 from nsysfrag.inputs.files import display_path
+from nsysfrag.limits import MAX_RANK
 from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.reporters.json_report import SCHEMA
 
@@ -105,6 +106,8 @@ class RunRecord:
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
             raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
         model = document.get("model", {})
+        if rank is not None and not 0 <= rank <= MAX_RANK:
+            raise InputError(f"rank {rank}: not a rank number (0 to {MAX_RANK:,}); nothing recorded")
         return cls(
             trace_path=display_path(Path(trace_path).resolve()),  # text, as reports write it
             trace_sha256=sha256_file(trace_path),

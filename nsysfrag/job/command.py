@@ -152,9 +152,12 @@ def _execute(
         from nsysfrag.job.cluster import run_on_cluster
 
         where = f"scheduler file {scheduler_file}" if scheduler_file else address
-        _note(f"running {len(tasks)} ranks on the Dask cluster at {where}")
+
+        def connected() -> None:
+            _note(f"running {len(tasks)} ranks on the Dask cluster at {where}")
+
         with _progress() as progress:
-            return run_on_cluster(tasks, address, scheduler_file, progress)
+            return run_on_cluster(tasks, address, scheduler_file, progress, connected)
     plan = pool.plan_pool(inputs[0].path, len(tasks), jobs)
     if len(tasks) > 1:
         _note(f"analyzing {len(tasks)} ranks, {plan.size} at a time ({plan.reason()})")
@@ -249,7 +252,9 @@ def _note(message: str) -> None:
 def _progress() -> Iterator[Callable[[int, int], None] | None]:
     """A transient line on stderr, only on a terminal; redrawn by the caller (no thread, so
     forking a worker is safe while it shows)."""
-    console = Console(stderr=True)
+    from nsysfrag.commands.outputs import stderr_console
+
+    console = stderr_console()
     if not console.is_terminal:
         yield None
         return

@@ -22,29 +22,8 @@ from nsysfrag import destinations
 from nsysfrag.errors import InputError
 from tests.conftest import REPO, SAMPLES
 from tests.hostile.contract import run_nsysfrag
+from tests.hostile.fake_nsys_runs import MAGIC, USING, fake_env, fake_report, nsys_calls
 from tests.hostile.nsys_cases import small_trace
-
-FAKE_DIR = REPO / "tests" / "fake_nsys"
-MAGIC = b"FAKE-NSYS-REP\n"
-USING = ("nsysfrag: using NVIDIA Nsight Systems",)  # the note of every run that starts nsys
-
-
-def _fake_env(tmp_path: Path, **knobs: str) -> dict[str, str]:
-    """The fake nsys first on PATH (then this Python, which its shebang finds)."""
-    path = os.pathsep.join([str(FAKE_DIR), str(Path(sys.executable).parent), os.environ["PATH"]])
-    return {"PATH": path, "FAKE_NSYS_LOG": str(tmp_path / "nsys.log"), **knobs}
-
-
-def _nsys_calls(tmp_path: Path) -> list[list[str]]:
-    log = tmp_path / "nsys.log"
-    lines = log.read_text().splitlines() if log.exists() else []
-    return [json.loads(line)["argv"] for line in lines if "argv" in line]
-
-
-def _report(path: Path) -> Path:
-    path.write_bytes(MAGIC + b'{"command": []}\n')
-    return path
-
 
 def _history(path: Path, trace: Path) -> Path:
     """A history database holding one run of ``trace``."""
@@ -138,20 +117,20 @@ def test_two_outputs_resolving_to_one_new_file_are_refused(
 
 def test_a_fallback_export_never_replaces_a_foreign_file(trace: Path, tmp_path: Path) -> None:
     # main: X.nsysfrag.sqlite (here the history database) was overwritten by the export
-    report = _report(tmp_path / "run.nsys-rep")
+    report = fake_report(tmp_path / "run.nsys-rep")
     foreign = shutil.copy(SAMPLES / "multi_gpu.sqlite", tmp_path / "run.sqlite")
     db = _history(tmp_path / "run.nsysfrag.sqlite", trace)
     out = run_nsysfrag(["analyze", report, "-q"], inputs=[report, Path(foreign), db],
-                       env=_fake_env(tmp_path))  # fmt: skip
+                       env=fake_env(tmp_path))  # fmt: skip
     assert out.returncode == 2 and "neither was exported from run.nsys-rep" in out.stderr
-    assert _nsys_calls(tmp_path) == []  # refused before nsys ran
+    assert nsys_calls(tmp_path) == []  # refused before nsys ran
     _no_staging_left(tmp_path)
 
 
 def test_a_failed_export_removes_only_what_it_created(tmp_path: Path) -> None:
     # main: the failed export unlinked the export already there
-    report = _report(tmp_path / "run.nsys-rep")
-    env = _fake_env(tmp_path)
+    report = fake_report(tmp_path / "run.nsys-rep")
+    env = fake_env(tmp_path)
     run_nsysfrag(["analyze", report, "-q"], env=env, notes=USING)  # exports run.sqlite
     export = tmp_path / "run.sqlite"
     before = export.read_bytes()
@@ -167,10 +146,10 @@ def test_profile_never_records_over_the_history_database(trace: Path, tmp_path: 
     db = _history(tmp_path / "history.sqlite", trace)
     out = run_nsysfrag(
         ["profile", "-o", tmp_path / "history", "-q", "--record", "--", sys.executable, "-c", "0"],
-        inputs=[db], env={**_fake_env(tmp_path), "NSYSFRAG_DB": str(db)},
+        inputs=[db], env={**fake_env(tmp_path), "NSYSFRAG_DB": str(db)},
     )
     assert out.returncode == 2 and "refusing to overwrite the history database" in out.stderr
-    assert _nsys_calls(tmp_path) == []
+    assert nsys_calls(tmp_path) == []
     assert not (tmp_path / "history.nsys-rep").exists()
 
 
@@ -180,7 +159,7 @@ def test_profile_never_writes_its_recording_through_a_link(trace: Path, tmp_path
     (tmp_path / "run.nsys-rep").symlink_to(precious)
     out = run_nsysfrag(
         ["profile", "-o", tmp_path / "run", "-q", "--", sys.executable, "-c", "0"],
-        inputs=[precious], env=_fake_env(tmp_path),
+        inputs=[precious], env=fake_env(tmp_path),
     )
     assert out.returncode == 2 and "symbolic link" in out.stderr
     _no_staging_left(tmp_path)
@@ -190,7 +169,7 @@ def test_profile_lands_its_recording_and_export_by_rename(tmp_path: Path) -> Non
     out = run_nsysfrag(
         ["profile", "-o", tmp_path / "run", "--json", tmp_path / "run.json", "-q", "--",
          sys.executable, "-c", "0"],
-        env=_fake_env(tmp_path), notes=USING,
+        env=fake_env(tmp_path), notes=USING,
     )  # fmt: skip
     assert out.returncode == 0
     assert (tmp_path / "run.nsys-rep").read_bytes().startswith(MAGIC)
@@ -201,26 +180,26 @@ def test_profile_lands_its_recording_and_export_by_rename(tmp_path: Path) -> Non
 
 def test_a_job_json_never_replaces_a_ranks_export_in_the_cache(tmp_path: Path) -> None:
     # main: --json cache/rank0.sqlite replaced rank 0's export (one input: refused)
-    reports = [_report(tmp_path / f"rank{r}.nsys-rep") for r in (0, 1)]
+    reports = [fake_report(tmp_path / f"rank{r}.nsys-rep") for r in (0, 1)]
     cache = tmp_path / "cache"
     cache.mkdir()
     out = run_nsysfrag(
         ["analyze", *reports, "--cache-dir", cache, "-q", "--jobs", "1", "--json",
          cache / "rank0.sqlite"],
-        inputs=reports, env=_fake_env(tmp_path), notes=("nsysfrag: analyzing 2 ranks", *USING),
+        inputs=reports, env=fake_env(tmp_path), notes=("nsysfrag: analyzing 2 ranks", *USING),
     )  # fmt: skip
     assert out.returncode == 2 and "refusing to overwrite the export of rank 0" in out.stderr
     assert not (cache / "rank0.sqlite").exists()
 
 
 def test_a_single_reports_export_in_the_cache_is_kept_too(tmp_path: Path) -> None:
-    report = _report(tmp_path / "run.nsys-rep")
+    report = fake_report(tmp_path / "run.nsys-rep")
     cache = tmp_path / "cache"
     cache.mkdir()
     out = run_nsysfrag(["analyze", report, "--cache-dir", cache, "-q", "--json", cache / "run.sqlite"],
-                       inputs=[report], env=_fake_env(tmp_path))  # fmt: skip
+                       inputs=[report], env=fake_env(tmp_path))  # fmt: skip
     assert out.returncode == 2 and "refusing to overwrite the export" in out.stderr
-    assert _nsys_calls(tmp_path) == []
+    assert nsys_calls(tmp_path) == []
 
 
 # ---------------------------------------------------------------- the history database

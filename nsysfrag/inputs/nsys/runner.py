@@ -153,7 +153,7 @@ def _run(argv: list[str], timeout_s: float, fix: str) -> Finished:
     try:
         return run_bounded(argv, timeout_s)
     except TimedOut:
-        what = " ".join(argv[:2]) if argv[1:2] == ["export"] else " ".join(argv)
+        what = " ".join([Path(argv[0]).name, *(argv[1:2] if argv[1:2] == ["export"] else argv[1:])])
         raise NsysError(
             f"`{what}` did not finish within {timeout_s:g} s and was killed; {fix}"
         ) from None
@@ -235,6 +235,7 @@ class ProfileOutcome:
     report: Path | None  # the report written by this run; None when nsys wrote none
     signal: int | None  # the last SIGINT/SIGTERM nsysfrag received while nsys ran
     stderr_tail: str = ""  # its last stderr lines, when the caller relayed them
+    timed_out: bool = False  # --nsys-timeout stopped the recording
 
     def failure(self, plan: ProfilePlan) -> NsysError:
         """The error for a run that wrote no report."""
@@ -286,7 +287,9 @@ def run_profile(
                 target=_relay, args=(proc.stderr, stderr_sink, tail), daemon=True
             )
             relay.start()
+        started = time.monotonic()
         received = wait_forwarding_signals(proc, nsys.timeout_s)
+        timed_out = nsys.timeout_s is not None and time.monotonic() - started >= nsys.timeout_s
         if relay is not None:
             # A grandchild that outlives nsys can hold the pipe open; don't wait for it forever.
             relay.join(timeout=2)
@@ -302,6 +305,7 @@ def run_profile(
             report=plan.report if written else None,
             signal=received,
             stderr_tail=" | ".join(tail),
+            timed_out=timed_out,
         )
     finally:
         if not keep_staging:
