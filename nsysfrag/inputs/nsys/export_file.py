@@ -8,8 +8,10 @@ to the bytes really in the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -94,6 +96,11 @@ class WorkBudget:
         self.started = time.monotonic()
         self.exceeded: str | None = None  # "steps" or "time", once a limit stopped a statement
         self._set_limits()
+        # The clock is a timer that interrupts every connection: a progress handler runs only
+        # every TICK instructions, and one instruction may make a 20 MB value.
+        self._connections: list[sqlite3.Connection] = []
+        self._clock: threading.Timer | None = None
+        self._lock = threading.Lock()
 
     def _set_limits(self) -> None:
         self.limit = max(limits.SQLITE_STEPS_FLOOR, limits.SQLITE_STEPS_PER_BYTE.value() * self.present)
@@ -109,7 +116,6 @@ class WorkBudget:
             self.present = pages
             self._set_limits()
         steps = 0
-        deadline = self.started + self.seconds
 
         def tick() -> int:
             nonlocal steps
@@ -117,13 +123,30 @@ class WorkBudget:
             if steps > self.limit:
                 self.exceeded = "steps"
                 return 1  # interrupts the statement
-            if time.monotonic() > deadline:
-                self.exceeded = "time"
-                return 1
             return 0
 
         con.set_progress_handler(tick, self.TICK)
+        with self._lock:
+            self._connections.append(con)
+            if self._clock is None:
+                left = max(0.0, self.started + self.seconds - time.monotonic())
+                self._clock = threading.Timer(left, self._expire)
+                self._clock.daemon = True
+                self._clock.start()
         return con
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.exceeded = self.exceeded or "time"
+            for con in self._connections:
+                with contextlib.suppress(sqlite3.Error):
+                    con.interrupt()
+
+    def close(self) -> None:
+        """Stop the clock (the read is over)."""
+        with self._lock:
+            if self._clock is not None:
+                self._clock.cancel()
 
     def failure(self, path: Path, err: sqlite3.Error) -> str | None:
         """The one line for ``err`` when a limit of this budget caused it, else None."""

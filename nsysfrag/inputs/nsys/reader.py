@@ -85,6 +85,8 @@ def read_trace(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
             " re-export it with `nsys export --type sqlite --force-overwrite=true`"
         ) from None
+    finally:
+        budget.close()
 
 
 def _reason(err: sqlite3.Error) -> str:

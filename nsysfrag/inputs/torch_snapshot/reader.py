@@ -23,9 +23,14 @@ from typing import Any, TypeGuard
 from nsysfrag import events
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
-from nsysfrag.inputs.torch_snapshot.unpickle import PICKLE_PROTO, load_plain_pickle, paused_gc
+from nsysfrag.inputs.torch_snapshot.unpickle import (
+    PICKLE_PROTO,
+    load_pickle_bytes,
+    load_plain_pickle,
+    paused_gc,
+)
 
-__all__ = ["load_plain_pickle", "paused_gc"]  # read from here by the other snapshot readers
+__all__ = ["load_pickle_bytes", "load_plain_pickle", "paused_gc"]  # read from here by the other snapshot readers
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals must fit int64
@@ -156,7 +161,8 @@ def read_snapshot(path: str | Path) -> Snapshot:
     """Read the snapshot at ``path``; raise :class:`InputError` for anything unusable."""
     path = Path(path)
     with paused_gc():
-        return parse_snapshot(load_plain_pickle(path), str(path), path.stat().st_size)
+        data, pickle_bytes = load_pickle_bytes(path)
+        return parse_snapshot(data, str(path), pickle_bytes)
 
 
 @dataclass(frozen=True)
