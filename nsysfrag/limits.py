@@ -83,7 +83,7 @@ SQLITE_VALUE_BYTES = Limit(
 # ----------------------------------------------------------------- every input
 
 MAX_SPACES = Limit(
-    "address spaces (processes × devices, or a snapshot's devices) in one input", 4096,
+    "address spaces (processes × devices, or a snapshot's devices) in one input", 256,
     "NSYSFRAG_MAX_SPACES",
 )
 

@@ -138,6 +138,15 @@ class Snapshot:
         return sorted(found)
 
 
+def segments_by_device(segments: Sequence[Segment]) -> dict[int, list[Segment]]:
+    """Each device's segments, in one pass (filtering them per device is quadratic: 20,000
+    devices took 35 s)."""
+    found: dict[int, list[Segment]] = {}
+    for segment in segments:
+        found.setdefault(segment.device, []).append(segment)
+    return found
+
+
 class BadField(Exception):
     """A value the model needs is out of range: ``where`` (``device_traces[0][7].time_us``)
     and what is wrong with it; the caller prefixes the file."""
