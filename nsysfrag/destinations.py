@@ -289,7 +289,7 @@ def write_text(path: Path | str, text: str, option: str) -> None:
 
 @contextlib.contextmanager
 def folder_batch(path: Path | str, option: str) -> Iterator[tuple[Path, Batch]]:
-    """The folder an output fills (``--png DIR``), created when missing (never its parent), and
+    """The folder an output fills (``--png DIR``), created when missing, and
     the :class:`Batch` its files are written in; a failure leaves no file, and no folder this
     run created."""
     path = Path(path)
@@ -298,6 +298,9 @@ def folder_batch(path: Path | str, option: str) -> Iterator[tuple[Path, Batch]]:
         raise InputError(f"{option} {_display(path)}: {why}")
     created = False
     try:
+        # The command line checked the parent exists (commands.outputs); a library caller
+        # may name a new one.
+        os.makedirs(path.parent, exist_ok=True)
         os.mkdir(path)
         created = True
     except FileExistsError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ class Limit:
 
     what: str  # e.g. "seconds one `nsys export` may run"
     default: float
+    shown: str  # the default as README's table writes it: "600 s", "256 MiB"
     env: str | None = None
     option: str | None = None
     integer: bool = True
@@ -52,63 +54,65 @@ class Limit:
 # ----------------------------------------------------------------- programs nsysfrag starts
 
 NSYS_QUERY_S = Limit(
-    "seconds `nsys --version` or `nsys profile --help` may take", 10, "NSYSFRAG_NSYS_QUERY_TIMEOUT",
+    "seconds `nsys --version` or `nsys profile --help` may take", 10, "10 s",
+    "NSYSFRAG_NSYS_QUERY_TIMEOUT",
     integer=False,
 )
 NSYS_EXPORT_S = Limit(
-    "seconds one `nsys export` may run", 600, "NSYSFRAG_NSYS_TIMEOUT", "--nsys-timeout",
+    "seconds one `nsys export` may run", 600, "600 s", "NSYSFRAG_NSYS_TIMEOUT", "--nsys-timeout",
     integer=False,
 )
 DASK_CONNECT_S = Limit(
-    "seconds to reach a Dask scheduler", 10, "NSYSFRAG_SCHEDULER_TIMEOUT", integer=False
+    "seconds to reach a Dask scheduler", 10, "10 s", "NSYSFRAG_SCHEDULER_TIMEOUT", integer=False
 )
 
 # ----------------------------------------------------------------- reading an nsys export
 
 SQLITE_STEPS_PER_BYTE = Limit(
-    "SQLite virtual-machine steps per byte of the export (at least 5·10^7)", 50,
+    "SQLite virtual-machine steps per byte of the export (at least 5·10^7)", 50, "50 per byte",
     "NSYSFRAG_SQLITE_STEPS_PER_BYTE",
 )
 SQLITE_STEPS_FLOOR = 50_000_000
 SQLITE_SECONDS = Limit(
     "seconds of SQLite work on one export: this, plus 1 s per 4 MB of it", 10,
-    "NSYSFRAG_SQLITE_SECONDS", integer=False,
+    "10 s + 1 s per 4 MB", "NSYSFRAG_SQLITE_SECONDS", integer=False,
 )
 SQLITE_BYTES_PER_SECOND = 4 << 20
 SQLITE_VALUE_BYTES = Limit(
-    "bytes of one SQLite value (a string, a blob, a row of a view)", 256 << 20,
+    "bytes of one SQLite value (a string, a blob, a row of a view)", 256 << 20, "256 MiB",
     "NSYSFRAG_SQLITE_VALUE_BYTES",
 )
 
 # ----------------------------------------------------------------- every input
 
 MAX_SPACES = Limit(
-    "address spaces (processes × devices, or a snapshot's devices) in one input", 256,
+    "address spaces (processes × devices, or a snapshot's devices) in one input", 256, "256",
     "NSYSFRAG_MAX_SPACES",
 )
 
 # ----------------------------------------------------------------- PyTorch snapshots
 
 PICKLE_NESTING = Limit(
-    "levels a snapshot pickle may nest (its value stack, marks and tuples)", 1000,
+    "levels a snapshot pickle may nest (its tuples and open marks)", 1000, "1,000",
     "NSYSFRAG_PICKLE_NESTING",
 )
 
 # ----------------------------------------------------------------- the history database
 
 HISTORY_SECONDS = Limit(
-    "seconds of SQLite work on the history database per statement", 10,
+    "seconds of SQLite work on the history database per statement", 10, "10 s",
     "NSYSFRAG_HISTORY_SECONDS", integer=False,
 )
 HISTORY_VALUE_BYTES = Limit(
-    "bytes of one value stored in the history database", 1 << 20, "NSYSFRAG_HISTORY_VALUE_BYTES"
+    "bytes of one value stored in the history database", 1 << 20, "1 MiB",
+    "NSYSFRAG_HISTORY_VALUE_BYTES",
 )
 
 # ----------------------------------------------------------------- documents and settings
 
 JSON_BYTES = Limit(
     "bytes of a JSON document read back (a baseline, a compare input, a scheduler file)",
-    256 << 20, "NSYSFRAG_JSON_BYTES",
+    256 << 20, "256 MiB", "NSYSFRAG_JSON_BYTES",
 )
 MAX_COLUMNS = 1000  # $COLUMNS above this is taken as this (a terminal report wider than that is no use)
 MAX_RANK = 2**31 - 1  # a job's rank number; PostgreSQL's INTEGER column holds no more
@@ -126,3 +130,12 @@ LIMITS: tuple[Limit, ...] = (
     HISTORY_VALUE_BYTES,
     JSON_BYTES,
 )
+
+
+def limit_sqlite_values(con: sqlite3.Connection, value_bytes: int) -> None:
+    """No string or blob, stored or computed, longer than ``value_bytes`` on ``con``
+    (SQLITE_LIMIT_LENGTH; ``Connection.setlimit`` needs Python 3.11: before it, SQLite's own
+    limit of 10^9 bytes holds)."""
+    setlimit = getattr(con, "setlimit", None)
+    if setlimit is not None:
+        setlimit(sqlite3.SQLITE_LIMIT_LENGTH, value_bytes)

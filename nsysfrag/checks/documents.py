@@ -79,7 +79,8 @@ def read_json(path: Path, *, what: str = "JSON written by `nsysfrag analyze --js
         raise InputError(f"{shown}: not JSON ({first}); pass {what}") from None
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """``value`` as an error message shows it: short, and never a whole list or object."""
     if isinstance(value, bool):
         return f"{str(value).lower()}"
     if isinstance(value, (int, float)):
@@ -100,7 +101,7 @@ class Checker:
 
     def fail(self, where: str, value: Any, expected: str) -> InputError:
         return InputError(
-            f"{display_path(self.path)}: {where} is {_describe(value)}, not {expected}; {self.fix}"
+            f"{display_path(self.path)}: {where} is {describe_value(value)}, not {expected}; {self.fix}"
         )
 
     def mapping(self, value: Any, where: str) -> Mapping[str, Any]:

@@ -23,6 +23,7 @@ from nsysfrag.reporters.figure_axes import (
     WARN_BAND,
     BytesFormatter,
     BytesLocator,
+    save_figure,
 )
 
 MAX_RUN_TICKS = 12
@@ -97,4 +98,4 @@ def write_png(figure: Figure, path: Path, option: str = "--png") -> None:
 
     with destinations.writing(option) as batch, batch.open(path, binary=True) as f:
         # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-        figure.savefig(f, format="png", dpi="figure")
+        save_figure(figure, f, format="png", dpi="figure")

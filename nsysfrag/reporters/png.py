@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nsysfrag import destinations
 from nsysfrag.analysis import Analysis
+from nsysfrag.reporters.figure_axes import save_figure
 from nsysfrag.reporters.figures import figure_builders
 
 
@@ -25,6 +26,6 @@ def write_pngs(analysis: Analysis, folder: Path, option: str = "--png") -> list[
                 path = png_path(folder, space.pid, space.device, name)
                 with batch.open(path, binary=True) as f:
                     # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-                    build(space).savefig(f, format="png", dpi="figure")
+                    save_figure(build(space), f, format="png", dpi="figure")
                 written.append(path)
     return written

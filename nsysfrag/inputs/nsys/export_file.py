@@ -71,6 +71,22 @@ def database_uri(path: Path, header: bytes) -> str:
     return f"file:{name}?immutable=1"
 
 
+# What a statement may raise: sqlite3's errors, and UnicodeDecodeError when SQLite's message
+# quotes bytes that are not UTF-8 (a view naming a column "x\xff" that does not exist: Python
+# cannot decode "no such column: x\xff" into the error it would raise).
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
+def error_text(err: BaseException) -> str:
+    """The first line of an SQLite error, its bytes that are not UTF-8 as U+FFFD."""
+    if isinstance(err, UnicodeDecodeError) and isinstance(err.object, bytes):
+        text = err.object.decode("utf-8", "replace")
+    else:
+        text = str(err)
+    lines = text.splitlines()
+    return lines[0] if lines else type(err).__name__
+
+
 def decode_text(value: bytes) -> str:
     # SQLite hands back whatever bytes a TEXT cell holds: a damaged or foreign file may hold
     # bytes that are not UTF-8 (in its schema too), which must not stop the analysis.
@@ -110,7 +126,7 @@ class WorkBudget:
     def connect(self, uri: str) -> sqlite3.Connection:
         con = sqlite3.connect(uri, uri=True)
         con.text_factory = decode_text
-        limit_value_size(con, self.value_bytes)
+        limits.limit_sqlite_values(con, self.value_bytes)
         pages = _database_bytes(con)
         if pages is not None and pages < self.present:
             self.present = pages
@@ -148,7 +164,7 @@ class WorkBudget:
             if self._clock is not None:
                 self._clock.cancel()
 
-    def failure(self, path: Path, err: sqlite3.Error) -> str | None:
+    def failure(self, path: Path, err: BaseException) -> str | None:
         """The one line for ``err`` when a limit of this budget caused it, else None."""
         fix = "re-export the trace with `nsys export --type sqlite --force-overwrite=true`"
         if self.exceeded == "steps":
@@ -170,16 +186,8 @@ class WorkBudget:
         return None
 
 
-def limit_value_size(con: sqlite3.Connection, value_bytes: int) -> None:
-    """No string or blob, stored or computed, longer than ``value_bytes`` (SQLITE_LIMIT_LENGTH;
-    ``Connection.setlimit`` needs Python 3.11: before it, SQLite's own limit of 10^9 holds)."""
-    setlimit = getattr(con, "setlimit", None)
-    if setlimit is not None:
-        setlimit(sqlite3.SQLITE_LIMIT_LENGTH, value_bytes)
-
-
-def is_too_big(err: sqlite3.Error) -> bool:
-    return "too big" in str(err).lower()
+def is_too_big(err: BaseException) -> bool:
+    return "too big" in error_text(err).lower()
 
 
 def _database_bytes(con: sqlite3.Connection) -> int | None:

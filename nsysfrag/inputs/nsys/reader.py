@@ -77,7 +77,7 @@ def read_trace(
     try:
         with closing(connect()) as con:
             return _read(connect, con, path, uri, require_memory_events, progress)
-    except sqlite3.Error as err:
+    except export_file.SQLITE_ERRORS as err:
         refused = budget.failure(path, err)
         if refused is not None:
             raise InputError(refused) from None
@@ -89,9 +89,8 @@ def read_trace(
         budget.close()
 
 
-def _reason(err: sqlite3.Error) -> str:
-    lines = str(err).splitlines()
-    return lines[0] if lines else type(err).__name__
+def _reason(err: BaseException) -> str:
+    return export_file.error_text(err)
 
 
 def _read(
