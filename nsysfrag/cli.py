@@ -19,6 +19,7 @@ COMMANDS = {
     "compare": "nsysfrag.commands.compare:compare_command",
     "history": "nsysfrag.commands.history:history_command",
     "profile": "nsysfrag.commands.profile:profile_command",
+    "record": "nsysfrag.commands.record:record_command",
     "whatif": "nsysfrag.commands.whatif:whatif_command",
 }
 

@@ -307,6 +307,24 @@ def test_garbage_collection_frees_old_whole_segments_before_cudamalloc() -> None
     assert torch_run(*ops, ("a", "z", 40 * MiB), capacity=100 * MiB).reserved == 100 * MiB
 
 
+def test_garbage_collection_ages_blocks_by_their_pools_clock_shared_by_every_stream() -> None:
+    # GIVEN a 100 MiB device, threshold 0.5: a 30 MiB segment cached on stream 1, then another
+    # on stream 0 that stream 0 reuses three times (each get_free_block call ticks the large
+    # pool's one clock, whichever stream asks)
+    ops = [("a", "b", 30 * MiB, 1), ("f", "b"), ("a", "a", 30 * MiB, 0), ("f", "a")]
+    for k in range(3):
+        ops += [("a", f"x{k}", 30 * MiB, 0), ("f", f"x{k}")]
+    # WHEN 45 MiB is requested on stream 0 (60 MiB reserved is over the 50 MiB threshold) and
+    # then 30 MiB on stream 0 again
+    r = torch_run(*ops, ("a", "d", 45 * MiB, 0), ("a", "y", 30 * MiB, 0), capacity=100 * MiB,
+                  conf="garbage_collection_threshold=0.5")  # fmt: skip
+    # THEN the collector frees stream 1's segment, idle for five calls, and keeps stream 0's,
+    # which the last 30 MiB request reuses: no cudaMalloc for it
+    assert r.segments(LOG_SEGMENT_FREE) == [30 * MiB]
+    assert r.segments(LOG_SEGMENT_ALLOC) == [30 * MiB, 30 * MiB, 46 * MiB]
+    assert r.reserved == 76 * MiB
+
+
 # ---------------------------------------------------------------- torch: expandable segments
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import subprocess
 import sys
@@ -458,6 +459,31 @@ def test_an_oom_retry_is_reproduced_from_the_capacity_the_record_implies(tmp_pat
     assert roomy.capacity_bytes == 88 * MiB  # the record's evidence comes before --capacity
 
 
+def test_a_free_waiting_on_another_stream_completes_in_the_oom_path(tmp_path: Path) -> None:
+    # GIVEN a 40 MiB block freed while a side stream still used it (record_stream), a 1 KiB
+    # tensor, then a 30 MiB request: the cache search finds nothing (the free is pending),
+    # cudaMalloc is refused (72 MiB), and release_cached_blocks first waits for the side
+    # stream (the free completes), then frees the now whole segment; the retry gets 30 MiB
+    a, s, b = 0x1000_0000, 0x3000_0000, 0x2000_0000
+    trace = [
+        event("segment_alloc", a, 40 * MiB, 1), event("alloc", a, 40 * MiB, 2),
+        event("free_requested", a, 40 * MiB, 3),
+        event("segment_alloc", s, 2 * MiB, 4), event("alloc", s, KiB, 5),
+        event("free_completed", a, 40 * MiB, 6), event("segment_free", a, 40 * MiB, 7),
+        event("segment_alloc", b, 30 * MiB, 8), event("alloc", b, 30 * MiB, 9),
+    ]  # fmt: skip
+    small = {**segment(s, 2 * MiB, (s, KiB, "active_allocated"), (s + KiB, 2 * MiB - KiB, "inactive")),
+             "segment_type": "small"}  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[
+        small, segment(b, 30 * MiB, (b, 30 * MiB, "active_allocated"))])  # fmt: skip
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the model's free completes in its OOM path too: not before the search, where the
+    # 30 MiB would have been carved from the cached 40 MiB
+    assert d.recorded_oom_paths == d.simulated_oom_paths == 1 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 3
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes == 42 * MiB
+
+
 def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Path) -> None:
     # GIVEN a cached 40 MiB segment released with nothing asked for: torch.cuda.empty_cache()
     a, x = 0x1000_0000, 0x3000_0000
@@ -480,6 +506,32 @@ def test_a_release_no_allocation_needed_is_the_programs_empty_cache(tmp_path: Pa
     # AND the baseline is checked against the record even without --validate
     assert space.recommendation.model_error == 0.0
     assert space.recommendation.recorded_peak_reserved_bytes == 50 * MiB
+
+
+def test_an_oom_below_an_earlier_peak_is_replayed_on_the_peak(tmp_path: Path) -> None:
+    # GIVEN a run that held 102 MiB, gave its 100 MiB segment back (empty_cache()), and later,
+    # holding 62 MiB, failed to get 40 MiB with 1 MiB free on the device: its free memory
+    # shrank (another process, or CUDA's lazily loaded kernels), so reserved + free then
+    # (61 MiB after the OOM path freed a 2 MiB segment) is below what the run held before
+    s, x, a = 0x1000_0000, 0x2000_0000, 0x3000_0000
+    trace = [
+        event("segment_alloc", s, 2 * MiB, 1), event("alloc", s, KiB, 2),
+        event("segment_alloc", x, 100 * MiB, 3), event("alloc", x, 100 * MiB, 4),
+        event("free_completed", x, 100 * MiB, 5), event("segment_free", x, 100 * MiB, 6),
+        event("free_completed", s, KiB, 7),
+        event("segment_alloc", a, 60 * MiB, 8), event("alloc", a, 60 * MiB, 9),
+        event("segment_free", s, 2 * MiB, 10),
+        {"action": "oom", "device_free": 1 * MiB, "size": 40 * MiB, "stream": 0,
+         "time_us": 1_000_011, "frames": []},
+    ]  # fmt: skip
+    path = snapshot(tmp_path, trace, segments=[segment(a, 60 * MiB, (a, 60 * MiB, "active_allocated"))])
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the replay runs on the recorded peak, not on 61 MiB, where the 100 MiB tensor would
+    # fail and the replay peak 39 % low
+    assert d.capacity_bytes == d.peak_reserved_recorded_bytes == 102 * MiB
+    assert "changed during the run" in d.capacity_source
+    assert d.matched_segment_allocs == d.recorded_segment_allocs == 3
+    assert d.peak_reserved_simulated_bytes == 102 * MiB
 
 
 def test_an_expandable_oom_retry_is_reproduced_on_the_recorded_peak(tmp_path: Path) -> None:
@@ -541,6 +593,78 @@ def test_garbage_collection_settings_come_from_the_snapshot() -> None:
     (device,) = recorded_devices(snap)
     no_gc = _validate_device(device, TorchConfig())
     assert no_gc.simulated_oom_paths < d.simulated_oom_paths // 4
+
+
+def _reader_near_the_limit(tmp_path: Path, fraction: float | None) -> Path:
+    """A reader on a 1 GiB device (64 MiB for the CUDA context) with
+    garbage_collection_threshold:0.5, under a memory fraction or not: K/V caches grown by
+    concatenation past what fits, OOM retries, documents dropped when they do not fit."""
+    ms = make_snapshots()
+    a = ms.CachingAllocator(1 * GiB, 64 * MiB, expandable=False, va_base=0x7FA0_0000_0000,
+                            faithful=True, memory_fraction=fraction, gc_threshold=0.5)  # fmt: skip
+    rng = random.Random(3)
+    frames: list[dict[str, Any]] = []
+    for _ in range(20):
+        a.malloc(rng.randint(4, 12) * MiB, frames)
+    longest = 8
+    while len(a.trace) < 6000:
+        tokens = rng.randint(16, 200)
+        kv: list[Any] = []
+        notes: list[Any] = []
+        try:
+            kv += [a.malloc(tokens * 20 * KiB, frames) for _ in range(12)]
+            for _ in range(longest):
+                tokens += 64
+                notes.append(a.malloc(rng.randint(1, 3) * MiB, frames))
+                for layer in range(6):
+                    hidden = a.malloc(320 * KiB, frames)
+                    for k in (2 * layer, 2 * layer + 1):
+                        grown = a.malloc(tokens * 20 * KiB, frames)
+                        a.free(kv[k])
+                        kv[k] = grown
+                    a.free(a.malloc(2560 * KiB, frames))
+                    a.free(hidden)
+                    a.tick(400)
+            longest += rng.randint(1, 4)
+        except ms.OutOfMemory:
+            longest = 8
+        for b in kv + notes:
+            if b.allocated:
+                a.free(b)
+        a.tick(2e4)
+    path = tmp_path / f"reader_{fraction}.pickle"
+    path.write_bytes(pickle.dumps(a.snapshot("garbage_collection_threshold:0.5"), protocol=4))
+    return path
+
+
+def test_a_collection_threshold_without_a_memory_fraction_collects_nothing(tmp_path: Path) -> None:
+    # GIVEN garbage_collection_threshold:0.5 without set_per_process_memory_fraction, where
+    # PyTorch never collects: the run released cached segments only on its OOM retries
+    path = _reader_near_the_limit(tmp_path, fraction=None)
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the replay reads the record as a run without the collector (with it, the model
+    # collected before 76 mallocs and peaked 29 % low) and reproduces it
+    assert "without garbage collection" in (d.note or "") and d.collector is False
+    assert d.simulated_oom_paths == d.recorded_oom_paths == 4 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes
+
+
+def test_a_collector_under_a_memory_fraction_runs_on_the_allowed_maximum_it_implies(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the same reader under set_per_process_memory_fraction(0.9) (921.6 MiB allowed),
+    # whose collector keeps reserved memory far below the fraction (676 MiB at most)
+    path = _reader_near_the_limit(tmp_path, fraction=0.9)
+    (d,) = validate_snapshot(read_snapshot_columns(path)).devices
+    # THEN the allowed maximum comes from the collections (the least reserved memory the
+    # collector ran at, over the 0.5 threshold: 940 MiB, less a page), not from the peak
+    # (taking the collector's releases for refusals put it at 678 MiB: 97 % reproduced)
+    assert "collector" in d.capacity_source and d.capacity_bytes == 938 * MiB
+    assert "with garbage collection" in (d.note or "") and d.collector is True
+    assert d.simulated_oom_paths == d.recorded_oom_paths == 81 and d.empty_cache_calls == 0
+    assert d.matched_segment_allocs == d.recorded_segment_allocs
+    assert d.peak_reserved_simulated_bytes == d.peak_reserved_recorded_bytes
 
 
 def _has_segment_events(path: Path) -> bool:

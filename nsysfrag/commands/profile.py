@@ -74,7 +74,7 @@ def profile_command(
     """
     # -o names the recording here, so the report options' -o/--output alias is not offered.
     request = ReportRequest.from_options({**options, "output": None})
-    _check_program(command)
+    check_program(command)
     plan = nsys.ProfilePlan(
         command=command,
         prefix=_prefix(prefix),
@@ -145,7 +145,7 @@ def _prefix(prefix: Path | None) -> Path:
     return prefix
 
 
-def _check_program(command: tuple[str, ...]) -> None:
+def check_program(command: tuple[str, ...]) -> None:
     # Caught here in a line, rather than after nsys has started up and failed to launch it.
     program = command[0]
     if os.sep in program:

@@ -96,6 +96,9 @@ def run_job(
 
         require_dask()
     inputs = job_inputs(arguments, options.rank_pattern)
+    records = _records(arguments)
+    for note in records.notes():
+        _note(note)
     _check_outputs(request, inputs, export.cache_dir)
     baseline = load_job_document(request.baseline) if request.baseline is not None else None
     tasks = [
@@ -112,6 +115,7 @@ def run_job(
         for i in inputs
     ]
     outcomes = _execute(tasks, inputs, address, scheduler_file, options.jobs)
+    records.attach(outcomes)
     return _report(outcomes, request, baseline)
 
 
@@ -191,6 +195,10 @@ def _report(
     console = report_console()
     if to_screen:
         terminal.render(summaries, document, console)
+        if any("recorded" in e.get("analysis", {}) for e in document["ranks"]):
+            from nsysfrag.record.report import render_recorded
+
+            render_recorded(document["ranks"], console)
     code = 0
     if baseline is not None and request.baseline is not None:
         comparison = compare_jobs(baseline, document)
@@ -213,6 +221,44 @@ def _report(
     if failures:
         code = max(o.exit_code for o in failures)
     return code
+
+
+class _Records:
+    """The record folders (``nsysfrag record``) among a job's arguments: their notes, and the
+    ``recorded`` section each of their ranks' documents gets."""
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.folders = folders
+
+    def notes(self) -> list[str]:
+        from nsysfrag.record.layout import job_inputs as record_inputs
+
+        return [note for folder in self.folders for note in record_inputs(folder)[1]]
+
+    def attach(self, outcomes: Sequence[RankOutcome]) -> None:
+        if not self.folders:
+            return
+        from nsysfrag.record.layout import rank_folders
+        from nsysfrag.record.report import recorded_section
+
+        by_snapshot = {
+            os.path.realpath(r.snapshot): r
+            for folder in self.folders
+            for r in rank_folders(folder)
+            if r.snapshot is not None
+        }
+        for outcome in outcomes:
+            folder = by_snapshot.get(os.path.realpath(outcome.path))
+            if folder is not None and outcome.document is not None and folder.snapshot:
+                outcome.document["recorded"] = recorded_section(
+                    folder, folder.snapshot, outcome.document
+                )
+
+
+def _records(arguments: Sequence[Path]) -> _Records:
+    from nsysfrag.record.layout import is_record
+
+    return _Records([Path(a) for a in arguments if is_record(a)])
 
 
 def _record(outcomes: Sequence[RankOutcome], request: ReportRequest) -> None:

@@ -5,6 +5,9 @@ are not comparable: every nsys session and every snapshot has its own origin). A
 highest global fragmentation the rank reached in that slice, read from the step function of its
 document's timeline (at most 2,000 points per space, the peak always among them); with several
 spaces the rank's row takes the highest. A rank that ended earlier leaves its later cells empty.
+A rank of a record (``nsysfrag record``) adds the ratings of its live state snapshots, which
+cover the whole run, not only the snapshot's history window: its row starts at the earlier of
+its first event and its first rating.
 """
 
 from __future__ import annotations
@@ -48,7 +51,13 @@ def heat_rows(entries: Sequence[dict[str, Any]], columns: int = COLUMNS) -> tupl
             for s in entry["analysis"]["spaces"]
             if s["timeline"]["time_ns"]
         ]  # fmt: skip
-        series.append((int(entry["rank"]), time_origin(entry["analysis"]), timelines))
+        origin = time_origin(entry["analysis"])
+        ratings = entry["analysis"].get("recorded", {}).get("ratings", {})
+        if ratings.get("time_ns"):
+            rated = np.asarray(ratings["time_ns"], dtype=np.int64)
+            timelines.append((rated, np.asarray(ratings["global_frag"], dtype=np.float64)))
+            origin = min(origin, int(rated.min()))
+        series.append((int(entry["rank"]), origin, timelines))
     span = max(
         (max(int(t[-1]) for t, _ in tl) - origin for _, origin, tl in series if tl),
         default=0,

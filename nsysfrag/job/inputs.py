@@ -138,6 +138,10 @@ def _expand(argument: Path) -> list[tuple[Path, int | None]]:
     """The inputs one argument names, in order, with the rank a ``%q{VAR}`` pattern gave."""
     text = str(argument)
     if os.path.isdir(text):
+        from nsysfrag.record.layout import is_record
+
+        if is_record(text):
+            return _record_inputs(Path(text))
         found = _traces_in([Path(text, name) for name in sorted(os.listdir(text))])
         if not found:
             raise InputError(
@@ -156,6 +160,19 @@ def _expand(argument: Path) -> list[tuple[Path, int | None]]:
             raise InputError(f"{text}: matches no file; check the pattern (quote it for the shell)")
         return [(p, None) for p in found]
     raise InputError(f"{text}: no such file; pass traces (.sqlite, .nsys-rep), snapshots, folders or globs")
+
+
+def _record_inputs(folder: Path) -> list[tuple[Path, int | None]]:
+    """A record folder (``nsysfrag record``): each rank's snapshot, ranked by its folder."""
+    from nsysfrag.record.layout import job_inputs as record_inputs
+
+    inputs, _ = record_inputs(folder)
+    if not inputs:
+        raise InputError(
+            f"{folder}: the record holds no snapshot (no process of its command used CUDA, or"
+            " each died before writing one); see its processes.jsonl"
+        )
+    return [(path, rank) for path, rank in inputs]
 
 
 def _expand_nsys_name(text: str) -> list[tuple[Path, int | None]]:

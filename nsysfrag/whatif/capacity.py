@@ -115,6 +115,26 @@ class Record:
             )
         return None
 
+    def collector_capacity(self, gc_threshold: float) -> tuple[int, str] | None:
+        """The allowed maximum A a run with ``garbage_collection_threshold`` and a memory
+        fraction implies, with how; None when no release preceded a new segment. Before each
+        such segment the collector ran (reserved above threshold x A) or the allocator refused
+        itself (reserved + the segment above A): A lies below the larger of the two bounds of
+        every run, and at most at an OOM entry's reserved + free device memory."""
+        runs = self.runs
+        new = (runs.then == ALLOC) & (runs.new_segment > 0)
+        if not new.any():
+            return None
+        asked = runs.before[new] + runs.new_segment[new]
+        collected = runs.before[new] / gc_threshold
+        capacity = int(np.maximum(asked, collected).min()) - PAGE
+        if self.oom_capacity is not None:
+            capacity = min(capacity, self.oom_capacity)
+        return max(self.peak, capacity), (
+            "estimated from the recorded garbage collections and OOM retries: just below the"
+            " least reserved memory at which the collector ran or the allocator refused"
+        )
+
     def program_releases(self, capacity: int, gc_threshold: float) -> I64:
         """Trace indices where the program released memory itself (empty_cache()): the
         releases the allocator would not have made on a device of ``capacity``."""
@@ -194,11 +214,17 @@ def read_record(history: HistoryColumns, initial: int) -> Record:
     return Record(initial, reserved, runs, oom)
 
 
-def snapshot_capacity(capacity: int | None, record: Record) -> tuple[int, str]:
-    """The device the policies replay on: --capacity; else what the record implies; else an
-    assumed 80 GiB (or the recorded peak, if larger: the run did not run out)."""
+def snapshot_capacity(
+    capacity: int | None, record: Record, device_bytes: int | None = None
+) -> tuple[int, str]:
+    """The device the policies replay on: --capacity; else the device's total memory where
+    nsysfrag record wrote it beside the snapshot (``device_bytes``); else what the record
+    implies; else an assumed 80 GiB (or the recorded peak, if larger: the run did not run
+    out)."""
     if capacity is not None:
         return capacity, "--capacity"
+    if device_bytes is not None:
+        return device_bytes, "device: its total memory, recorded beside the snapshot"
     implied = record.implied_capacity()
     if implied is not None:
         return implied

@@ -39,9 +39,16 @@ def whatif(
             " the ground truth); this looks like an nsys export"
         )
     if snapshot:
+        from nsysfrag.record.facts import facts_beside
+
         columns = read_snapshot_columns(path)
         devices = recorded_devices(columns)
-        sources, notes = snapshot_streams(columns, devices, capacity)
+        said: list[str] = []
+        facts = facts_beside(path, said)  # X.device.json of nsysfrag record: the device's size
+        sources, notes = snapshot_streams(
+            columns, devices, capacity, facts.total_memory if facts is not None else None
+        )
+        notes += said
         # Every what-if of a snapshot quotes the model's error on it.
         checked = validate_snapshot(columns, capacity, devices)
         kind = SNAPSHOT

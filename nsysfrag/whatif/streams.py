@@ -61,9 +61,13 @@ def snapshot_config(columns: SnapshotColumns) -> TorchConfig:
 
 
 def snapshot_streams(
-    columns: SnapshotColumns, devices: Sequence[RecordedDevice], capacity: int | None
+    columns: SnapshotColumns,
+    devices: Sequence[RecordedDevice],
+    capacity: int | None,
+    device_bytes: dict[int, int] | None = None,
 ) -> tuple[list[RequestSource], list[str]]:
-    """One request stream per device of a PyTorch snapshot."""
+    """One request stream per device of a PyTorch snapshot (``device_bytes``: each device's
+    total memory, where a record wrote it beside the snapshot)."""
     config = snapshot_config(columns)
     as_run = as_run_policy(config)
     notes = [columns.layout]
@@ -84,7 +88,7 @@ def snapshot_streams(
             warnings.append(
                 f"{req.unmatched_frees} free(s) of blocks the snapshot never shows were skipped"
             )
-        cap, cap_source = snapshot_capacity(capacity, d.record)
+        cap, cap_source = snapshot_capacity(capacity, d.record, (device_bytes or {}).get(d.device))
         names = stream_names(req.stream_values)
         sources.append(
             RequestSource(

@@ -27,9 +27,11 @@ for rule from PyTorch's CUDACachingAllocator.cpp (@001074d, the 2.4/2.5 era):
 
 The device: ``cudaMalloc`` or a page map fails when reserved + the new bytes would exceed the
 capacity C. ``garbage_collection_threshold`` needs a memory fraction in PyTorch; the model takes
-the fraction to be set with C as the allowed maximum, or the option would do nothing. CUDA graph
-pools, ``record_stream`` (deferred frees) and the free-memory callbacks are not modelled: a
-stream's lifetimes are ``alloc`` → ``free_completed``.
+the fraction to be set with C as the allowed maximum, or the option would do nothing (a
+validation replay reads a snapshot both ways). A stream's lifetimes are ``alloc`` →
+``free_completed``; a free that waits on another stream (``record_stream``) completes at the
+next malloc, in its ``release_cached_blocks`` when it takes the OOM path, where a replay marks
+it so. CUDA graph pools and the free-memory callbacks are not modelled.
 
 Free memory for the metrics is what the allocator caches: ``F`` = reserved − allocated
 (the free blocks inside segments or mapped pages), ``L`` the largest cached free block, ``N``

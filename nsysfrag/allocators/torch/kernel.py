@@ -8,6 +8,13 @@ for a new segment, and on refusal release oversize blocks (``max_split_size``) a
 release every cached segment and retry once more; the request is a simulated OOM when that
 fails too. The block is split when ``should_split`` says so, carving the request from the low
 end. ``free`` merges the block with its free neighbours in the same segment and caches it.
+
+A free the program asked for while another stream still used the block (``record_stream``)
+completes later: PyTorch polls the stream's event at each malloc and waits on all of them in
+``release_cached_blocks``. Where a replay marks a request's free as pending, its block stays
+out of the cache until the next malloc: its OOM path completes it first thing in
+``release_cached_blocks``, or its end does (the record showed the free complete before the
+next allocation).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from nsysfrag.allocators.torch.segments import (
     get_free_block,
     release_available_cached_blocks,
     release_cached_blocks,
+    synchronize_and_free_events,
 )
 from nsysfrag.allocators.torch.state import (
     EXPANDABLE,
@@ -103,6 +111,8 @@ def _place(m: Model, event: int, r: int, nbytes: int) -> int:
     st = m.state
     st.counters[0].event = event
     n = _malloc(st, m.config, r, nbytes)
+    if st.counters[0].pending != 0:  # the malloc's OOM path did not complete them: its end does
+        synchronize_and_free_events(st)
     if st.counters[0].overflow != 0:
         return OVERFLOW
     if n == 0:
@@ -119,6 +129,11 @@ def _release(m: Model, r: int) -> int:
     st.requests[r].block = 0
     b = st.blocks
     freed = b[n].size
+    if st.requests[r].pending_free != 0:  # cached only by the next malloc (see the module)
+        c = st.counters[0]
+        b[n].pending_next = c.pending
+        c.pending = n
+        return int(freed)
     b[n].allocated = 0
     try_merge(st, n, b[n].prev)
     try_merge(st, n, b[n].next)
@@ -233,9 +248,14 @@ def simulate_torch(
     config: TorchConfig,
     initial: InitialLayout | None = None,
     es_va_bytes: int | None = None,
+    pending_frees: I64 | None = None,
 ) -> SimResult:
-    """Replay ``stream`` through the caching allocator with ``config`` on ``capacity_bytes``."""
+    """Replay ``stream`` through the caching allocator with ``config`` on ``capacity_bytes``.
+    ``pending_frees``: per request, 1 where its free waits on another stream until the next
+    malloc (default: none)."""
     initial = initial or InitialLayout.empty()
+    if pending_frees is None:
+        pending_frees = np.zeros(stream.n_requests, dtype=np.int64)
     n = stream.n_events
     top_stream = max(int(stream.stream.max()) if stream.n_requests else 0,
                      int(initial.segment_pool.max() // 2) if len(initial.segment_pool) else 0)  # fmt: skip
@@ -247,7 +267,7 @@ def simulate_torch(
     cfg = config.kernel_config(capacity_bytes, es_va_bytes)
     kind = stream.kind.astype(np.int64)
     while True:
-        st = new_state(max_blocks, max_es, n_pools, max_log, stream.stream)
+        st = new_state(max_blocks, max_es, max_log, stream.stream, pending_frees)
         out = Outputs.empty(n, stream.n_requests)
         ooms = _torch_kernel(kind, stream.request, stream.size, Model(st, cfg), initial, out)
         if ooms >= 0:

@@ -1,7 +1,7 @@
 """Getting memory for the ``torch`` kernel and giving it back: the cached-block search
 (``get_free_block``), new segments (``alloc_block``: cudaMalloc, or mapping pages of an
 expandable segment), and the three ways memory returns to CUDA — ``release_cached_blocks``
-(the OOM path and ``empty_cache``), ``release_available_cached_blocks`` (oversize blocks, only
+(the OOM path and ``empty_cache``; it first completes the frees that wait on other streams), ``release_available_cached_blocks`` (oversize blocks, only
 with ``max_split_size``) and the garbage collector (``garbage_collection_threshold``).
 """
 
@@ -47,7 +47,7 @@ def get_free_block(st: TorchState, cfg: KernelConfig, pool: int, size: int) -> i
     max_split_size refuse without trying the next candidate."""
     b = st.blocks
     if cfg.gc_limit >= 0:
-        st.gc_clock[pool] += 1
+        st.gc_clock[pool & 1] += 1
     tf = st.by_pool
     n = t_lower_bound(tf, (pool << SIZE_SHIFT) | size, 0)
     if n == 0 or pool_of(st, n) != pool:
@@ -138,8 +138,25 @@ def _unmap_block(st: TorchState, n: int) -> None:
 
 
 @kernel_step
+def synchronize_and_free_events(st: TorchState) -> None:
+    """Complete every free still waiting on another stream: merge and cache its block."""
+    b = st.blocks
+    c = st.counters[0]
+    while c.pending != 0:
+        n = c.pending
+        c.pending = b[n].pending_next
+        b[n].pending_next = 0
+        b[n].allocated = 0
+        try_merge(st, n, b[n].prev)
+        try_merge(st, n, b[n].next)
+        cache_block(st, n)
+
+
+@kernel_step
 def release_cached_blocks(st: TorchState) -> None:
-    """Free every whole free segment; unmap the free pages of expandable segments."""
+    """Complete the pending frees, then free every whole free segment and unmap the free
+    pages of expandable segments."""
+    synchronize_and_free_events(st)
     for k in range(candidates(st)):
         n = st.scratch[k]
         if st.blocks[n].segment < 0:
@@ -160,7 +177,8 @@ def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int
     key = max(mss, size)
     tf = st.by_pool
     n = t_lower_bound(tf, (pool << SIZE_SHIFT) | key, 0)
-    if n == 0 or pool_of(st, n) != pool:
+    # Newer PyTorch never releases an expandable block here: it looks below it instead.
+    if n == 0 or pool_of(st, n) != pool or b[n].segment >= 0:
         it = t_before(tf, (pool << SIZE_SHIFT) | key, 0, 0)
         if it == 0:
             return False
@@ -172,8 +190,6 @@ def release_available_cached_blocks(st: TorchState, cfg: KernelConfig, pool: int
             if _release_block(st, cur):
                 released += freed
         return bool(released >= key)
-    if b[n].segment >= 0:
-        return False
     return _release_block(st, n)
 
 
@@ -192,7 +208,7 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
         n = blocks[j]
         if b[n].segment < 0 and (b[n].pool & 1) == 0:
             blocks[k] = n
-            total_age += st.gc_clock[b[n].pool] - b[n].gc_base
+            total_age += st.gc_clock[b[n].pool & 1] - b[n].gc_base
             k += 1
     freeable = k
     if freeable == 0:
@@ -206,7 +222,7 @@ def garbage_collect(st: TorchState, cfg: KernelConfig) -> None:
             n = blocks[j]
             if n == 0:
                 continue
-            age = st.gc_clock[b[n].pool] - b[n].gc_base
+            age = st.gc_clock[b[n].pool & 1] - b[n].gc_base
             if age >= threshold:
                 freed = True
                 reclaimed += b[n].size

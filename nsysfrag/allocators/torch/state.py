@@ -48,6 +48,7 @@ TORCH_COUNTERS = np.dtype([
     ("log_length", np.int64),
     ("event", np.int64),  # the event being replayed, for the log
     ("overflow", np.int64),  # 1 when a table ran out of room: the run is retried bigger
+    ("pending", np.int64),  # head of the list of blocks whose free waits on another stream
 ])  # fmt: skip
 
 
@@ -65,6 +66,7 @@ BLOCK = np.dtype([
     ("cand_prev", np.int64),  # release-candidate list links
     ("cand_next", np.int64),
     ("flags", np.int64),  # IN_FREE | IN_UNMAPPED | IN_CANDIDATES
+    ("pending_next", np.int64),  # the next block of the pending-free list
 ])  # fmt: skip
 
 
@@ -85,6 +87,7 @@ LOG_ENTRY = np.dtype([  # one of the model's cudaMalloc / cudaFree / map / unmap
 REQUEST = np.dtype([
     ("block", np.int64),  # the block it holds, 0 for none
     ("stream", np.int64),
+    ("pending_free", np.int64),  # 1: its free completes only in the next malloc (see kernel)
 ])  # fmt: skip
 
 
@@ -96,7 +99,9 @@ class TorchState(NamedTuple):
     by_size: I64  # treap: cached free blocks by size
     unmapped: I64  # treap: unmapped ranges by (pool, address)
     expandables: Any  # EXPANDABLE records
-    gc_clock: I64  # per pool: get_free_block calls so far (the garbage collector's clock)
+    # get_free_block calls so far (the garbage collector's clock), per BlockPool: PyTorch keeps
+    # one small and one large pool for every stream, so the index is the pool key's small bit.
+    gc_clock: I64
     log: Any  # LOG_ENTRY records, in call order
     requests: Any  # REQUEST records, per request of the stream
     scratch: I64  # room for one list of block ids (the release candidates, as they are released)
@@ -107,18 +112,19 @@ def _zeros(n: int) -> I64:
 
 
 def new_state(
-    max_blocks: int, max_expandables: int, n_pools: int, max_log: int,
-    request_stream: I64,
+    max_blocks: int, max_expandables: int, max_log: int,
+    request_stream: I64, pending_free: I64,
 ) -> TorchState:  # fmt: skip
     requests = np.zeros(len(request_stream), dtype=REQUEST)
     requests["stream"] = request_stream
+    requests["pending_free"] = pending_free
     counters = np.zeros(1, dtype=TORCH_COUNTERS)
     counters[0]["next_address"] = ADDRESS_BASE
     blocks = np.zeros(max_blocks, dtype=BLOCK)
     return TorchState(
         blocks, counters, _zeros(max_blocks),
         new_treap(max_blocks, 11), new_treap(max_blocks, 12), new_treap(max_blocks, 13),
-        np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(n_pools),
+        np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(2),
         np.zeros(max_log, dtype=LOG_ENTRY), requests, _zeros(max_blocks),
     )  # fmt: skip
 
@@ -145,6 +151,7 @@ def new_block(st: TorchState) -> int:
     b[n].cand_prev = 0
     b[n].cand_next = 0
     b[n].flags = 0
+    b[n].pending_next = 0
     return int(n)
 
 
@@ -228,7 +235,7 @@ def cache_block(st: TorchState, n: int) -> None:
     t_insert(st.by_pool, n, (b[n].pool << SIZE_SHIFT) | size, b[n].address, size)
     t_insert(st.by_size, n, size, 0, size)
     b[n].flags |= IN_FREE
-    b[n].gc_base = st.gc_clock[b[n].pool]
+    b[n].gc_base = st.gc_clock[b[n].pool & 1]
     c.free_bytes += size
     c.free_blocks += 1
     if _is_candidate(st, n):

@@ -15,8 +15,18 @@ def open_snapshot(path: Path, options: InputOptions) -> Recording:
     """The snapshot read into columns (``columns``), one space per device (``spaces``)."""
     from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
     from nsysfrag.inputs.torch_snapshot.spaces import recording_of
+    from nsysfrag.record.facts import facts_beside
 
-    return recording_of(read_snapshot_columns(path, options.progress), options)
+    # A snapshot of `nsysfrag record` has its devices' sizes beside it (X.device.json).
+    warnings: list[str] = []
+    facts = facts_beside(path, warnings)
+    recording = recording_of(
+        read_snapshot_columns(path, options.progress),
+        options,
+        device_bytes=facts.total_memory if facts is not None else None,
+    )
+    recording.warnings.extend(warnings)
+    return recording
 
 
 TORCH_SNAPSHOT = InputFormat(

@@ -33,12 +33,17 @@ SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
 
 
-def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) -> Recording:
+def recording_of(
+    snapshot: Snapshot | SnapshotColumns,
+    options: InputOptions,
+    device_bytes: dict[int, int] | None = None,
+) -> Recording:
     """One space per CUDA device of ``snapshot`` (its records, or its columns).
 
-    ``options.capacity_bytes`` is C for every device; without it the model takes C from the
-    snapshot's OOM entries (reserved + CUDA free at the OOM), else from the peak reserved
-    memory (a warning says so).
+    ``options.capacity_bytes`` is C for every device; without it, a device's total memory
+    where ``device_bytes`` has it (the facts a record wrote beside the snapshot); else the
+    model takes C from the snapshot's OOM entries (reserved + CUDA free at the OOM), else from
+    the peak reserved memory (a warning says so).
     """
     if options.capacity_bytes is not None and options.capacity_bytes < 1:
         raise InputError("--capacity must be a positive number of bytes")
@@ -102,7 +107,13 @@ def recording_of(snapshot: Snapshot | SnapshotColumns, options: InputOptions) ->
                 device_name=f"cuda:{device}",
                 process_name=None,
                 events=events,
-                model=SegmentsModel(final, settings, facts, progress=options.progress),
+                model=SegmentsModel(
+                    final,
+                    settings,
+                    facts,
+                    progress=options.progress,
+                    device_bytes=(device_bytes or {}).get(device),
+                ),
                 capacity_bytes=options.capacity_bytes,
                 timestamps=timestamps,
             )

@@ -17,7 +17,8 @@ TERMS: tuple[tuple[str, str], ...] = (
     (
         "Capacity C",
         (
-            "--capacity; else reserved + the device free memory PyTorch recorded at an out-of-memory"
+            "--capacity; else the device's total memory where nsysfrag record wrote it beside the"
+            " snapshot; else reserved + the device free memory PyTorch recorded at an out-of-memory"
             " entry; else the peak reserved memory, and then the device is taken to be full at the"
             " peak, so the fragmentation figures are upper bounds."
         ),

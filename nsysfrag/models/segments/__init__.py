@@ -70,7 +70,7 @@ class SnapshotSection:
     """The figures only a snapshot has, in the order the JSON document lists them."""
 
     facts: SnapshotFacts
-    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    capacity_source: str  # "--capacity", "device", "oom" or "reserved_peak"
     reserved_bytes_peak: int
     allocated_bytes_peak: int
     requested_bytes_peak: int
@@ -93,6 +93,8 @@ class SegmentsModel:
     facts: SnapshotFacts
     name: str = MODEL_NAME
     progress: ProgressCallback | None = field(default=None, compare=False)
+    # The device's total memory where a record wrote it beside the snapshot (nsysfrag record).
+    device_bytes: int | None = None
 
     def run(self, space: RecordedSpace) -> SegmentsRun:
         compiled = None
@@ -106,7 +108,9 @@ class SegmentsModel:
         warnings: list[str] = []
         if len(r.time_ns) == 0:
             return SegmentsRun(self, space, r, _series(r, 0), 0, "", warnings, compiled)
-        capacity, capacity_source = _capacity(r, space.device, space.capacity_bytes, warnings)
+        capacity, capacity_source = _capacity(
+            r, space.device, space.capacity_bytes, warnings, self.device_bytes
+        )
         series = _series(r, capacity)
         device = space.device
         if r.conflicts:
@@ -135,7 +139,7 @@ class SegmentsRun:
     replay: DeviceReplay
     series: StateSeries
     capacity_bytes: int
-    capacity_source: str  # "--capacity", "oom" or "reserved_peak"
+    capacity_source: str  # "--capacity", "device", "oom" or "reserved_peak"
     warnings: list[str]
     compiled: CompiledDevice | None = None  # the kernels' inputs, when the run was compiled
 
@@ -210,7 +214,11 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
 
 
 def _capacity(
-    r: DeviceReplay, device: int, override: int | None, warnings: list[str]
+    r: DeviceReplay,
+    device: int,
+    override: int | None,
+    warnings: list[str],
+    device_bytes: int | None = None,
 ) -> tuple[int, str]:
     if override is not None:
         if r.max_reserved_bytes > override:
@@ -219,6 +227,14 @@ def _capacity(
                 f" more than --capacity {format_bytes(override)}; global_frag can exceed 1"
             )
         return override, "--capacity"
+    if device_bytes is not None:  # recorded beside the snapshot: the device's total memory
+        if r.max_reserved_bytes > device_bytes:
+            warnings.append(
+                f"device {device}: the snapshot reserved up to {format_bytes(r.max_reserved_bytes)},"
+                f" more than the {format_bytes(device_bytes)} its device facts give; global_frag"
+                " can exceed 1 (are the facts of another device?)"
+            )
+        return device_bytes, "device"
     estimates = [
         o.reserved_bytes + o.device_free_bytes for o in r.ooms if o.device_free_bytes is not None
     ]

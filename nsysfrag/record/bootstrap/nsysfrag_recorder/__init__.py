@@ -1,0 +1,113 @@
+"""The recorder ``nsysfrag record`` loads into every Python process of the command.
+
+Standard library only, and torch once the program has imported it: the program's interpreter
+may be another than nsysfrag's, without nsysfrag's dependencies, as old as Python 3.8. The
+bootstrap's ``sitecustomize`` calls :func:`install`; nothing happens until torch has
+initialized CUDA (``hook``), then :class:`~.recorder.Recorder` records the process into the
+record folder (``names`` lists its files). No error of the recorder reaches the program: each
+is one warning line on stderr (``files.warn``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from .hook import when_cuda_initialized
+from .names import ENV_DIR, PROCESSES
+from .stderr import warn
+
+if TYPE_CHECKING:  # imported once torch.cuda loads: every Python process starts the bootstrap
+    from .options import Options
+    from .recorder import OnState, Recorder
+
+_recorder: Recorder | None = None
+
+
+def active() -> Recorder | None:
+    """This process's recorder, once CUDA started it."""
+    return _recorder
+
+
+def install() -> None:
+    """Arm the recorder if ``$NSYSFRAG_RECORD_DIR`` names a record folder (the bootstrap)."""
+    out_dir = os.environ.get(ENV_DIR, "")
+    if not out_dir:
+        return
+    log_process(out_dir, "python")
+
+    def begin(torch: Any) -> None:
+        from .options import Options
+
+        start(torch, Options.from_environment(), out_dir)
+
+    when_cuda_initialized(
+        begin,
+        on_import=lambda: log_process(out_dir, "torch"),
+    )
+
+
+def start(
+    torch: Any,
+    options: Options,
+    out_dir: str,
+    on_state: OnState | None = None,
+    sample_in_background: bool = True,
+) -> Recorder | None:
+    """Record this process (CUDA is initialized); None, with a warning, when it cannot."""
+    global _recorder
+    from .recorder import Recorder
+
+    if _recorder is not None and _recorder.pid == os.getpid():
+        return _recorder
+    recorder = Recorder(torch, options, out_dir, on_state)
+    try:
+        folder = recorder.start(sample_in_background)
+    except Exception as err:  # noqa: BLE001
+        message = f"{type(err).__name__}: {err}"
+        log_process(out_dir, "error", error=message)
+        warn(f"pid {os.getpid()}: the recorder could not start ({message}); the program runs on unrecorded")
+        return None
+    _recorder = recorder
+    log_process(out_dir, "cuda", folder=os.path.basename(folder))
+    return recorder
+
+
+def log_process(out_dir: str, event: str, **fields: Any) -> None:
+    """A line in the record's ``processes.jsonl``: which processes got how far (what
+    ``nsysfrag record`` says when nothing was recorded)."""
+    record = {"event": event, "pid": os.getpid(), "time_unix_ns": time.time_ns(), **fields}
+    if event == "python":
+        import sys
+
+        record["argv"] = [str(a)[:200] for a in getattr(sys, "argv", [])[:8]]
+    line = (_json(record) + "\n").encode()
+    try:
+        fd = os.open(os.path.join(out_dir, PROCESSES), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # a record folder that vanished: nothing to tell
+
+
+# JSON for the processes log without the json module (and the re it imports): every Python
+# process of the command writes a line at start-up, and most of them never use CUDA.
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
+_ESCAPES.update({ord("\\"): "\\\\", ord('"'): '\\"'})
+
+
+def _json(value: Any) -> str:
+    if isinstance(value, str):
+        return '"' + value.translate(_ESCAPES) + '"'
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_json(str(k))}: {_json(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_json(v) for v in value) + "]"
+    return _json(str(value))

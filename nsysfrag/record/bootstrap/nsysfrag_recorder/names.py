@@ -1,0 +1,59 @@
+"""What the recorder and nsysfrag agree on: the environment that arms the recorder and the
+files of a record folder.
+
+A record folder ``OUT`` holds ``record.json`` (written by ``nsysfrag record``: the command,
+when, how it ended), ``processes.jsonl`` (a line per Python process that ran the bootstrap, and
+per step it reached: torch imported, CUDA initialized, a recorder error) and one folder per
+rank that used CUDA, ``rank{R}`` (``rank{R}-pid{P}`` for a second process of that rank):
+
+- ``process.json``: who the process was (rank, world size, host, pid, torch) and its devices;
+- ``timeline.jsonl``: a line per device per sample (``memory_stats()``, ``mem_get_info()``,
+  the sample's own cost) and a line per out-of-memory the allocator reported;
+- ``oom-{k}.pickle``: the snapshot at the k-th out-of-memory; ``final.pickle``: at exit;
+  ``state-{n}.pickle``: the newest state-only snapshot (``torch.cuda.memory_snapshot()``);
+- beside each snapshot ``X.pickle``, ``X.device.json``: the device facts a snapshot lacks.
+"""
+
+from __future__ import annotations
+
+ENV_DIR = "NSYSFRAG_RECORD_DIR"  # the record folder, absolute; unset: the bootstrap does nothing
+ENV_OPTIONS = "NSYSFRAG_RECORD_OPTIONS"  # JSON: see options.Options
+
+MARKER = "record.json"
+PROCESSES = "processes.jsonl"
+RANK_PREFIX = "rank"
+PROCESS = "process.json"
+TIMELINE = "timeline.jsonl"
+FINAL = "final.pickle"
+OOM_PREFIX = "oom-"
+STATE_PREFIX = "state-"
+SNAPSHOT_SUFFIX = ".pickle"
+FACTS_SUFFIX = ".device.json"
+
+RECORD_SCHEMA = "nsysfrag-record/1"
+FACTS_SCHEMA = "nsysfrag-record-facts/1"
+TIMELINE_SCHEMA = "nsysfrag-record-timeline/1"
+
+
+def facts_name(snapshot_name: str) -> str:
+    """``final.pickle`` -> ``final.device.json``."""
+    # Not str.removesuffix: the program may run Python 3.8.
+    suffix = snapshot_name.endswith(SNAPSHOT_SUFFIX)
+    stem = snapshot_name[: -len(SNAPSHOT_SUFFIX)] if suffix else snapshot_name
+    return stem + FACTS_SUFFIX
+
+
+def oom_name(k: int) -> str:
+    return f"{OOM_PREFIX}{k}{SNAPSHOT_SUFFIX}"
+
+
+def state_name(n: int) -> str:
+    return f"{STATE_PREFIX}{n}{SNAPSHOT_SUFFIX}"
+
+
+def numbered(name: str, prefix: str) -> int | None:
+    """``oom-3.pickle`` with prefix ``oom-`` -> 3; None for any other name."""
+    if not (name.startswith(prefix) and name.endswith(SNAPSHOT_SUFFIX)):
+        return None
+    digits = name[len(prefix) : -len(SNAPSHOT_SUFFIX)]
+    return int(digits) if digits.isdigit() and len(digits) < 10 else None
