@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from nsysfrag import __version__
+from nsysfrag import __version__, destinations
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
 from nsysfrag.printable import printable
 
@@ -78,6 +78,7 @@ _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpE
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn every expected failure into one line on stderr and an exit code."""
+    destinations.begin_run()
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
         code = cli.main(args=argv, prog_name="nsysfrag", standalone_mode=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import stat
 import sys
@@ -12,17 +13,20 @@ from pathlib import Path
 
 import pytest
 
+from nsysfrag import destinations
 from nsysfrag.errors import NsysError
 from nsysfrag.inputs.nsys import runner as nsys
 from nsysfrag.inputs.nsys.runner import Nsys, ProfilePlan
 from nsysfrag.testing.nsys_export import MemoryRow, write_export
 
 FAKE_DIR = Path(__file__).resolve().parent / "fake_nsys"
+_STAGED = re.compile(rf"^(.*/)?{re.escape(destinations.TEMP_PREFIX)}[^/]+/([^/]+)$")
 FAKE = FAKE_DIR / "nsys"
 FAKE_VERSION = "NVIDIA Nsight Systems version 2025.3.2.367-253236389321v0"
 _KNOBS = (
     "NSYS", "FAKE_NSYS_OLD", "FAKE_NSYS_FAIL", "FAKE_NSYS_HANG", "FAKE_NSYS_EXIT",
     "FAKE_NSYS_EXPORT_EMPTY", "FAKE_NSYS_INPUT_META", "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "FAKE_NSYS_STALL", "FAKE_NSYS_STALL_PIDS",
 )
 
 
@@ -37,8 +41,14 @@ class FakeNsys:
             return []
         return [json.loads(line) for line in self.log.read_text().splitlines()]
 
-    def calls(self) -> list[list[str]]:
+    def raw_calls(self) -> list[list[str]]:
         return [e["argv"] for e in self.entries() if "argv" in e]  # type: ignore[misc]
+
+    def calls(self) -> list[list[str]]:
+        """Each call, with the private folder nsys was given to write in taken out of its
+        paths (``nsysfrag.destinations``: a file lands by a rename from there), so a path reads
+        as where the file lands."""
+        return [[_STAGED.sub(r"\1\2", arg) for arg in argv] for argv in self.raw_calls()]
 
     def subcommands(self) -> list[str]:
         return [" ".join(c[:2]) if c[:2] == ["profile", "--help"] else c[0] for c in self.calls()]
@@ -376,19 +386,24 @@ def test_export_runs_nsys_and_checks_the_result(fake_nsys: FakeNsys, tmp_path: P
     ]
 
 
-def test_export_failure_quotes_nsys_and_removes_the_partial_file(
+def test_export_failure_quotes_nsys_and_leaves_the_file_there_as_it_was(
     fake_nsys: FakeNsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     report = _report(tmp_path / "run.nsys-rep")
-    partial = tmp_path / "run.sqlite"
-    partial.write_bytes(b"half an export")
+    earlier = tmp_path / "run.sqlite"
+    earlier.write_bytes(b"an earlier export")
     monkeypatch.setenv("FAKE_NSYS_FAIL", "export")
     with pytest.raises(NsysError) as err:
-        nsys.export_sqlite(Nsys(FAKE, FAKE_VERSION), report, partial)
+        nsys.export_sqlite(Nsys(FAKE, FAKE_VERSION), report, earlier)
     assert "nsys export failed" in str(err.value) and "exit 1" in str(err.value)
     assert ("fake nsys: starting export | fake nsys: export went wrong"
             " | fake nsys: export failed, giving up") in str(err.value)
-    assert not partial.exists()
+    # nsys wrote into a folder of its own, removed with what it left; nothing else changed.
+    assert earlier.read_bytes() == b"an earlier export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nsys-calls.jsonl", "run.nsys-rep",
+                                                          "run.sqlite"]  # fmt: skip
+    (staged,) = [a for a in fake_nsys.raw_calls()[0] if a.endswith("run.sqlite")]
+    assert Path(staged).parent.name.startswith(destinations.TEMP_PREFIX)
 
 
 def test_a_report_nsys_cannot_export(fake_nsys: FakeNsys, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ and the command's exit code; its snapshots must pass every check a genuine snaps
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path

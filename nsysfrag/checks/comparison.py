@@ -7,12 +7,12 @@ Every document a comparison reads back comes through :func:`read_json` and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nsysfrag.checks.document_words import Clock, DocumentWords, clock_of, document_words
+from nsysfrag.checks.documents import check_analysis, read_json
 from nsysfrag.checks.gates import HEALTH_ORDER
 from nsysfrag.checks.space_changes import (
     MomentChange,
@@ -40,6 +40,7 @@ METRICS: tuple[tuple[str, str, bool], ...] = (
     ("out-of-order frees", "out_of_order_frees", False),
     ("hole-creating frees", "hole_creating_frees", False),
 )
+COMPARED = tuple(key for _, key, _ in METRICS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,30 +93,15 @@ class Comparison:
         ]
 
 
-def read_json(path: Path) -> Any:
-    """The JSON in ``path``; InputError with a fix when there is none."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; pass JSON written by `nsysfrag analyze --json`")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise InputError(f"{path}: cannot read it ({err.strerror}); check the path") from None
-    except RecursionError:  # nesting deeper than any document nsysfrag writes
-        raise InputError(f"{path}: JSON nested too deeply to be an nsysfrag analysis") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputError(f"{path}: not JSON ({err}); pass the file `nsysfrag analyze --json` wrote") from None
-
-
 def load_document(path: Path) -> dict[str, Any]:
     """Read a `--json` document; raise InputError with a fix when it is not one."""
     return checked_document(read_json(path), path)
 
 
 def checked_document(doc: Any, path: Path) -> dict[str, Any]:
-    """``doc`` when it is an analysis (``nsysfrag/1``); InputError naming ``path`` when not."""
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("spaces"), list):
-        raise InputError(f"{path}: not an nsysfrag analysis (schema {SCHEMA}); re-run `nsysfrag analyze --json`")
-    return doc
+    """``doc`` when it is an analysis (``nsysfrag/1``) holding every value a comparison reads
+    (``checks.documents``); InputError naming ``path`` and the value when not."""
+    return check_analysis(doc, path, COMPARED, SCHEMA)
 
 
 def _name(space: dict[str, Any]) -> str:

@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from nsysfrag import limits
 from nsysfrag.analysis import Analysis
 from nsysfrag.checks.keys import key_list
 from nsysfrag.commands.feedback import say as say_line
+from nsysfrag.commands.outputs import stderr_console
+from nsysfrag.commands.params import Seconds
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_input,
@@ -40,6 +42,14 @@ _SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 def nsys_option(f: Any) -> Any:
+    """``--nsys PATH`` and ``--nsys-timeout SECONDS``."""
+    f = click.option(
+        "--nsys-timeout", "nsys_timeout", type=Seconds(limits.NSYS_EXPORT_S), metavar="SECONDS",
+        envvar=limits.NSYS_EXPORT_S.env, show_envvar=True,
+        help=f"The longest one nsys command may run: an export (default"
+        f" {limits.NSYS_EXPORT_S.default:g} s); given, it also ends a recording (nsys stops the"
+        " program and writes its report). nsys is killed with its helpers past it.",
+    )(f)
     return click.option(
         "--nsys", "nsys_path", metavar="PATH",
         help="The nsys to run (default: $NSYS, then PATH, then /opt/nvidia/nsight-systems/*/bin"
@@ -54,6 +64,7 @@ class ExportOptions:
     nsys_path: str | None = None
     cache_dir: Path | None = None
     reexport: bool = False
+    nsys_timeout: float | None = None  # --nsys-timeout; None: limits.NSYS_EXPORT_S
 
 
 @click.command(
@@ -74,6 +85,7 @@ class ExportOptions:
 def analyze_command(
     traces: tuple[Path, ...],
     nsys_path: str | None,
+    nsys_timeout: float | None,
     cache_dir: Path | None,
     reexport: bool,
     jobs: int | None,
@@ -106,7 +118,7 @@ def analyze_command(
         nsysfrag analyze 'runs/rank%q{RANK}.nsys-rep' --html job.html --json job.json
     """
     request = ReportRequest.from_options(options)
-    export = ExportOptions(nsys_path, cache_dir, reexport)
+    export = ExportOptions(nsys_path, cache_dir, reexport, nsys_timeout)
     if is_job(traces):
         from nsysfrag.job.command import JobOptions, run_job
 
@@ -114,7 +126,7 @@ def analyze_command(
         code = run_job(traces, request, export, job)
     else:
         (trace,) = traces
-        check_outputs(request, trace)
+        check_outputs(request, trace, exports_of(trace, cache_dir))
         analysis, analyzed = analyze_argument(trace, request, export)
         code = emit_reports(analysis, request, analyzed)
     if code:
@@ -140,7 +152,7 @@ def analyze_argument(
     if is_report(trace):
         trace = export_report(
             trace, export.nsys_path, export.cache_dir, export.reexport,
-            say=say, interactive=interactive,
+            say=say, interactive=interactive, nsys_timeout=export.nsys_timeout,
         )
         check_outputs(request, trace)
     elif export.reexport or export.cache_dir is not None:
@@ -159,6 +171,7 @@ def export_report(
     *,
     say: Callable[[str], None] | None = None,
     interactive: bool = True,
+    nsys_timeout: float | None = None,
 ) -> Path:
     """The SQLite export of ``report``: reused when fresh, else written by nsys."""
     check_input_file(
@@ -185,7 +198,7 @@ def export_report(
             " pass --cache-dir DIR"
         )
     try:
-        tool = locate_nsys(nsys_path, say)
+        tool = locate_nsys(nsys_path, say, nsys_timeout)
     except NsysError as err:
         # The report may have come from a machine that has nsys: exporting there also works.
         raise NsysError(
@@ -196,11 +209,25 @@ def export_report(
         return nsys.export_sqlite(tool, report, plan.path)
 
 
-def locate_nsys(explicit: str | None, say: Callable[[str], None] | None = None) -> Nsys:
-    """Find nsys and say which one (and which version) does the work."""
+def exports_of(trace: Path, cache_dir: Path | None) -> list[Path]:
+    """Where a report's export may go (none for any other input): files no output replaces."""
+    if not is_report(trace):
+        return []
+    from nsysfrag.inputs.nsys.runner import export_candidates
+
+    return list(export_candidates(trace, cache_dir))
+
+
+def locate_nsys(
+    explicit: str | None,
+    say: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
+) -> Nsys:
+    """Find nsys and say which one (and which version) does the work; ``timeout_s`` bounds
+    each of its commands (--nsys-timeout)."""
     from nsysfrag.inputs.nsys import runner as nsys
 
-    tool = nsys.nsys_version(nsys.find_nsys(explicit))
+    tool = nsys.nsys_version(nsys.find_nsys(explicit), timeout_s)
     (say or note)(f"using {tool.version} ({tool.path})")
     return tool
 
@@ -232,7 +259,7 @@ class _PhaseLine:
 @contextmanager
 def phase(label: str) -> Iterator[None]:
     """A transient status line on stderr while the block runs; nothing unless it is a terminal."""
-    console = Console(stderr=True)
+    console = stderr_console()
     if not console.is_terminal:
         yield
         return

@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from nsysfrag.commands.outputs import stderr_console
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.events import ProgressCallback
 from nsysfrag.printable import printable
@@ -144,7 +145,7 @@ class _CompileListener(numba_event.Listener):
 @contextmanager
 def feedback() -> Iterator[Feedback]:
     """A :class:`Feedback` on stderr for the duration of the block."""
-    shown = Feedback(Console(stderr=True))
+    shown = Feedback(stderr_console())
     try:
         yield shown
     finally:

@@ -7,6 +7,8 @@ import math
 
 import click
 
+from nsysfrag.errors import InputError
+from nsysfrag.limits import Limit
 from nsysfrag.units import SizeError, parse_bytes
 
 
@@ -43,3 +45,23 @@ class Delta(click.ParamType):  # type: ignore[type-arg]
         if not math.isfinite(number) or number < 0:
             self.fail(f"{value!r}: must be a finite number, 0 or more (e.g. 0.05)", param, ctx)
         return number
+
+
+class Seconds(click.ParamType):  # type: ignore[type-arg]
+    """A time limit in seconds (``600``, ``2.5``): positive and finite, as ``limit`` says."""
+
+    name = "SECONDS"
+
+    def __init__(self, limit: Limit) -> None:
+        self.limit = limit
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, (int, float)):
+            return float(value)
+        source = param.opts[0] if param is not None and param.opts else "SECONDS"
+        try:
+            return self.limit.parse(str(value), source)
+        except InputError as err:
+            self.fail(str(err), param, ctx)

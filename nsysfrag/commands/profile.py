@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from nsysfrag.commands.analyze import clock, locate_nsys, note, nsys_option, phase
+from nsysfrag.commands.outputs import Output
 from nsysfrag.commands.report_options import (
     ReportRequest,
     analyze_input,
@@ -51,6 +52,7 @@ TORCH_WARNING = (
 def profile_command(
     prefix: Path | None,
     nsys_path: str | None,
+    nsys_timeout: float | None,
     backtrace: bool,
     capture_range: str | None,
     nsys_args: tuple[str, ...],
@@ -81,8 +83,12 @@ def profile_command(
         extra_args=nsys_args,
         torch_tensors=torch_tensors,
     )
-    check_outputs(request, plan.export)
-    tool = locate_nsys(nsys_path)
+    recording = [
+        Output("-o", plan.report, stdout_ok=False),
+        Output("-o", plan.export, stdout_ok=False),
+    ]
+    check_outputs(request, None, made_here=recording)
+    tool = locate_nsys(nsys_path, timeout_s=nsys_timeout)
     nsys.require_memory_tracking(tool)
 
     outcome = _record(tool, plan, request)
@@ -96,6 +102,9 @@ def profile_command(
     if outcome.signal is not None:
         note(f"{signal.Signals(outcome.signal).name} received; nsys stopped recording,"
              " analyzing what it wrote")
+    elif outcome.timed_out:
+        note(f"--nsys-timeout ({nsys_timeout:g} s) stopped the recording; analyzing what nsys"
+             " wrote")
 
     try:
         with phase(f"exporting {plan.report.name}"):

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import click
 
+from nsysfrag import destinations
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.checks.comparison import compare, load_document
 from nsysfrag.checks.document_words import document_words, other_kinds, same_model
@@ -23,6 +23,7 @@ from nsysfrag.commands.outputs import (
     check_destinations,
     report_console,
     write_text,
+    write_with,
 )
 from nsysfrag.commands.params import ByteSize, Delta
 from nsysfrag.errors import InputError
@@ -184,14 +185,22 @@ def report_options(f: F) -> F:
     return f
 
 
-def check_outputs(request: ReportRequest, source: Path) -> None:
+def check_outputs(
+    request: ReportRequest,
+    source: Path | None,
+    exports: Sequence[Path] = (),
+    made_here: Sequence[Output] = (),
+) -> None:
     """Fail before any work when an output would clobber a file the run needs or has, or cannot
-    be written, or when the baseline cannot be read."""
-    kept = [Kept("the input trace", source)]
+    be written, or when the baseline cannot be read. ``source`` is the input, ``exports``
+    where its export (of a report) may go; ``made_here`` are the files nsys writes in this run
+    (``profile``'s recording and its export), outputs like the reports."""
+    kept = [Kept("the input trace", source)] if source is not None else []
+    kept += [Kept("the export of the input report", p, destinations.NSYS_EXPORT) for p in exports]
     if request.baseline is not None:
         kept.append(Kept("the --baseline document", request.baseline))
-    outputs = request.outputs()
-    check_destinations(outputs, kept, request.db)
+    outputs = [*request.outputs(), *made_here]
+    check_destinations(outputs, kept, request.db, recording=request.record)
     if request.baseline is not None:
         baseline = load_document(request.baseline)  # fail now, not after a long analysis
         check_regular_file(source)  # recognising the format may read it: never a FIFO
@@ -233,15 +242,11 @@ def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> in
     for (r, _), output in zip(request.reports, request.outputs(), strict=True):
         if r.render is not None:
             write_text(output, r.renderer()(analysis))
-            continue
-        destination: Path | TextIO = sys.stdout if output.to_stdout else output.path
-        try:
-            r.writer()(analysis, destination)
-        except OSError as err:
-            raise InputError(
-                f"{output.option} {output.path}: cannot write ({err.strerror}); choose a"
-                " writable path"
-            ) from None
+        elif r.folder:
+            r.writer()(analysis, output.path)  # it writes each file through destinations
+        else:
+            writer = r.writer()
+            write_with(output, lambda stream: writer(analysis, stream))  # noqa: B023
     to_screen = request.to_screen()
     console = report_console()
     if to_screen:

@@ -23,6 +23,7 @@ from nsysfrag.reporters.figure_axes import (
     WARN_BAND,
     BytesFormatter,
     BytesLocator,
+    save_figure,
 )
 
 MAX_RUN_TICKS = 12
@@ -91,6 +92,10 @@ def trend_figure(
     return fig
 
 
-def write_png(figure: Figure, path: Path) -> None:
-    # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-    figure.savefig(path, format="png", dpi="figure")
+def write_png(figure: Figure, path: Path, option: str = "--png") -> None:
+    """The chart as a PNG file at ``path``, through ``nsysfrag.destinations``."""
+    from nsysfrag import destinations
+
+    with destinations.writing(option) as batch, batch.open(path, binary=True) as f:
+        # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
+        save_figure(figure, f, format="png", dpi="figure")

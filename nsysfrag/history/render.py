@@ -57,7 +57,7 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
                 f"{float(space.get('max.global_frag')):.1%}",
                 f"{float(space.get('max.local_frag')):.1%}",
                 f"{int(space.get('max.free_blocks')):,}",
-                Text(space.health, style=HEALTH_STYLE.get(space.health, "")),
+                outside(space.health, style=HEALTH_STYLE.get(space.health, "")),
             ]
             for space in run.spaces
         ] or [["(no spaces)", "", "", "", ""]]
@@ -106,10 +106,11 @@ def trend_lines(
             style="bold",
         )
     ]
-    width = max((len(s.key) for s in all_series), default=0)
-    for s in all_series:
+    keys = [printable(s.key) for s in all_series]  # a space's key names its model: stored text
+    width = max((len(k) for k in keys), default=0)
+    for s, key in zip(all_series, keys, strict=True):
         present = s.present
-        line = Text(f"{s.key:<{width}}  ")
+        line = outside(f"{key:<{width}}  ")
         line.append(sparkline(s.values), style="cyan")
         if present:
             line.append(

@@ -20,24 +20,33 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import URL, Connection, Engine, RowMapping, exc, select
+from sqlalchemy import URL, Connection, Engine, Table, exc, select, type_coerce
+from sqlalchemy.types import NullType
 
 from nsysfrag import __version__
 from nsysfrag.checks.keys import numeric_keys
 from nsysfrag.errors import InputError
 from nsysfrag.history.connection import (
     WRITE,
+    check_database_file,
     database_file,
     database_url,
     engine_for,
     explain,
     first_line,
     location,
-    make_parent,
     read_only_engine,
     sqlite_file_missing,
     upgraded_copy,
     use_wal,
+    wal_without_writer,
+)
+from nsysfrag.history.integrity import (
+    check_database,
+    extra_value,
+    run_values,
+    space_row_values,
+    tag_values,
 )
 from nsysfrag.history.migrations import LATEST, current_version, migrate, require_known
 from nsysfrag.history.schema import (
@@ -50,6 +59,8 @@ from nsysfrag.history.schema import (
     runs,
 )
 from nsysfrag.inputs.files import display_path
+from nsysfrag.inputs.nsys.export_file import error_text
+from nsysfrag.limits import MAX_RANK
 from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.reporters.json_report import SCHEMA
 
@@ -109,6 +120,8 @@ class RunRecord:
         if document.get("schema") != SCHEMA or not isinstance(document.get("spaces"), list):
             raise InputError(f"not an nsysfrag analysis (schema {SCHEMA}); nothing recorded")
         model = document.get("model", {})
+        if rank is not None and not 0 <= rank <= MAX_RANK:
+            raise InputError(f"rank {rank}: not a rank number (0 to {MAX_RANK:,}); nothing recorded")
         return cls(
             trace_path=display_path(Path(trace_path).resolve()),  # text, as reports write it
             trace_sha256=sha256_file(trace_path),
@@ -283,12 +296,12 @@ class HistoryStore:
             return
         file = database_file(url)
         with self._errors():
+            if file is not None:
+                check_database_file(file, writing=create)
             if file is not None and not create:
                 # Reading never writes: no journal-mode switch, no upgrade of the file.
                 self._engine = self._open_read_only(file)
                 return
-            if file is not None:
-                make_parent(file)
             self._engine = engine_for(url)
             self._upgrade()
 
@@ -315,6 +328,10 @@ class HistoryStore:
             raise InputError(explain(self.location, message, err, server=server)) from None
         except sqlite3.Error as err:  # from the driver's own connection (journal mode, copy)
             raise InputError(explain(self.location, first_line(err), err, server=False)) from None
+        except UnicodeDecodeError as err:  # SQLite's message quoted bytes that are not UTF-8
+            raise InputError(
+                explain(self.location, error_text(err), err, server=False)
+            ) from None
         except exc.NoSuchModuleError:
             raise InputError(
                 f"{self.location}: unsupported database; use an SQLite path or"
@@ -338,18 +355,22 @@ class HistoryStore:
     def _open_read_only(self, file: Path) -> Engine:
         """The file opened read-only; as immutable when even that fails (a WAL database on
         read-only storage, which cannot get its shared-memory file), saying so; upgraded in a
-        copy in memory when an older nsysfrag wrote it."""
-        for immutable in (False, True):
+        copy in memory when an older nsysfrag wrote it. A WAL database with no -wal file
+        beside it (no writer has it open) is read as immutable at once: a read-only
+        connection would leave a -shm and a -wal file behind."""
+        idle_wal = wal_without_writer(file)
+        for immutable in (idle_wal, True):
             engine = read_only_engine(file, immutable=immutable)
             try:
                 with engine.connect() as connection, connection.begin():
+                    check_database(connection, self.location)
                     version = current_version(connection)
             except exc.OperationalError:
                 engine.dispose()
                 if immutable:
                     raise
                 continue
-            if immutable:
+            if immutable and not idle_wal:
                 self.note = (
                     f"{self.location} is on read-only storage; read as an immutable file (a run"
                     " recorded elsewhere at this moment may not show)"
@@ -363,6 +384,7 @@ class HistoryStore:
     def _upgrade(self) -> None:
         with self._connect(write=False) as connection:
             with connection.begin():
+                check_database(connection, self.location)
                 version = current_version(connection)  # refuses a database that is not ours
             if connection.dialect.name == "sqlite":
                 use_wal(connection)
@@ -402,7 +424,7 @@ class HistoryStore:
         if self._engine is None:
             return []
         with self._errors(), self._connect(write=False) as connection, connection.begin():
-            stmt = select(runs).order_by(runs.c.recorded_at.desc(), runs.c.id.desc())
+            stmt = select(*_raw(runs)).order_by(runs.c.recorded_at.desc(), runs.c.id.desc())
             for key, value in query.tags:
                 stmt = stmt.where(
                     runs.c.id.in_(
@@ -419,28 +441,34 @@ class HistoryStore:
                 stmt = stmt.where(runs.c.recorded_at < _naive_utc(query.until))
             if query.limit is not None:
                 stmt = stmt.limit(query.limit)
-            rows = connection.execute(stmt).mappings().all()
+            rows = [
+                run_values(row, self.location) for row in connection.execute(stmt).mappings()
+            ]
             ids = [row["id"] for row in rows]
             tags: dict[int, dict[str, str]] = {i: {} for i in ids}
             spaces: dict[int, list[StoredSpace]] = {i: [] for i in ids}
             extra: dict[tuple[int, int, int, str], dict[str, float]] = {}
             for chunk in _chunks(ids, 500):
                 for v in connection.execute(
-                    select(run_space_values).where(run_space_values.c.run_id.in_(chunk))
-                ):
-                    owner = (v.run_id, v.pid, v.device, v.model)
-                    extra.setdefault(owner, {})[v.path] = v.value
+                    select(*_raw(run_space_values)).where(run_space_values.c.run_id.in_(chunk))
+                ).mappings():
+                    owner, path, value = extra_value(v, self.location)
+                    extra.setdefault(owner, {})[path] = value
                 for t in connection.execute(
-                    select(run_tags).where(run_tags.c.run_id.in_(chunk)).order_by(run_tags.c.key)
-                ):
-                    tags[t.run_id][t.key] = t.value
+                    select(*_raw(run_tags))
+                    .where(run_tags.c.run_id.in_(chunk))
+                    .order_by(run_tags.c.key)
+                ).mappings():
+                    run_id, key, value = tag_values(t, self.location)
+                    tags[run_id][key] = value
                 for s in connection.execute(
-                    select(run_spaces)
+                    select(*_raw(run_spaces))
                     .where(run_spaces.c.run_id.in_(chunk))
                     .order_by(run_spaces.c.pid, run_spaces.c.device, run_spaces.c.model)
                 ).mappings():
                     owner = (s["run_id"], s["pid"], s["device"], s["model"])
-                    spaces[s["run_id"]].append(_space(s, extra.get(owner, {})))
+                    values = space_row_values(s, self.location)
+                    spaces[s["run_id"]].append(StoredSpace(values, extra.get(owner, {})))
         return [
             StoredRun(
                 id=row["id"],
@@ -567,14 +595,10 @@ def _find_run(connection: Connection, run: RunRecord) -> int | None:
     return None if found is None else int(found)
 
 
-def _space(row: RowMapping, extra: Mapping[str, float]) -> StoredSpace:
-    values = {}
-    for f in SPACE_FIELDS:
-        value = row[f.column]
-        if f.path == "span_mode" and value is not None:
-            value = bool(value)
-        values[f.path] = value
-    return StoredSpace(values, extra)
+def _raw(table: Table) -> list[Any]:
+    """The table's columns as the driver hands them (no type's conversion, which would fail
+    on a value nsysfrag never stores before ``integrity`` can name it)."""
+    return [type_coerce(c, NullType()).label(c.name) for c in table.c]
 
 
 def _naive_utc(moment: datetime) -> datetime:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nsysfrag import limits
+from nsysfrag.errors import InputError
 from nsysfrag.events import AllocationEvents, InputCounts, ProgressCallback, SourceInfo
 
 if TYPE_CHECKING:
@@ -75,6 +77,19 @@ class InputFormat:
 
 
 _FORMATS: list[InputFormat] = []
+
+
+def check_space_count(path: str, count: int, what: str) -> None:
+    """Refuse an input of more than ``limits.MAX_SPACES`` spaces (``what``: "processes ×
+    devices"): each costs its own replay, analysis and report section, so a small hostile file
+    naming 100,000 of them would run for minutes."""
+    most = int(limits.MAX_SPACES.value())
+    if count > most:
+        raise InputError(
+            f"{path}: {count:,} address spaces ({what}), more than the {most:,} nsysfrag reads"
+            f" from one input (each is replayed, analyzed and reported on its own); set"
+            f" {limits.MAX_SPACES.env}={count} to read it anyway"
+        )
 
 
 def formats() -> list[InputFormat]:

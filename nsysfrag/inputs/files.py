@@ -49,6 +49,15 @@ def check_regular_file(path: Path) -> None:
         _refuse_special(path, st)
 
 
+def present_bytes(path: Path | str) -> int:
+    """The bytes really in the file: its size, or less when it is sparse (a hole of a
+    terabyte at its end holds no data, and no limit keyed on the size may count it). The
+    blocks the file system allocated, where it says (``st_blocks``)."""
+    st = os.stat(path)
+    blocks = getattr(st, "st_blocks", None)
+    return st.st_size if blocks is None else min(st.st_size, blocks * 512)
+
+
 def display_path(path: Path | str) -> str:
     """``path`` as reports write it: a name that is not valid UTF-8 (Python keeps its bytes as
     lone surrogates, which no UTF-8 output can encode) shows those bytes as ``\\xNN``."""

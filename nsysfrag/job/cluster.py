@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from nsysfrag import limits
+from nsysfrag.checks.documents import scheduler_address
 from nsysfrag.errors import InputError
 from nsysfrag.job.pool import Progress
 from nsysfrag.job.worker import RankOutcome, RankTask, analyze_rank, failed
@@ -29,13 +31,16 @@ def run_on_cluster(
     address: str | None,
     scheduler_file: Path | None = None,
     progress: Progress | None = None,
+    connected: Callable[[], None] | None = None,
 ) -> list[RankOutcome]:
     """Every task's outcome, run on the cluster whose scheduler is at ``address`` (or named in
-    ``scheduler_file``)."""
+    ``scheduler_file``); ``connected`` is called once the scheduler answered."""
     require_dask()
     from distributed import Client, as_completed
 
     client = _connect(Client, address, scheduler_file)
+    if connected is not None:
+        connected()
     cwd = os.getcwd()
     job = uuid.uuid4().hex[:8]
     sent = [replace(t, cwd=cwd) for t in tasks]
@@ -72,23 +77,22 @@ def require_dask() -> None:
 
 
 def _connect(client: Any, address: str | None, scheduler_file: Path | None) -> Any:
-    where = f"scheduler file {scheduler_file}" if scheduler_file is not None else str(address)
-    if scheduler_file is not None and not scheduler_file.is_file():
-        raise InputError(
-            f"--scheduler-file {scheduler_file}: no such file; pass the file `dask scheduler"
-            " --scheduler-file` wrote"
-        )
-    # How long to keep trying is Dask's own setting, distributed.comm.timeouts.connect (30 s;
-    # DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s to change it).
+    """A client of the scheduler at ``address`` or named in ``scheduler_file`` (read and
+    checked here, ``checks.documents``), trying for at most ``limits.DASK_CONNECT_S``."""
+    if scheduler_file is not None:
+        address = scheduler_address(scheduler_file)
+        where = f"{address} (from {scheduler_file})"
+    else:
+        where = str(address)
+    timeout_s = limits.DASK_CONNECT_S.value()
     try:
-        if scheduler_file is not None:
-            return client(scheduler_file=str(scheduler_file))
-        return client(address)
-    except (OSError, TimeoutError, ValueError) as err:
+        return client(address, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError, TypeError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise InputError(
-            f"cannot reach the Dask scheduler at {where} ({reason}); check that it is running and"
-            " the address is right"
+            f"cannot reach the Dask scheduler at {where} ({reason[:300]}); check that it is running"
+            f" and the address is right (nsysfrag tries for {timeout_s:g} s:"
+            f" {limits.DASK_CONNECT_S.env})"
         ) from None
 
 

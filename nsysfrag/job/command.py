@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
@@ -100,7 +99,7 @@ def run_job(
     records = _records(arguments)
     for note in records.notes():
         _note(note)
-    _check_outputs(request, inputs)
+    _check_outputs(request, inputs, export.cache_dir)
     baseline = load_job_document(request.baseline) if request.baseline is not None else None
     outcomes = _execute(_tasks(inputs, request, export), inputs, address, scheduler_file, options.jobs)
     records.attach(outcomes)
@@ -132,26 +131,33 @@ def _tasks(inputs: Sequence[RankInput], request: ReportRequest, export: ExportOp
             nsys_path=export.nsys_path,
             cache_dir=str(export.cache_dir) if export.cache_dir is not None else None,
             reexport=export.reexport,
+            nsys_timeout=export.nsys_timeout,
         )
         for i in inputs
     ]
 
 
-def _check_outputs(request: ReportRequest, inputs: Sequence[RankInput]) -> None:
-    """No output may overwrite an input (or the export beside a report), the baseline or the
-    history; checked before any work (commands.outputs)."""
+def _check_outputs(
+    request: ReportRequest, inputs: Sequence[RankInput], cache_dir: Path | None
+) -> None:
+    """No output may overwrite an input (or where a report's export goes, beside it or in
+    --cache-dir), the baseline or the history; checked before any work (commands.outputs)
+    and again as each output is written (nsysfrag.destinations)."""
+    from nsysfrag import destinations
     from nsysfrag.commands.outputs import Kept, check_destinations
+    from nsysfrag.inputs.nsys.runner import export_candidates
 
     kept = [Kept("the input trace", i.path) for i in inputs]
     kept += [
-        Kept("the export of an input trace", i.path.with_suffix(".sqlite"))
+        Kept(f"the export of rank {i.rank}'s report", export, destinations.NSYS_EXPORT)
         for i in inputs
         if is_report(i.path)
+        for export in export_candidates(i.path, cache_dir)
     ]
     if request.baseline is not None:
         kept.append(Kept("the --baseline document", request.baseline))
     outputs = request.outputs()
-    check_destinations(outputs, kept, request.db)
+    check_destinations(outputs, kept, request.db, recording=request.record)
 
 
 def _execute(
@@ -167,9 +173,12 @@ def _execute(
         from nsysfrag.job.cluster import run_on_cluster
 
         where = f"scheduler file {scheduler_file}" if scheduler_file else address
-        _note(f"running {len(tasks)} ranks on the Dask cluster at {where}")
+
+        def connected() -> None:
+            _note(f"running {len(tasks)} ranks on the Dask cluster at {where}")
+
         with _progress() as progress:
-            return run_on_cluster(tasks, address, scheduler_file, progress)
+            return run_on_cluster(tasks, address, scheduler_file, progress, connected)
     plan = pool.plan_pool(inputs[0].path, len(tasks), jobs)
     if len(tasks) > 1:
         _note(f"analyzing {len(tasks)} ranks, {plan.size} at a time ({plan.reason()})")
@@ -306,7 +315,9 @@ def _note(message: str) -> None:
 def _progress() -> Iterator[Callable[[int, int], None] | None]:
     """A transient line on stderr, only on a terminal; redrawn by the caller (no thread, so
     forking a worker is safe while it shows)."""
-    console = Console(stderr=True)
+    from nsysfrag.commands.outputs import stderr_console
+
+    console = stderr_console()
     if not console.is_terminal:
         yield None
         return

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsysfrag.checks.comparison import Comparison, checked_document, compare, read_json
+from nsysfrag.checks.comparison import COMPARED, Comparison, checked_document, compare, read_json
 from nsysfrag.checks.document_words import document_words
+from nsysfrag.checks.documents import check_job
 from nsysfrag.errors import InputError
 from nsysfrag.job.document import SCHEMA
+from nsysfrag.reporters.json_report import SCHEMA as ANALYSIS_SCHEMA
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +84,9 @@ def load_either(path: Path) -> dict[str, Any]:
 
 
 def checked_job(doc: dict[str, Any], path: Path) -> dict[str, Any]:
-    ranks = doc.get("ranks")
-    if not isinstance(ranks, list) or not all(
-        isinstance(r, dict) and isinstance(r.get("rank"), int) for r in ranks
-    ):
-        raise InputError(f"{path}: a job document without its ranks; re-run `nsysfrag analyze --json`")
-    for entry in ranks:
-        if "analysis" in entry:
-            checked_document(entry["analysis"], path)
-    return doc
+    """``doc`` when its ranks and their analyses hold what a comparison reads
+    (``checks.documents``)."""
+    return check_job(doc, path, COMPARED, ANALYSIS_SCHEMA)
 
 
 def same_kind(base: dict[str, Any], current: dict[str, Any], base_path: Path, current_path: Path) -> None:

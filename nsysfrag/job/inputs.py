@@ -20,6 +20,7 @@ from pathlib import Path
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import REPORT_SUFFIXES
 from nsysfrag.inputs.torch_snapshot.reader import SNAPSHOT_SUFFIXES
+from nsysfrag.limits import MAX_RANK
 
 INPUT_SUFFIXES = (".sqlite", *REPORT_SUFFIXES, *SNAPSHOT_SUFFIXES)
 # Tried in order on the file name; the first that matches gives the rank.
@@ -76,6 +77,13 @@ def job_inputs(arguments: Sequence[Path], rank_pattern: str | None = None) -> li
                 ranked.append(RankInput(named, path, "name"))
             else:
                 ranked.append(RankInput(position, path, "position"))
+    for r in ranked:
+        if r.rank > MAX_RANK:
+            raise InputError(
+                f"{r.path}: rank {r.rank} (from its {r.rank_from}) is larger than any job has"
+                f" (at most {MAX_RANK:,}); name the file by its rank, or pass --rank-pattern"
+                " REGEX whose group reads the rank from the path"
+            )
     ranked.sort(key=lambda r: r.rank)
     for a, b in pairwise(ranked):
         if a.rank == b.rank:

@@ -27,6 +27,7 @@ class RankTask:
     nsys_path: str | None = None
     cache_dir: str | None = None
     reexport: bool = False
+    nsys_timeout: float | None = None
     # Set for a worker that does not share the coordinator's working folder (Dask): relative
     # paths are read from there, and the outcome names them as the user did.
     cwd: str | None = None
@@ -66,7 +67,10 @@ def analyze_rank(task: RankTask) -> RankOutcome:
         capacity=task.capacity, granularity=task.granularity, page_bytes=task.page_bytes
     )
     export = ExportOptions(
-        task.nsys_path, given.local(task.cache_dir) if task.cache_dir else None, task.reexport
+        task.nsys_path,
+        given.local(task.cache_dir) if task.cache_dir else None,
+        task.reexport,
+        task.nsys_timeout,
     )
     try:
         analysis, analyzed = analyze_argument(

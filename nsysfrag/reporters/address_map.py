@@ -39,6 +39,7 @@ from nsysfrag.reporters.figure_axes import (
     SITE_COLORS,
     TOP_SITES,
     bytes_axis,
+    drawing,
     figure_title,
     legend_right,
     new_figure,
@@ -186,7 +187,8 @@ class _Blocks:
 
 def _plot_cells(fig: Figure) -> tuple[int, int]:
     """The plot's size in image cells (rows, columns), measured once the layout is done."""
-    fig.draw_without_rendering()
+    with drawing(fig):
+        fig.draw_without_rendering()
     box = fig.axes[0].get_window_extent()
     return max(1, round(box.height * OVERSAMPLE)), max(1, round(box.width * OVERSAMPLE))
 

@@ -8,16 +8,20 @@ and sentence of a report (``reporters.time_base``): :func:`seconds_since_start` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import Formatter, Locator, MaxNLocator
+from matplotlib.text import Text
+from matplotlib.ticker import FixedFormatter, Formatter, Locator, MaxNLocator
 
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import F64, format_bytes
 from nsysfrag.models.observed import MODEL_NAME
+from nsysfrag.printable import printable
 from nsysfrag.reporters.time_base import axis_label, since_start_array, since_start_s
 
 FIGSIZE_IN = (10.0, 4.5)
@@ -175,3 +179,36 @@ def short_site(site: str) -> str:
     if len(site) <= SITE_LABEL_CHARS:
         return site
     return "…" + site[-(SITE_LABEL_CHARS - 1) :]
+
+
+# ---------------------------------------------------------------- saving
+
+
+def save_figure(fig: Figure, target: Any, **savefig: Any) -> None:
+    """``fig.savefig(target, **savefig)`` as :func:`drawing` draws: text from an input made
+    safe for matplotlib, and no warning of a missing glyph."""
+    with drawing(fig):
+        fig.savefig(target, **savefig)
+
+
+@contextmanager
+def drawing(fig: Figure) -> Iterator[Figure]:
+    """``fig`` ready to draw (each draw, a save or a layout, goes through here): every text
+    and tick label escaped as a terminal shows it (``printable``: a site or frame named with
+    ESC or BEL otherwise drew "Glyph 27 missing" warnings, raw character and all, onto stderr,
+    and made invalid SVG), read as plain text, never as ``$math$`` (which a name like
+    ``$\\foo$`` would fail to parse). A glyph a font lacks (a CJK name) draws as a box without a
+    warning: stderr is one line."""
+    for text in fig.findobj(Text):
+        text.set_text(printable(str(text.get_text())))
+        text.set_parse_math(False)
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, FixedFormatter):
+                formatter.seq = [printable(str(s)) for s in formatter.seq]
+            for label in axis.get_ticklabels(which="both"):
+                label.set_parse_math(False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from")
+        yield fig

@@ -25,6 +25,7 @@ from nsysfrag.reporters.failure_words import (
     failures_title,
     unknown_note,
 )
+from nsysfrag.reporters.figure_axes import save_figure
 from nsysfrag.reporters.figures import figures_for, one_moment
 from nsysfrag.reporters.html_page import (
     BASE_CSS,
@@ -148,7 +149,7 @@ def svg_markup(fig: Figure, id_prefix: str) -> str:
     # Glyphs as paths, so the SVG needs no fonts; a fixed salt, so its ids do not change from
     # run to run (matplotlib otherwise salts them with a random UUID).
     with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "nsysfrag"}):
-        fig.savefig(buf, format="svg", metadata=SVG_METADATA)
+        save_figure(fig, buf, format="svg", metadata=SVG_METADATA)
     svg = buf.getvalue()
     svg = svg[svg.index("<svg") :]
     svg = _COMMENT.sub("", svg)
@@ -162,7 +163,7 @@ def svg_markup(fig: Figure, id_prefix: str) -> str:
 def png_data_uri(fig: Figure) -> str:
     buf = io.BytesIO()
     # dpi="figure" so a user's savefig.dpi cannot change the size; no Software key, so no URL.
-    fig.savefig(buf, format="png", dpi="figure", metadata={"Software": None})
+    save_figure(fig, buf, format="png", dpi="figure", metadata={"Software": None})
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
@@ -474,5 +475,7 @@ def render(analysis: Analysis) -> str:
 
 
 def write(analysis: Analysis, path: Path) -> None:
-    """Write :func:`render`'s page to ``path`` as UTF-8."""
-    Path(path).write_text(render(analysis), encoding="utf-8")
+    """Write :func:`render`'s page to ``path`` as UTF-8 (``nsysfrag.destinations``)."""
+    from nsysfrag import destinations
+
+    destinations.write_text(path, render(analysis), "html")

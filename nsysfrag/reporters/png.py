@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nsysfrag import destinations
 from nsysfrag.analysis import Analysis
+from nsysfrag.reporters.figure_axes import save_figure
 from nsysfrag.reporters.figures import figures_for
 
 
@@ -13,17 +15,18 @@ def png_path(folder: Path, pid: int, device: int, name: str) -> Path:
     return folder / f"pid{pid}_dev{device}_{name}.png"
 
 
-def write_pngs(analysis: Analysis, folder: Path) -> list[Path]:
+def write_pngs(analysis: Analysis, folder: Path, option: str = "--png") -> list[Path]:
     """Write every figure of every space into ``folder`` (created if missing); return the paths,
     space by space in ``(pid, device)`` order, figures in ``figure_builders`` order (no time
-    plot for a space that is one moment: ``figures_for``)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plot for a space that is one moment: ``figures_for``). Each file
+    is checked and renamed into place only once every figure is drawn (``destinations``)."""
     written = []
-    for space in analysis.spaces:
-        for name, build in figures_for(space).items():
-            path = png_path(folder, space.pid, space.device, name)
-            # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-            build(space).savefig(path, format="png", dpi="figure")
-            written.append(path)
+    with destinations.folder_batch(folder, option) as (folder, batch):
+        for space in analysis.spaces:
+            for name, build in figures_for(space).items():
+                path = png_path(folder, space.pid, space.device, name)
+                with batch.open(path, binary=True) as f:
+                    # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
+                    save_figure(build(space), f, format="png", dpi="figure")
+                written.append(path)
     return written

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.capacity import OVERRIDE, Capacity, Record, recorded_capacity, snapshot_capacity
 from nsysfrag.capacity import read_record as capacity_record
-
-__all__ = ["Record", "RecordedDevice", "recorded_devices", "replay_capacity"]
+from nsysfrag.inputs import check_space_count
 from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, HistoryColumns, SnapshotColumns
+from nsysfrag.inputs.torch_snapshot.reader import segments_by_device
 from nsysfrag.inputs.torch_snapshot.spaces import columns_events
 from nsysfrag.models.segments.compiled import WindowLayout, window_start
 from nsysfrag.models.segments.rules import AllocatorSettings
+
+__all__ = ["Record", "RecordedDevice", "recorded_devices", "replay_capacity"]
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,12 @@ def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
         columns.roundup_power2_divisions, columns.max_split_size, columns.expandable_segments
     )
     out = []
-    for device in columns.devices():
+    devices = columns.devices()
+    check_space_count(columns.path, len(devices), "CUDA devices")
+    by_device = segments_by_device(columns.segments)
+    for device in devices:
         history = columns.histories.get(device, EMPTY_HISTORY)
-        final = [s for s in columns.segments if s.device == device]
+        final = by_device.get(device, [])
         events = columns_events(columns, device)[0]
         window = window_start(events, final, settings)
         initial = int((window.segment_end - window.segment_start).sum())

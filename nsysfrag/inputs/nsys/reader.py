@@ -86,22 +86,20 @@ def read_trace(
     try:
         with closing(connect()) as con:
             return _read(connect, con, path, uri, require_memory_events, progress)
-    except sqlite3.Error as err:
-        if budget.exceeded:
-            raise InputError(
-                f"{path}: reading it took more SQLite work than a file of its size can need"
-                f" ({budget.limit:,} steps); a view or a damaged table expands without bound —"
-                " re-export the trace with `nsys export --type sqlite --force-overwrite=true`"
-            ) from None
+    except export_file.SQLITE_ERRORS as err:
+        refused = budget.failure(path, err)
+        if refused is not None:
+            raise InputError(refused) from None
         raise InputError(
             f"{path}: the SQLite database is corrupt or truncated ({_reason(err)});"
             " re-export it with `nsys export --type sqlite --force-overwrite=true`"
         ) from None
+    finally:
+        budget.close()
 
 
-def _reason(err: sqlite3.Error) -> str:
-    lines = str(err).splitlines()
-    return lines[0] if lines else type(err).__name__
+def _reason(err: BaseException) -> str:
+    return export_file.error_text(err)
 
 
 def _read(

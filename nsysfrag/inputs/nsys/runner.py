@@ -1,7 +1,10 @@
-"""Find and run nsys (profile, export): the only module that starts a process.
+"""Find and run nsys (profile, export): the only module that starts nsys.
 
 Nothing here prints: results come back as values, problems as :class:`NsysError` (exit 3) or
-:class:`InputError` (exit 2), and the child's stderr goes to a sink the caller chooses.
+:class:`InputError` (exit 2), and the child's stderr goes to a sink the caller chooses. Every
+call but ``profile`` (which runs the user's program, as long as it takes) runs under a time
+limit in a process group of its own (``processes``); nsys writes its files into a private
+folder, and each is renamed into place through ``nsysfrag.destinations``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from nsysfrag.errors import NsysError
+from nsysfrag import destinations, limits
+from nsysfrag.errors import InputError, NsysError
+from nsysfrag.inputs.nsys.processes import Finished, TimedOut, run_bounded
 from nsysfrag.inputs.nsys.target_info import export_inputs
 
 # Relative to INSTALL_ROOT so tests can point the search at a temporary tree instead of /opt.
@@ -37,16 +43,31 @@ CAPTURE_RANGES = ("cudaProfilerApi", "nvtx", "none")
 RECORD_OPTIONS = ("--trace=cuda,nvtx,osrt", "--cuda-memory-usage=true")
 TORCH_NO_CACHING = "PYTORCH_NO_CUDA_MEMORY_CACHING"
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_QUERY_TIMEOUT_S = 120
 _TAIL_LINES = 3
+# After --nsys-timeout stops a recording (SIGINT, as Ctrl-C would): how long nsys may take to
+# write its report before it is killed.
+_PROFILE_GRACE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
 class Nsys:
-    """An nsys executable and the line ``nsys --version`` printed."""
+    """An nsys executable, the line ``nsys --version`` printed, and ``--nsys-timeout``: how
+    long one of its commands may run (None: the defaults of ``nsysfrag.limits``)."""
 
     path: Path
     version: str
+    timeout_s: float | None = None
+
+    def query_timeout(self) -> float:
+        return _query_timeout(self.timeout_s)
+
+    def export_timeout(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else limits.NSYS_EXPORT_S.value()
+
+
+def _query_timeout(timeout_s: float | None) -> float:
+    query = limits.NSYS_QUERY_S.value()
+    return query if timeout_s is None else min(query, timeout_s)
 
 
 def install_dirs(root: Path | None = None) -> list[Path]:
@@ -107,18 +128,18 @@ def _executable(value: str, source: str, env: Mapping[str, str]) -> Path:
     return path
 
 
-def nsys_version(path: Path) -> Nsys:
+def nsys_version(path: Path, timeout_s: float | None = None) -> Nsys:
     """Ask ``path --version``; the first line it prints is the version we report."""
-    out = _query(path, ["--version"])
+    out = _query(path, ["--version"], _query_timeout(timeout_s))
     line = next((ln.strip() for ln in out.splitlines() if ln.strip()), "")
     if not line:
         raise NsysError(f"{path} --version printed nothing; is it nsys? {INSTALL_HINT}")
-    return Nsys(path, line)
+    return Nsys(path, line[:500], timeout_s)
 
 
 def require_memory_tracking(nsys: Nsys) -> None:
     """Fail unless this nsys can record allocations (asked afresh every run: nothing is cached)."""
-    if "--cuda-memory-usage" not in _query(nsys.path, ["profile", "--help"]):
+    if "--cuda-memory-usage" not in _query(nsys.path, ["profile", "--help"], nsys.query_timeout()):
         raise NsysError(
             f"{nsys.path} ({nsys.version}) is too old: `nsys profile --help` lists no"
             " --cuda-memory-usage, which nsysfrag needs to record allocations; install a current"
@@ -126,17 +147,24 @@ def require_memory_tracking(nsys: Nsys) -> None:
         )
 
 
-def _query(path: Path, args: list[str]) -> str:
-    argv = [str(path), *args]
+def _run(argv: list[str], timeout_s: float, fix: str) -> Finished:
+    """``argv`` run by ``processes.run_bounded``: NsysError when it cannot start or ran past
+    ``timeout_s`` (``fix`` says what to do then)."""
     try:
-        proc = subprocess.run(
-            argv, check=False, capture_output=True, text=True, errors="replace",
-            stdin=subprocess.DEVNULL, timeout=_QUERY_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise NsysError(f"`{' '.join(argv)}` did not answer within {_QUERY_TIMEOUT_S} s") from None
+        return run_bounded(argv, timeout_s)
+    except TimedOut:
+        what = " ".join([Path(argv[0]).name, *(argv[1:2] if argv[1:2] == ["export"] else argv[1:])])
+        raise NsysError(
+            f"`{what}` did not finish within {timeout_s:g} s and was killed; {fix}"
+        ) from None
     except OSError as err:
-        raise NsysError(f"cannot run {path} ({err.strerror}); {INSTALL_HINT}") from None
+        raise NsysError(f"cannot run {argv[0]} ({err.strerror}); {INSTALL_HINT}") from None
+
+
+def _query(path: Path, args: list[str], timeout_s: float) -> str:
+    argv = [str(path), *args]
+    fix = f"check that {path} is nsys and its install is reachable, or raise {limits.NSYS_QUERY_S.env}"
+    proc = _run(argv, timeout_s, fix)
     if proc.returncode != 0:
         raise NsysError(
             f"`{' '.join(argv)}` failed (exit {proc.returncode}): {_tail(proc.stderr, proc.stdout)}"
@@ -207,6 +235,7 @@ class ProfileOutcome:
     report: Path | None  # the report written by this run; None when nsys wrote none
     signal: int | None  # the last SIGINT/SIGTERM nsysfrag received while nsys ran
     stderr_tail: str = ""  # its last stderr lines, when the caller relayed them
+    timed_out: bool = False  # --nsys-timeout stopped the recording
 
     def failure(self, plan: ProfilePlan) -> NsysError:
         """The error for a run that wrote no report."""
@@ -230,37 +259,69 @@ def run_profile(
     The program's stdin and stdout are inherited (``stdout`` may name another descriptor), so
     its output streams live. Its stderr is inherited too unless ``stderr_sink`` is given: then
     every chunk goes there as it arrives and the last lines are kept for the error message.
+    nsys writes its report into a private folder beside ``plan.report``, renamed into place when
+    it is done (``destinations``). No time limit unless ``nsys.timeout_s`` (--nsys-timeout):
+    then the recording is stopped as Ctrl-C would stop it, and nsys killed if it does not
+    finish its report within a minute.
     """
-    before = _stat(plan.report)
     env = plan.environ(os.environ if environ is None else environ)
+    option = destinations.NSYS_RECORDING
+    destinations.check(plan.report, option)
+    staging = Path(_staging_folder(plan.report))
+    staged = replace(plan, prefix=staging / plan.prefix.name)
+    keep_staging = False
     try:
-        proc = subprocess.Popen(
-            plan.argv(nsys.path),
-            env=env,
-            stdout=stdout,
-            stderr=subprocess.PIPE if stderr_sink is not None else None,
+        try:
+            proc = subprocess.Popen(
+                staged.argv(nsys.path),
+                env=env,
+                stdout=stdout,
+                stderr=subprocess.PIPE if stderr_sink is not None else None,
+            )
+        except OSError as err:
+            raise NsysError(f"cannot run {nsys.path} ({err.strerror}); {INSTALL_HINT}") from None
+        tail: deque[str] = deque(maxlen=_TAIL_LINES)
+        relay = None
+        if stderr_sink is not None and proc.stderr is not None:
+            relay = threading.Thread(
+                target=_relay, args=(proc.stderr, stderr_sink, tail), daemon=True
+            )
+            relay.start()
+        started = time.monotonic()
+        received = wait_forwarding_signals(proc, nsys.timeout_s)
+        timed_out = nsys.timeout_s is not None and time.monotonic() - started >= nsys.timeout_s
+        if relay is not None:
+            # A grandchild that outlives nsys can hold the pipe open; don't wait for it forever.
+            relay.join(timeout=2)
+        written = staged.report.is_file()
+        if written:
+            try:
+                destinations.place(staged.report, plan.report, option)
+            except InputError as err:
+                keep_staging = True  # an hour's recording is not thrown away
+                raise InputError(f"{err}; the recording is kept as {staged.report}") from None
+        return ProfileOutcome(
+            returncode=proc.returncode,
+            report=plan.report if written else None,
+            signal=received,
+            stderr_tail=" | ".join(tail),
+            timed_out=timed_out,
         )
+    finally:
+        if not keep_staging:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _staging_folder(near: Path) -> str:
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix=destinations.TEMP_PREFIX, dir=near.parent)
     except OSError as err:
-        raise NsysError(f"cannot run {nsys.path} ({err.strerror}); {INSTALL_HINT}") from None
-    tail: deque[str] = deque(maxlen=_TAIL_LINES)
-    relay = None
-    if stderr_sink is not None and proc.stderr is not None:
-        relay = threading.Thread(
-            target=_relay, args=(proc.stderr, stderr_sink, tail), daemon=True
-        )
-        relay.start()
-    received = wait_forwarding_signals(proc)
-    if relay is not None:
-        # A grandchild that outlives nsys can hold the pipe open; don't wait for it forever.
-        relay.join(timeout=2)
-    after = _stat(plan.report)
-    written = after is not None and after != before
-    return ProfileOutcome(
-        returncode=proc.returncode,
-        report=plan.report if written else None,
-        signal=received,
-        stderr_tail=" | ".join(tail),
-    )
+        raise InputError(
+            f"{near.parent}: cannot write the recording there ({err.strerror}); choose another"
+            " -o PREFIX"
+        ) from None
 
 
 def _relay(pipe: IO[bytes], sink: Callable[[bytes], None], tail: deque[str]) -> None:
@@ -279,18 +340,15 @@ def _relay(pipe: IO[bytes], sink: Callable[[bytes], None], tail: deque[str]) -> 
     pipe.close()
 
 
-def _stat(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def wait_forwarding_signals(proc: subprocess.Popen[bytes]) -> int | None:
-    """Wait for ``proc``, passing SIGINT/SIGTERM sent to us on to it; return the last one."""
+def wait_forwarding_signals(
+    proc: subprocess.Popen[bytes], timeout_s: float | None = None
+) -> int | None:
+    """Wait for ``proc``, passing SIGINT/SIGTERM sent to us on to it; return the last one.
+    Past ``timeout_s`` it gets SIGINT (nsys then stops the program and writes its report), and
+    SIGKILL if it is still running a minute later."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if threading.current_thread() is not threading.main_thread():
-        proc.wait()
+        _wait_until(proc, deadline)
         return None
     received: list[int] = []
 
@@ -302,22 +360,47 @@ def wait_forwarding_signals(proc: subprocess.Popen[bytes]) -> int | None:
     previous = {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
     try:
         if hasattr(signal, "sigtimedwait"):
-            _wait_with_siginfo(proc, received)
+            _wait_with_siginfo(proc, received, deadline)
         else:
-            proc.wait()
+            _wait_until(proc, deadline)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return received[-1] if received else None
 
 
-def _wait_with_siginfo(proc: subprocess.Popen[bytes], received: list[int]) -> None:
+def _wait_until(proc: subprocess.Popen[bytes], deadline: float | None) -> None:
+    if deadline is None:
+        proc.wait()
+        return
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return
+    except subprocess.TimeoutExpired:
+        _send(proc, signal.SIGINT)
+    try:
+        proc.wait(timeout=_PROFILE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_with_siginfo(
+    proc: subprocess.Popen[bytes], received: list[int], deadline: float | None = None
+) -> None:
     # Ctrl-C in a terminal signals the whole foreground process group, nsys included; sending
     # it a second SIGINT could cut its report short. The sender is known only from siginfo:
     # a terminal's signal comes from the kernel (si_code > 0), kill() from a process (<= 0).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED_SIGNALS)
+    stopped_at: float | None = None
     try:
         while proc.poll() is None:
+            now = time.monotonic()
+            if deadline is not None and stopped_at is None and now >= deadline:
+                stopped_at = now  # --nsys-timeout: stop the recording as Ctrl-C would
+                _send(proc, signal.SIGINT)
+            if stopped_at is not None and now - stopped_at > _PROFILE_GRACE_S:
+                proc.kill()
             info = signal.sigtimedwait(_FORWARDED_SIGNALS, 0.1)
             if info is not None:
                 received.append(info.si_signo)
@@ -337,31 +420,35 @@ def _send(proc: subprocess.Popen[bytes], signum: int) -> None:
         pass
 
 
-def export_sqlite(nsys: Nsys, report: Path, output: Path) -> Path:
-    """``nsys export --type sqlite`` ``report`` into ``output`` (replacing it)."""
-    argv = [str(nsys.path), "export", "--type", "sqlite", "--force-overwrite=true",
-            "--output", str(output), str(report)]
-    try:
-        proc = subprocess.run(
-            argv, check=False, capture_output=True, text=True, errors="replace",
-            stdin=subprocess.DEVNULL,
-        )
-    except OSError as err:
-        raise NsysError(f"cannot run {nsys.path} ({err.strerror}); {INSTALL_HINT}") from None
-    if proc.returncode != 0:
-        # A half-written export would look fresh next time; output is ours to remove here.
-        output.unlink(missing_ok=True)
-        raise NsysError(
-            f"nsys export failed on {report} (exit {proc.returncode}): "
-            f"{_tail(proc.stderr, proc.stdout)}; the report may be incomplete or newer than"
-            f" {nsys.version} (pass --nsys to use another nsys)"
-        )
-    if not output.is_file() or output.stat().st_size == 0:
-        raise NsysError(
-            f"nsys export wrote no {output} for {report} ({_tail(proc.stderr, proc.stdout)});"
-            f" the report may be damaged or newer than {nsys.version} (pass --nsys to use"
-            " another nsys)"
-        )
+def export_sqlite(
+    nsys: Nsys, report: Path, output: Path, option: str = destinations.NSYS_EXPORT
+) -> Path:
+    """``nsys export --type sqlite`` ``report`` into ``output``, replacing it once complete.
+
+    nsys writes into a private folder beside ``output`` (so it never follows a link there, nor
+    leaves half a file under that name), within ``nsys.export_timeout()`` seconds; the export
+    is then renamed onto ``output`` if that is no file the run keeps (``destinations``). A
+    failure leaves ``output`` as it was.
+    """
+    with destinations.staging_folder(output, option) as staging:
+        staged = staging / output.name
+        argv = [str(nsys.path), "export", "--type", "sqlite", "--force-overwrite=true",
+                "--output", str(staged), str(report)]
+        fix = f"{report} may be damaged; pass --nsys-timeout SECONDS to give nsys longer"
+        proc = _run(argv, nsys.export_timeout(), fix)
+        if proc.returncode != 0:
+            raise NsysError(
+                f"nsys export failed on {report} (exit {proc.returncode}): "
+                f"{_tail(proc.stderr, proc.stdout)}; the report may be incomplete or newer than"
+                f" {nsys.version} (pass --nsys to use another nsys)"
+            )
+        if not staged.is_file() or staged.stat().st_size == 0:
+            raise NsysError(
+                f"nsys export wrote no {output} for {report} ({_tail(proc.stderr, proc.stdout)});"
+                f" the report may be damaged or newer than {nsys.version} (pass --nsys to use"
+                " another nsys)"
+            )
+        destinations.place(staged, output, option)
     return output
 
 
@@ -379,14 +466,20 @@ def plan_export(report: Path, cache_dir: Path | None = None, reexport: bool = Fa
     """``X.nsys-rep`` exports to ``X.sqlite`` beside it (or in ``cache_dir``).
 
     An existing ``X.sqlite`` that some other report (or no report) produced is never
-    overwritten: the export goes to ``X.nsysfrag.sqlite`` instead. An export is reused when it
-    came from this report and is newer than it, unless ``reexport``.
+    overwritten: the export goes to ``X.nsysfrag.sqlite`` instead, unless that too is some
+    other file (then InputError). An export is reused when it came from this report and is
+    newer than it, unless ``reexport``.
     """
-    folder = report.parent if cache_dir is None else cache_dir
-    stem = report.name[: -len(report.suffix)] if report.suffix else report.name
-    path, avoided = folder / f"{stem}.sqlite", None
-    if path.exists() and not exported_from(path, report):
-        path, avoided = folder / f"{stem}.nsysfrag.sqlite", path
+    path, fallback = export_candidates(report, cache_dir)
+    avoided = None
+    if os.path.lexists(path) and not exported_from(path, report):
+        path, avoided = fallback, path
+        if os.path.lexists(path) and not exported_from(path, report):
+            raise InputError(
+                f"{avoided} and {path} are both there and neither was exported from"
+                f" {report.name}; nsysfrag replaces neither: move one away, or pass --cache-dir"
+                " DIR for the export"
+            )
     reusable = (
         not reexport
         and path.is_file()
@@ -394,6 +487,14 @@ def plan_export(report: Path, cache_dir: Path | None = None, reexport: bool = Fa
         and exported_from(path, report)
     )
     return ExportPlan(path, reusable, avoided)
+
+
+def export_candidates(report: Path, cache_dir: Path | None = None) -> tuple[Path, Path]:
+    """Where the export of ``report`` goes: ``X.sqlite``, else ``X.nsysfrag.sqlite`` when the
+    first is some other file (beside the report, or in ``cache_dir``)."""
+    folder = report.parent if cache_dir is None else cache_dir
+    stem = report.name[: -len(report.suffix)] if report.suffix else report.name
+    return folder / f"{stem}.sqlite", folder / f"{stem}.nsysfrag.sqlite"
 
 
 def exported_from(export: Path, report: Path) -> bool:

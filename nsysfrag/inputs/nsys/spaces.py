@@ -22,7 +22,7 @@ from nsysfrag.events import (
     MemoryPools,
     SourceInfo,
 )
-from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
+from nsysfrag.inputs import InputOptions, RecordedSpace, Recording, check_space_count
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
 from nsysfrag.inputs.nsys.words import WORDS
@@ -41,6 +41,7 @@ def recording_of(trace: Trace, options: InputOptions) -> Recording:
         raise InputError("--capacity must be a positive number of bytes")
     mem = trace.memory
     groups = _group_by_space(mem.pid, mem.device, np.flatnonzero(mem.modelled))
+    check_space_count(trace.path, len(groups), "processes × devices")
     resolver = SiteResolver(mem, trace.api, trace.nvtx)
     failures, unattributed = _charge_failures(trace, resolver, set(groups))
     other = {

@@ -33,7 +33,7 @@ def export_inputs(export: Path) -> list[str]:
         return []
     try:
         con = export_file.connect_read_only(export)
-    except (OSError, InputError, sqlite3.Error):
+    except (OSError, InputError, *export_file.SQLITE_ERRORS):
         return []
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -44,7 +44,7 @@ def export_inputs(export: Path) -> list[str]:
                     if name in _INPUT_KEYS and isinstance(value, str) and value:
                         values.setdefault(name, value)
         return [values[k] for k in _INPUT_KEYS if k in values]
-    except sqlite3.Error:
+    except export_file.SQLITE_ERRORS:
         return []
     finally:
         con.close()

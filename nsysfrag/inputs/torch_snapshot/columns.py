@@ -36,7 +36,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     _max_split_size,
     _str_or_none,
     entry_fields,
-    load_plain_pickle,
+    load_pickle_bytes,
     paused_gc,
     snapshot_parts,
 )
@@ -102,8 +102,8 @@ def read_snapshot_columns(
     # The collector stays off until the object graph is gone: turned on while millions of new
     # containers are alive, it would scan them all once before they are freed anyway.
     with paused_gc():
-        data = load_plain_pickle(path, progress)
-        columns = snapshot_columns(data, str(path), path.stat().st_size, progress)
+        data, pickle_bytes = load_pickle_bytes(path, progress)
+        columns = snapshot_columns(data, str(path), pickle_bytes, progress)
         del data  # the only reference to the object graph
     return columns
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo
-from nsysfrag.inputs import InputOptions, RecordedSpace, Recording
+from nsysfrag.inputs import InputOptions, RecordedSpace, Recording, check_space_count
 from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
@@ -22,6 +22,7 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     HistoryEntry,
     Snapshot,
     describe_actions,
+    segments_by_device,
 )
 from nsysfrag.inputs.torch_snapshot.stacks import program_stack
 from nsysfrag.inputs.torch_snapshot.words import WORDS
@@ -95,6 +96,8 @@ def recording_of(
         expandable_segments=snapshot.expandable_segments,
         time_origin_unix_us=snapshot.time_origin_us,
     )
+    check_space_count(snapshot.path, len(devices), "CUDA devices")
+    final_segments = segments_by_device(snapshot.segments)
     spaces = []
     for device in devices:
         if isinstance(snapshot, SnapshotColumns):
@@ -102,7 +105,7 @@ def recording_of(
         else:
             entries = snapshot.histories.get(device, [])
             events, timestamps = device_events(entries, snapshot.time_origin_us or 0)
-        final = tuple(s for s in snapshot.segments if s.device == device)
+        final = tuple(final_segments.get(device, ()))
         spaces.append(
             RecordedSpace(
                 pid=SNAPSHOT_PID,

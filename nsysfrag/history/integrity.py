@@ -1,0 +1,191 @@
+"""The history database is nsysfrag's own, or it is refused: its schema, and every value read.
+
+A history file may come from anywhere (a shared CI cache, a hand edit), so before any query:
+
+- its schema holds only nsysfrag's tables and indexes (:func:`check_schema`): no view (``runs``
+  redefined as a recursive view hung every ``history`` command), no trigger (an AFTER INSERT
+  trigger with an endless query hung ``--record`` while it held the write lock), no virtual
+  table, no generated column; its schema versions are the steps nsysfrag applies (1, 2, …);
+- every value read back is checked against the column it came from (:func:`run_values`,
+  :func:`space_values`, :func:`tag_values`): a time that is a time, a count that is a 64-bit
+  integer, a ratio that is a finite number, a health that is a level, no NULL where nsysfrag
+  stores none. A value nsysfrag never stores is one line naming the run and the column.
+
+Each SQLite connection to it is bounded too (``connection.bound_work``): its values by size,
+its statements by time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Boolean, Connection, Double, Integer, String
+
+from nsysfrag import limits
+from nsysfrag.checks.documents import HEALTH_LEVELS, describe_value
+from nsysfrag.errors import InputError
+from nsysfrag.history.schema import OPTIONAL_FIELDS, SPACE_FIELDS, TABLES
+
+INT64 = (-(2**63), 2**63 - 1)
+# The indexes nsysfrag's migrations create, and SQLite's own tables and automatic indexes.
+INDEXES = frozenset({"ix_runs_recorded_at", "ix_run_tags_key_value"})
+_SQLITE_OWN = re.compile(r"^sqlite_(autoindex_.*|sequence|stat\d)$")
+
+
+class NotOurs(InputError):
+    """The database holds something nsysfrag never writes."""
+
+
+def _refuse(where: str, what: str) -> NotOurs:
+    return NotOurs(
+        f"history database {where}: damaged, or not an nsysfrag history ({what}, which nsysfrag"
+        " never writes); move it away or point --db (or NSYSFRAG_DB) at another one"
+    )
+
+
+def check_schema(connection: Connection, where: str) -> None:
+    """Refuse an SQLite database whose schema holds anything but nsysfrag's tables and indexes
+    (an empty one passes: nsysfrag creates its tables there)."""
+    if connection.dialect.name != "sqlite":
+        return  # a server's schema is its administrators'; nsysfrag's tables are checked by name
+    rows = connection.exec_driver_sql("SELECT type, name, tbl_name, sql FROM sqlite_master").all()
+    for kind, name, _, _ in rows:  # what runs code first: it is what the user must hear of
+        if kind in ("view", "trigger"):
+            raise _refuse(where, f"it has a {kind} {describe_value(str(name))}")
+    for kind, name, table, sql in rows:
+        shown = describe_value(str(name))
+        if _SQLITE_OWN.match(str(name)):
+            continue
+        if kind == "table" and name not in TABLES:
+            raise _refuse(where, f"it has a table {shown}")
+        if kind == "table" and str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise _refuse(where, f"its table {shown} is a virtual table")
+        if kind == "index" and (name not in INDEXES or table not in TABLES):
+            raise _refuse(where, f"it has an index {shown}")
+    for table in TABLES:
+        for column in connection.exec_driver_sql(f'PRAGMA table_xinfo("{table}")').all():
+            if column[-1] in (2, 3):  # hidden: 2 a virtual generated column, 3 a stored one
+                raise _refuse(where, f"its table {table} has a generated column {column[1]!r}")
+
+
+def check_database(connection: Connection, where: str) -> None:
+    """:func:`check_schema`, then the schema versions stored: steps numbered from 1."""
+    check_schema(connection, where)
+    if connection.dialect.name != "sqlite":
+        return
+    named = connection.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).first()
+    if named is None:
+        return
+    for (version,) in connection.exec_driver_sql("SELECT version FROM schema_version").all():
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise _refuse(where, f"its schema version is {describe_value(version)}")
+
+
+def _integer(value: Any, lo: int = INT64[0], hi: int = INT64[1]) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _finite(value: Any) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) < 2**64
+    )
+
+
+def _moment(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None) if value.tzinfo is None else value
+    if isinstance(value, str) and len(value) <= 40:
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _text(value: Any, optional: bool) -> bool:
+    return (value is None and optional) or isinstance(value, str)
+
+
+def run_values(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A ``runs`` row, checked; ``recorded_at`` as a naive UTC datetime."""
+    run = row.get("id")
+    if not _integer(run, 1):
+        raise _refuse(where, f"a run's id is {describe_value(run)}")
+    checks = {
+        "trace_path": lambda v: _text(v, False),
+        "trace_sha256": lambda v: _text(v, False),
+        "model": lambda v: _text(v, False),
+        "nsys_version": lambda v: _text(v, True),
+        "host": lambda v: _text(v, True),
+        "label": lambda v: _text(v, True),
+        "nsysfrag_version": lambda v: _text(v, True),
+        "granularity_bytes": lambda v: _integer(v, 1),
+        "capacity_override_bytes": lambda v: _integer(v, 0),
+        "rank": lambda v: v is None or _integer(v, 0, limits.MAX_RANK),
+    }
+    values = dict(row)
+    for column, good in checks.items():
+        if column in values and not good(values[column]):
+            raise _refuse(where, f"run {run}'s {column} is {describe_value(values[column])}")
+    moment = _moment(values.get("recorded_at"))
+    if moment is None:
+        raise _refuse(where, f"run {run}'s recorded_at is {describe_value(values.get('recorded_at'))}")
+    values["recorded_at"] = moment
+    return values
+
+
+def space_row_values(row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A ``run_spaces`` row, checked, by SPACE_FIELDS path."""
+    run = row.get("run_id")
+    values: dict[str, Any] = {}
+    for f in SPACE_FIELDS:
+        value = row.get(f.column)
+        optional = f.path in OPTIONAL_FIELDS
+        if f.type in (BigInteger, Integer):
+            good = _integer(value)
+        elif f.type is Double:
+            good = _finite(value)
+        elif f.type is Boolean:
+            good = value in (0, 1, True, False)
+            value = bool(value) if good else value
+        elif f.path == "health":
+            good = value in HEALTH_LEVELS
+        else:
+            assert f.type is String
+            good = _text(value, optional)
+        if not good and not (value is None and optional):
+            raise _refuse(where, f"a space of run {run} stores {f.column} = {describe_value(value)}")
+        values[f.path] = value
+    return values
+
+
+def extra_value(
+    row: Mapping[str, Any], where: str
+) -> tuple[tuple[int, int, int, str], str, float]:
+    """A ``run_space_values`` row, checked: (its space, the metric's path, the value)."""
+    run, pid, device = row.get("run_id"), row.get("pid"), row.get("device")
+    model, path, value = row.get("model"), row.get("path"), row.get("value")
+    if not (
+        _integer(run, 1) and _integer(pid) and _integer(device) and _text(model, False)
+        and _text(path, False) and _finite(value)
+    ):  # fmt: skip
+        shown = ", ".join(describe_value(v) for v in (run, pid, device, model, path, value))
+        raise _refuse(where, f"a space value row holds ({shown})")
+    return (run, pid, device, model), path, float(value)
+
+
+def tag_values(row: Mapping[str, Any], where: str) -> tuple[int, str, str]:
+    run, key, value = row.get("run_id"), row.get("key"), row.get("value")
+    if not _integer(run, 1) or not isinstance(key, str) or not isinstance(value, str):
+        shown = ", ".join(describe_value(v) for v in (run, key, value))
+        raise _refuse(where, f"a tag row holds ({shown})")
+    return run, key, value

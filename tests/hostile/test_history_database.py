@@ -1,0 +1,175 @@
+"""A hostile history database (issue 25, item 5): nsysfrag's own, or refused in one line.
+
+The schema is checked before any query (no view, no trigger, no foreign table; schema
+versions from 1), every value read is checked against its column, every stored text reaches the
+terminal escaped, a FIFO is refused before SQLite opens it, and reading a WAL database leaves
+no file beside it (``nsysfrag/history/integrity.py``, ``connection.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLES
+from tests.hostile.contract import run_nsysfrag
+from tests.hostile.nsys_cases import sql as _sql
+
+TRACES = [SAMPLES / "multi_gpu.sqlite", SAMPLES / "caching_allocator.sqlite"]
+ESCAPES = "\x1b[2J\x1b]8;;http://evil.example\x07x\x1b]8;;\x07 \u202e\r\n"
+HISTORY_COMMANDS = [
+    ["history"],
+    ["history", "--json", "-"],
+    ["history", "--trend", "global_frag"],
+    ["history", "--check"],
+]
+ENDLESS = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A history of two runs, as nsysfrag writes it (WAL mode)."""
+    db = tmp_path_factory.mktemp("history") / "history.sqlite"
+    for trace in TRACES:
+        run_nsysfrag(["analyze", trace, "-q", "--record", "--db", db, "--label", trace.stem])
+    return db
+
+
+@pytest.fixture
+def db(recorded: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "history.sqlite"
+    shutil.copy(recorded, copy)
+    return copy
+
+
+def _every_command(db: Path, said: str) -> None:
+    for argv in HISTORY_COMMANDS:
+        out = run_nsysfrag([*argv, "--db", db], inputs=[db])
+        assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+    out = run_nsysfrag(["analyze", SAMPLES / "churn_anomalies.sqlite", "-q", "--record", "--db", db],
+                       inputs=[db])  # fmt: skip
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+
+
+# ---------------------------------------------------------------- a schema that is not ours
+
+
+def test_runs_redefined_as_an_endless_view_is_refused(db: Path) -> None:
+    # main: every history command hung
+    _sql(db, "ALTER TABLE runs RENAME TO old_runs",
+         f"CREATE VIEW runs AS SELECT o.* FROM old_runs o, ({ENDLESS})")  # fmt: skip
+    _every_command(db, "it has a view 'runs'")
+
+
+def test_a_trigger_that_never_ends_is_refused_before_recording(db: Path) -> None:
+    # main: --record hung, holding the database's write lock
+    _sql(db, f"CREATE TRIGGER slow AFTER INSERT ON runs BEGIN SELECT ({ENDLESS}); END")
+    _every_command(db, "it has a trigger 'slow'")
+
+
+@pytest.mark.parametrize(
+    ("statement", "said"),
+    [
+        ("CREATE TABLE extra (x)", "it has a table 'extra'"),
+        ("CREATE INDEX heavy ON runs (length(label))", "it has an index 'heavy'"),
+        ("ALTER TABLE runs ADD COLUMN g AS (upper(label))", "generated column 'g'"),
+        ("INSERT INTO schema_version VALUES (-5, '2025-01-01')", "schema version is -5"),
+    ],
+)
+def test_anything_but_our_schema_is_refused(db: Path, statement: str, said: str) -> None:
+    _sql(db, statement)
+    _every_command(db, said)
+
+
+def test_a_fifo_as_the_database_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    # main: blocked forever in the open
+    fifo = tmp_path / "history.sqlite"
+    os.mkfifo(fifo)
+    for argv in (["history"], ["analyze", TRACES[0], "-q", "--record"]):
+        out = run_nsysfrag(argv, env={"NSYSFRAG_DB": str(fifo)})
+        assert out.returncode == 2 and "is a FIFO" in out.stderr
+
+
+# ---------------------------------------------------------------- values nsysfrag never stores
+
+
+def _loosened(db: Path, table: str) -> None:
+    """``table`` without its declared types and NOT NULLs: any value fits any column."""
+    _sql(db, "PRAGMA foreign_keys = OFF", f"CREATE TABLE loose AS SELECT * FROM {table}",
+         f"DROP TABLE {table}", f"ALTER TABLE loose RENAME TO {table}")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("statements", "said"),
+    [
+        (["UPDATE runs SET recorded_at = 'garbage'"], "recorded_at is 'garbage'"),
+        (["UPDATE run_spaces SET device = 1e400 WHERE rowid = (SELECT min(rowid) FROM run_spaces)"],
+         "stores device = inf"),
+        (["UPDATE run_spaces SET health = 'fine'"], "stores health = 'fine'"),
+        (["UPDATE run_spaces SET max_global_frag = 'x'"], "stores max_global_frag = 'x'"),
+        (["UPDATE runs SET rank = 1e30"], "rank is 1e+30"),
+        (["UPDATE runs SET label = hex(zeroblob(25000000))"], "larger than 1,048,576 bytes"),
+        (["UPDATE run_tags SET value = 5"], None),  # SQLite stores 5 as text in a TEXT column
+    ],
+)
+def test_garbage_in_stored_columns_is_one_line(db: Path, statements: list[str], said: str | None) -> None:
+    # main: internal errors (ValueError: Couldn't parse datetime string, OverflowError,
+    # KeyError), or the 50 MB label printed
+    _sql(db, "INSERT INTO run_tags SELECT id, 'k', 'v' FROM runs", *statements)
+    for argv in HISTORY_COMMANDS:
+        out = run_nsysfrag([*argv, "--db", db], inputs=[db], allowed_codes=(0, 1, 2))
+        if said is None:
+            assert out.returncode in (0, 1)  # --check: the second run regressed
+        else:
+            assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("runs", "trace_path"), ("runs", "recorded_at"), ("run_spaces", "pid"), ("run_tags", "key")],
+)
+def test_null_where_nsysfrag_stores_none_is_one_line(db: Path, table: str, column: str) -> None:
+    _sql(db, "INSERT INTO run_tags SELECT id, 'k', 'v' FROM runs")
+    _loosened(db, table)
+    _sql(db, f"UPDATE {table} SET {column} = NULL")
+    for argv in HISTORY_COMMANDS:
+        out = run_nsysfrag([*argv, "--db", db], inputs=[db])
+        assert out.returncode == 2 and "null" in out.stderr, (argv, out.stderr)
+
+
+# ---------------------------------------------------------------- stored text on a terminal
+
+
+def test_stored_text_reaches_the_terminal_escaped(db: Path) -> None:
+    # main: the stored model (--trend) and health (the listing) reached the terminal raw
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE run_spaces SET model = ?, device_name = ?, process_name = ?",
+                    (f"observed{ESCAPES}", ESCAPES, ESCAPES))  # fmt: skip
+        con.execute("UPDATE runs SET label = ?, host = ?, trace_path = ?", (ESCAPES, ESCAPES, ESCAPES))
+    con.close()
+    for argv in (*HISTORY_COMMANDS[:1], HISTORY_COMMANDS[2], ["history", "--trend", "free_blocks"]):
+        for columns in ("80", "400"):
+            out = run_nsysfrag([*argv, "--db", db], inputs=[db], env={"COLUMNS": columns})
+            assert out.returncode == 0
+            for char in ("\x1b", "\x07", "\u202e", "\r"):
+                assert char not in out.stdout and char not in out.stderr, (argv, char)
+    trend = run_nsysfrag(["history", "--trend", "global_frag", "--db", db], env={"COLUMNS": "400"})
+    assert "observed\\x1b[2J" in trend.stdout
+
+
+# ---------------------------------------------------------------- reading never writes
+
+
+def test_reading_a_wal_history_leaves_no_file_beside_it(db: Path) -> None:
+    # main: -shm and -wal files were left beside the database
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    con.close()
+    for argv in HISTORY_COMMANDS:
+        run_nsysfrag([*argv, "--db", db], inputs=[db], allowed_codes=(0, 1))
+        assert sorted(p.name for p in db.parent.iterdir()) == ["history.sqlite"], argv
