@@ -173,7 +173,66 @@ def check_analysis(
         check.level(check.at(node, "health", at), f"{at}.health")
         for dotted in paths:
             check.number(check.at(node, dotted, at), f"{at}.{dotted}")
+        _check_compared_parts(check, node, at, "first_event_ns" in doc.get("trace", {}))
+    _check_trace(check, doc.get("trace", {}), f"{prefix}trace")
     return doc
+
+
+MOMENTS = ("peak", "memory_peak", "final", "max")
+
+
+def _check_trace(check: Checker, trace: Any, at: str) -> None:
+    """What a comparison reads of ``trace``: its clock and the words of its input's kind."""
+    trace = check.mapping(trace, at)
+    if "first_event_ns" in trace:
+        check.integer(trace["first_event_ns"], f"{at}.first_event_ns", *INT64)
+    if "input" in trace:
+        check.text(trace["input"], f"{at}.input")
+    if "words" in trace:
+        for name, value in check.mapping(trace["words"], f"{at}.words").items():
+            check.text(value, f"{at}.words.{name}")
+
+
+def _check_compared_parts(check: Checker, space: Mapping[str, Any], at: str, origin: bool) -> None:
+    """The optional parts of a space a comparison reads, where the document has them: each
+    moment's state (``time_ns`` an integer, every figure a finite number), the sites at the
+    memory peak and the hotspots' hole bytes; the timeline's first time when the document
+    does not record its clock's origin."""
+    for key in MOMENTS:
+        if key not in space:
+            continue
+        state = check.mapping(space[key], f"{at}.{key}")
+        for name, value in state.items():
+            if name == "time_ns":
+                check.integer(value, f"{at}.{key}.time_ns", *INT64)
+            else:
+                check.number(value, f"{at}.{key}.{name}")
+    if "memory_peak_sites" in space:
+        sites_at = f"{at}.memory_peak_sites"
+        sites = check.mapping(space["memory_peak_sites"], sites_at)
+        for part in ("live", "stranded"):
+            entry = check.mapping(check.at(sites, part, sites_at), f"{sites_at}.{part}")
+            where = f"{sites_at}.{part}"
+            for name in ("total_bytes", "other_sites", "other_bytes"):
+                if name in entry:
+                    check.integer(entry[name], f"{where}.{name}", *INT64)
+            listed = check.listing(check.at(entry, "sites", where), f"{where}.sites")
+            for i, site in enumerate(listed):
+                _site_entry(check, site, f"{where}.sites[{i}]", "bytes")
+    if "hotspots" in space and isinstance(space["hotspots"], list):
+        for i, hotspot in enumerate(space["hotspots"]):
+            _site_entry(check, hotspot, f"{at}.hotspots[{i}]", "hole_bytes")
+    if not origin and "timeline" in space:
+        timeline = check.mapping(space["timeline"], f"{at}.timeline")
+        times = check.listing(check.at(timeline, "time_ns", f"{at}.timeline"), f"{at}.timeline.time_ns")
+        if times:
+            check.integer(times[0], f"{at}.timeline.time_ns[0]", *INT64)
+
+
+def _site_entry(check: Checker, entry: Any, at: str, figure: str) -> None:
+    node = check.mapping(entry, at)
+    check.text(check.at(node, "site", at), f"{at}.site")
+    check.integer(check.at(node, figure, at), f"{at}.{figure}", *INT64)
 
 
 def check_job(
