@@ -157,16 +157,22 @@ class SiteResolver:
 
     def calling_threads(self, event_index: I64) -> tuple[I64, I64]:
         """For memory events, the tid and start of their API call; tid -1 where none."""
+        # In place where it can be: this runs beside the replay, at the run's peak of memory.
+        tid = np.full(len(event_index), NO_THREAD, dtype=np.int64)
+        start = np.zeros(len(event_index), dtype=np.int64)
+        if len(self._keys) == 0:
+            return tid, start
         corr = self._memory.correlation_id[event_index]
         keys = _call_key(self._memory.pid[event_index], corr)
-        pos = np.minimum(np.searchsorted(self._keys, keys), max(len(self._keys) - 1, 0))
-        if len(self._keys) == 0:
-            found = np.zeros(len(keys), dtype=np.bool_)
-        else:
-            found = (self._keys[pos] == keys) & (corr >= 0)
-        tid = np.where(found, self._tid[pos] if len(self._keys) else NO_THREAD, NO_THREAD)
-        start = np.where(found, self._start[pos] if len(self._keys) else 0, 0)
-        return tid.astype(np.int64), start.astype(np.int64)
+        pos = np.searchsorted(self._keys, keys)
+        np.minimum(pos, len(self._keys) - 1, out=pos)
+        found = self._keys[pos] == keys
+        found &= corr >= 0
+        del keys, corr
+        hit = pos[found]
+        tid[found] = self._tid[hit]
+        start[found] = self._start[hit]
+        return tid, start
 
     def site_codes(self, event_index: I64) -> tuple[I64, list[str]]:
         """The site of each memory event in ``event_index``, as codes into a list of names."""
@@ -181,8 +187,7 @@ class SiteResolver:
         if len(known):
             threads = _thread_key(pid[known], tid[known])
             if bool((threads == threads[0]).all()):  # one thread allocates: no grouping
-                uniq, by_thread = threads[:1], np.arange(len(known))
-                bounds = np.array([0, len(known)])
+                uniq, by_thread, bounds = threads[:1], known, np.zeros(0, dtype=np.int64)
             else:
                 uniq, inverse = np.unique(threads, return_inverse=True)
                 by_thread = np.argsort(inverse, kind="stable")
@@ -191,10 +196,10 @@ class SiteResolver:
                 thread = self._thread(thread_key)
                 if thread is None:
                     continue
-                rows = known[by_thread[bounds[t] : bounds[t + 1]]]
-                pos = np.searchsorted(thread.boundaries_ns, start[rows], side="right") - 1
-                # Before the first boundary no range encloses the call.
-                nodes[rows] = np.where(pos >= 0, thread.nodes[np.maximum(pos, 0)], _ROOT)
+                rows = known if len(uniq) == 1 else known[by_thread[bounds[t] : bounds[t + 1]]]
+                pos = np.searchsorted(thread.boundaries_ns, start[rows], side="right")
+                # Before the first boundary (pos 0) no range encloses the call.
+                nodes[rows] = np.concatenate([[_ROOT], thread.nodes])[pos]
         # The nodes in use, ascending, and each one's rank among them: trie nodes are few and
         # dense, so a table over them does what a sort of every event's node would.
         present = np.zeros(self._trie.size, dtype=np.bool_)
@@ -203,6 +208,7 @@ class SiteResolver:
         rank = np.zeros(self._trie.size, dtype=np.int64)
         rank[used] = np.arange(len(used))
         inverse = rank[nodes]
+        del nodes
         # Codes by name: different stacks can read the same ("a/b" pushed once, or a then b).
         code_of: dict[str, int] = {NO_RANGE: 0}
         local = np.array(
