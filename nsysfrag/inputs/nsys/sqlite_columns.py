@@ -30,9 +30,6 @@ SQLITE_DONE = 101
 SQLITE_INTEGER = 1
 _OPEN_READONLY = 0x01
 _OPEN_URI = 0x40
-# Each connection here is used by one thread only, so it needs no mutex of its own; with one,
-# every sqlite3_column_* call locks and unlocks it, which is half of the time to read a row.
-_OPEN_NOMUTEX = 0x8000
 CHUNK_ROWS = 262_144
 
 
@@ -113,7 +110,7 @@ def read_int_columns(
     db = ctypes.c_void_p()
     try:
         if lib.sqlite3_open_v2(
-            uri.encode(), ctypes.byref(db), _OPEN_READONLY | _OPEN_URI | _OPEN_NOMUTEX, None
+            uri.encode(), ctypes.byref(db), _OPEN_READONLY | _OPEN_URI, None
         ) != SQLITE_OK:
             return None
         stmt = ctypes.c_void_p()
