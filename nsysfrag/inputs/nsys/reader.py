@@ -20,7 +20,7 @@ import numpy as np
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, ProgressCallback
 from nsysfrag.inputs.files import display_path
-from nsysfrag.inputs.nsys import export_file, sqlite_columns, target_info
+from nsysfrag.inputs.nsys import export_file, sqlite_columns, sqlite_pages, target_info
 from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
@@ -131,9 +131,9 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, connect, lambda c: _read_api(c, tables, names, uri))
+        calls = pool.submit(_on_own_connection, connect, lambda c: _read_api(c, tables, names, uri, path))
         compiled = pool.submit(
-            _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress)
+            _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
         )
         nvtx = _read_nvtx(con, tables)
         vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
@@ -329,11 +329,20 @@ class _MemoryQuery:
         uri: str,
         pool: ThreadPoolExecutor,
         progress: ProgressCallback | None,
+        path: Path,
     ) -> tuple[list[I64], list[I64]] | None:
-        """Both halves through SQLite's C API (``sqlite_columns``), two row ranges on two
-        threads; None when that path is not available or meets anything unusual."""
+        """Both halves from the file's pages (``sqlite_pages``), else through SQLite's C API
+        (``sqlite_columns``), two row ranges on two threads; None when neither path is
+        available or meets anything unusual."""
         key = db.row_order(con, MEMORY_TABLE)
-        if self.total_rows == 0 or key is None or not sqlite_columns.available():
+        if self.total_rows == 0 or key is None:
+            return None
+        arrays = self._from_pages(con, path)
+        if arrays is not None:
+            if progress is not None:
+                progress("loading rows", self.total_rows, self.total_rows)
+            return arrays[:4], arrays[4:]
+        if not sqlite_columns.available():
             return None
         lo, hi = db.query(
             con, f"SELECT (SELECT min({key}) FROM {MEMORY_TABLE}), (SELECT max({key}) FROM {MEMORY_TABLE})"
@@ -376,6 +385,33 @@ class _MemoryQuery:
             return None
         arrays = list(shared)
         return arrays[:4], arrays[4:]
+
+    def _from_pages(self, con: sqlite3.Connection, path: Path) -> list[I64] | None:
+        """Every column the halves hold, decoded from the table's pages; None where the
+        table's records may not hold exactly its declared columns in order (generated or
+        rowid-alias columns) or ``sqlite_pages`` declines."""
+        index = _record_columns(con, MEMORY_TABLE)
+        if index is None:
+            return None
+
+        def at(name: str) -> int:
+            return index.get(name.lower(), -1)
+
+        columns = [sqlite_pages.Column(at(c)) for c in self._POSITIONS]
+        if self.has_correlation:
+            columns.append(sqlite_pages.Column(at("correlationId"), sqlite_pages.INTEGER_OR_MINUS_ONE))
+        kinds = [sqlite_pages.Column(at(c)) for c in self._KINDS]
+        if self.has_pools:
+            kinds[2] = sqlite_pages.Column(at("memKind"), sqlite_pages.FLAGGED, at(POOL_COLUMNS[0]))
+        wanted = [*columns, *kinds]
+        if any(c.index < 0 or c.other < 0 for c in wanted):
+            return None
+        arrays = sqlite_pages.read_columns(path.resolve(), con, MEMORY_TABLE, wanted, self.total_rows)
+        if arrays is None:
+            return None
+        if not self.has_correlation:
+            arrays.insert(3, np.full(self.total_rows, -1, dtype=np.int64))
+        return arrays
 
     def valid_rows(self) -> str:
         """The rows whose columns the replay needs are all integers (NULL correlation ids
@@ -439,6 +475,20 @@ class _MemoryQuery:
         )
 
 
+def _record_columns(con: sqlite3.Connection, table: str) -> dict[str, int] | None:
+    """Each column's place in ``table``'s records, by lower-case name (-1: a rowid alias,
+    which reads as NULL in the record); None where generated columns (not stored, or stored
+    apart) or names differing only in case make places uncertain."""
+    index: dict[str, int] = {}
+    for position, (_, name, _, _, _, pk, hidden) in enumerate(
+        db.query(con, f"PRAGMA table_xinfo('{table}')")
+    ):
+        if not isinstance(name, str) or hidden != 0 or name.lower() in index:
+            return None
+        index[name.lower()] = -1 if pk else position
+    return index
+
+
 def _pool_records(
     pooled: I64, address: I64, threshold: I64, size: I64, utilized: I64
 ) -> PoolRecords:
@@ -478,14 +528,42 @@ _LITERAL_IDS = 20_000
 
 
 def _read_api(
-    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], uri: str
+    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], uri: str, path: Path
 ) -> ApiCalls:
     """The allocation calls (for failures and sites). Rows correlated with other memory events
     come from :func:`_read_correlated_api` once the memory events are known."""
     if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return _NO_API
+    paged = _api_from_pages(con, [i for i, n in names.items() if n in ALLOCATION_CALLS], path)
+    if paged is not None:
+        return paged
     alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
     return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
+
+
+def _api_from_pages(con: sqlite3.Connection, alloc_ids: list[int], path: Path) -> ApiCalls | None:
+    """The allocation calls as :func:`_api_rows` reads them, from the table's pages
+    (``sqlite_pages``); None where that declines."""
+    if not alloc_ids or db.row_order(con, RUNTIME_TABLE) is None:
+        return None
+    index = _record_columns(con, RUNTIME_TABLE)
+    if index is None:
+        return None
+    at = [index.get(c.lower(), -1) for c in _API_COLUMNS]
+    if min(at) < 0:
+        return None
+    start, gtid, corr, event_class, name, returned = at
+    rows = int(db.query(con, f"SELECT count(*) FROM {RUNTIME_TABLE}")[0][0])
+    columns = [
+        sqlite_pages.Column(start),
+        sqlite_pages.Column(gtid),
+        sqlite_pages.Column(corr),
+        sqlite_pages.Column(event_class, sqlite_pages.CALL_FLAGS, returned),
+    ]
+    read = sqlite_pages.read_columns(
+        path.resolve(), con, RUNTIME_TABLE, columns, rows, where_in=(name, alloc_ids)
+    )
+    return None if read is None else _api_calls(*read)
 
 
 def _read_correlated_api(
@@ -549,6 +627,12 @@ def _api_rows(
     start, gtid, corr, flags = compiled or db.read_integers(
         con, columns, RUNTIME_TABLE, where, _API_REQUIRED, chunked
     )
+    return _api_calls(start, gtid, corr, flags)
+
+
+def _api_calls(start: I64, gtid: I64, corr: I64, flags: I64) -> ApiCalls:
+    """API rows from their columns: start, globalTid, correlationId, and flags (1: a runtime
+    call, 2: a failed allocation)."""
     pid, tid = split_global_id(gtid)
     return ApiCalls(
         start_ns=start,
