@@ -1,0 +1,152 @@
+"""The page decoder (nsysfrag.inputs.nsys.sqlite_pages) held to SQLite itself: on random tables
+of every value type, page size and depth it returns exactly what SQLite's own query returns, or
+None (the reader then asks SQLite), and None only where the rows hold something it must not
+decode."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nsysfrag.inputs.nsys import sqlite_pages as pages
+
+EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "150"))
+
+INTEGERS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-300, 300),
+    st.sampled_from([0, 1, -1, 127, 128, -128, 2**23, -(2**23), 2**47, -(2**47), 2**63 - 1]),
+)
+ODD = st.one_of(st.none(), st.floats(allow_nan=False), st.text(max_size=5), st.binary(max_size=5))
+
+
+def _table(tmp: Path, rows: list[tuple[object, ...]], page_size: int) -> Path:
+    path = tmp / "t.sqlite"
+    path.unlink(missing_ok=True)
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA page_size = {page_size}")
+    con.execute("CREATE TABLE other (x)")
+    # Untyped columns: SQLite keeps every value's own type, as a damaged export could.
+    con.execute("CREATE TABLE t (a, b, c, d)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", rows)
+    con.execute("INSERT INTO other VALUES (1)")
+    con.commit()
+    con.close()
+    return path
+
+
+def _read(path: Path, columns: list[pages.Column], where_in: tuple[int, list[int]] | None = None) -> list[np.ndarray] | None:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        count = con.execute("SELECT count(*) FROM t").fetchone()[0]
+        return pages.read_columns(path, con, "t", columns, count, where_in)
+
+
+def _query(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        return con.execute(sql).fetchall()
+
+
+rows_of = st.lists(
+    st.tuples(
+        st.one_of(INTEGERS, INTEGERS, ODD),
+        INTEGERS,
+        st.one_of(INTEGERS, st.none()),
+        st.one_of(INTEGERS, st.none(), st.text(max_size=3)),
+    ),
+    min_size=1,
+    max_size=400,
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=rows_of, page_size=st.sampled_from([512, 1024, 4096, 65536]))
+def test_every_mode_reads_what_sqlite_computes(tmp_path: Path, rows: list[tuple[object, ...]], page_size: int) -> None:
+    path = _table(tmp_path, rows, page_size)
+    columns = [
+        pages.Column(0),
+        pages.Column(1),
+        pages.Column(2, pages.INTEGER_OR_MINUS_ONE),
+        pages.Column(1, pages.FLAGGED, 3),
+    ]
+    got = _read(path, columns)
+    expected = _query(path, "SELECT a, b, coalesce(c, -1), b | ((d IS NOT NULL) << 62) FROM t ORDER BY rowid")
+    integers = all(type(v) is int for row in expected for v in row)
+    if got is None:
+        assert not integers, "declined a table of integers"
+        return
+    assert integers
+    assert [tuple(int(a[i]) for a in got) for i in range(len(expected))] == expected
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.tuples(
+            INTEGERS,
+            st.integers(0, 6),
+            st.one_of(st.integers(-2, 2), st.none()),
+            st.one_of(st.integers(-2, 2), st.none(), st.text(max_size=2)),
+        ),
+        min_size=1,
+        max_size=600,
+    ),
+    ids=st.lists(st.integers(0, 6), max_size=4),
+    page_size=st.sampled_from([512, 4096]),
+)
+def test_filtered_rows_and_call_flags(
+    tmp_path: Path, rows: list[tuple[object, ...]], ids: list[int], page_size: int
+) -> None:
+    path = _table(tmp_path, rows, page_size)
+    got = _read(path, [pages.Column(0), pages.Column(2, pages.CALL_FLAGS, 3)], where_in=(1, ids))
+    listed = ",".join(map(str, ids)) or "NULL"
+    expected = _query(
+        path,
+        f"SELECT a, coalesce(c = 0, 0) + 2 * coalesce(b IN ({listed}) AND d != 0, 0) FROM t"
+        f" WHERE b IN ({listed}) ORDER BY rowid",
+    )
+    kept = {i for i in ids}
+    odd = any(r[1] in kept and not (r[3] is None or type(r[3]) is int) for r in rows)
+    if got is None:
+        assert odd, "declined a table it can read"
+        return
+    assert not odd
+    assert [tuple(int(a[i]) for a in got) for i in range(len(got[0]))] == expected
+
+
+def test_rows_on_overflow_pages_and_deep_trees(tmp_path: Path) -> None:
+    # Thousands of rows make a tree of several levels; a long blob spills onto overflow pages.
+    rows = [(i, -i, i * 7, None) for i in range(20_000)]
+    path = _table(tmp_path, rows, 512)
+    got = _read(path, [pages.Column(0), pages.Column(1)])
+    assert got is not None
+    assert np.array_equal(got[0], np.arange(20_000)) and np.array_equal(got[1], -np.arange(20_000))
+    with sqlite3.connect(path) as con:
+        con.execute("INSERT INTO t VALUES (1, 2, 3, ?)", (b"x" * 5000,))
+    assert _read(path, [pages.Column(0), pages.Column(1)]) is None
+
+
+def test_damaged_pages_are_declined(tmp_path: Path) -> None:
+    path = _table(tmp_path, [(i, i, i, i) for i in range(5000)], 1024)
+    data = bytearray(path.read_bytes())
+    root = _query(path, "SELECT rootpage FROM sqlite_master WHERE name = 't'")[0][0]
+    data[(root - 1) * 1024] = 0x0A  # the root is no table page any more
+    path.write_bytes(bytes(data))
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        assert pages.read_columns(path, con, "t", [pages.Column(0)], 5000) is None
+
+
+@pytest.mark.parametrize("declared", ["a INTEGER PRIMARY KEY, b", "a, b, c AS (a + 1)"])
+def test_tables_whose_records_do_not_hold_every_column(tmp_path: Path, declared: str) -> None:
+    from nsysfrag.inputs.nsys.reader import _record_columns
+
+    path = tmp_path / "t.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(f"CREATE TABLE t ({declared})")
+        index = _record_columns(con, "t")
+    assert index is None or index["a"] == -1
