@@ -143,10 +143,10 @@ def test_damaged_pages_are_declined(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("declared", ["a INTEGER PRIMARY KEY, b", "a, b, c AS (a + 1)"])
 def test_tables_whose_records_do_not_hold_every_column(tmp_path: Path, declared: str) -> None:
-    from nsysfrag.inputs.nsys.reader import _record_columns
+    from nsysfrag.inputs.nsys.sqlite_pages import record_columns
 
     path = tmp_path / "t.sqlite"
     with sqlite3.connect(path) as con:
         con.execute(f"CREATE TABLE t ({declared})")
-        index = _record_columns(con, "t")
+        index = record_columns(con, "t")
     assert index is None or index["a"] == -1

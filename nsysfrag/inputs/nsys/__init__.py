@@ -1,5 +1,6 @@
 """Nsight Systems traces: ``reader`` reads an SQLite export into ``records`` (``export_file``
-opens it without ever writing, ``sqlite_tables`` and ``sqlite_columns`` read its tables,
+opens it without ever writing, ``sqlite_pages`` decodes its big tables from the file's pages,
+``sqlite_tables`` and ``sqlite_columns`` read them through SQLite,
 ``target_info`` its small ones), ``sites`` finds each allocation's NVTX ranges, ``spaces`` turns
 a trace into one space per (process, device), and ``runner`` runs nsys itself to record or
 export.

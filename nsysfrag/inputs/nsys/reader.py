@@ -1,6 +1,6 @@
 """Read an nsys SQLite export into columnar events.
 
-The only module that knows nsys table and column names. It discovers tables and columns rather
+With ``api_calls`` (the runtime table), the only module that knows nsys table and column names. It discovers tables and columns rather
 than assuming them, because nsys creates tables lazily and has renamed some across versions
 (see NSYS_SCHEMA.md), and it opens the file read-only: a user's trace is never modified.
 """
@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
@@ -21,6 +21,12 @@ from nsysfrag.errors import InputError
 from nsysfrag.events import I64, ProgressCallback
 from nsysfrag.inputs.files import display_path
 from nsysfrag.inputs.nsys import export_file, sqlite_columns, sqlite_pages, target_info
+from nsysfrag.inputs.nsys.api_calls import (
+    RUNTIME_TABLE,
+    correlation_ids,
+    read_api,
+    read_correlated_api,
+)
 from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
@@ -32,7 +38,6 @@ from nsysfrag.inputs.nsys.records import (
     NVTX_PUSH_POP,
     NVTX_START_END,
     VMM_CALLS,
-    ApiCalls,
     MemoryEvents,
     NvtxRanges,
     PoolRecords,
@@ -42,7 +47,6 @@ from nsysfrag.inputs.nsys.records import (
 )
 
 MEMORY_TABLE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 # A memory pool's columns (nsys 2022.4 on), in the order ``_MemoryQuery.pools`` reads them.
 POOL_COLUMNS = (
     "localMemoryPoolAddress",
@@ -131,7 +135,7 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, connect, lambda c: _read_api(c, tables, names, uri, path))
+        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri, path))
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
         )
@@ -158,8 +162,8 @@ def _read(
         memory = query.events(*halves, pools=query.pools(con, where) if pooled else None)
         del halves  # the scan's array: MemoryEvents keeps what it needs
         allocation_calls = calls.result()
-        api = _read_correlated_api(
-            con, tables, names, memory, allocation_calls, query.alloc_op_id, uri
+        api = read_correlated_api(
+            con, tables, names, memory, allocation_calls, query.alloc_op_id, uri, MEMORY_TABLE
         )
     return Trace(
         path=display_path(path),
@@ -390,7 +394,7 @@ class _MemoryQuery:
         """Every column the halves hold, decoded from the table's pages; None where the
         table's records may not hold exactly its declared columns in order (generated or
         rowid-alias columns) or ``sqlite_pages`` declines."""
-        index = _record_columns(con, MEMORY_TABLE)
+        index = sqlite_pages.record_columns(con, MEMORY_TABLE)
         if index is None:
             return None
 
@@ -470,23 +474,9 @@ class _MemoryQuery:
             bytes=nbytes,
             is_free=op == self.free_op_id,
             modelled=np.isin(kind, self.modelled_kinds),
-            correlation_id=_correlation_ids(corr),
+            correlation_id=correlation_ids(corr),
             pools=_pool_records(*columns[8:]) if len(columns) > 8 else None,
         )
-
-
-def _record_columns(con: sqlite3.Connection, table: str) -> dict[str, int] | None:
-    """Each column's place in ``table``'s records, by lower-case name (-1: a rowid alias,
-    which reads as NULL in the record); None where generated columns (not stored, or stored
-    apart) or names differing only in case make places uncertain."""
-    index: dict[str, int] = {}
-    for position, (_, name, _, _, _, pk, hidden) in enumerate(
-        db.query(con, f"PRAGMA table_xinfo('{table}')")
-    ):
-        if not isinstance(name, str) or hidden != 0 or name.lower() in index:
-            return None
-        index[name.lower()] = -1 if pk else position
-    return index
 
 
 def _pool_records(
@@ -503,145 +493,10 @@ def _pool_records(
     return PoolRecords(codes, np.maximum(size, 0), kept)
 
 
-def _correlation_ids(corr: I64) -> I64:
-    """CUPTI correlation ids are 32-bit and never negative: any other value matches no call, so
-    it reads as "none" (-1), and the (pid, id) keys built from them cannot overflow."""
-    valid = (corr >= 0) & (corr <= _MAX_CORRELATION_ID)
-    return corr if valid.all() else np.where(valid, corr, -1)
-
-
-_MAX_CORRELATION_ID = 0xFFFFFFFF
-
-
 def _no_memory_events() -> MemoryEvents:
     empty = np.zeros(0, dtype=np.int64)
     no = empty.astype(np.bool_)
     return MemoryEvents(empty, empty, empty, empty.view(np.uint64), empty, no, no, empty)
-
-
-_NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.bool_),) * 2)
-_API_REQUIRED = ("start", "globalTid", "correlationId")
-_API_COLUMNS = (*_API_REQUIRED, "eventClass", "nameId", "returnValue")
-# Correlation ids listed literally in a query; beyond this a subquery over the memory table is
-# cheaper than a huge statement.
-_LITERAL_IDS = 20_000
-
-
-def _read_api(
-    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], uri: str, path: Path
-) -> ApiCalls:
-    """The allocation calls (for failures and sites). Rows correlated with other memory events
-    come from :func:`_read_correlated_api` once the memory events are known."""
-    if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
-        return _NO_API
-    paged = _api_from_pages(con, [i for i, n in names.items() if n in ALLOCATION_CALLS], path)
-    if paged is not None:
-        return paged
-    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
-    return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
-
-
-def _api_from_pages(con: sqlite3.Connection, alloc_ids: list[int], path: Path) -> ApiCalls | None:
-    """The allocation calls as :func:`_api_rows` reads them, from the table's pages
-    (``sqlite_pages``); None where that declines."""
-    if not alloc_ids or db.row_order(con, RUNTIME_TABLE) is None:
-        return None
-    index = _record_columns(con, RUNTIME_TABLE)
-    if index is None:
-        return None
-    at = [index.get(c.lower(), -1) for c in _API_COLUMNS]
-    if min(at) < 0:
-        return None
-    start, gtid, corr, event_class, name, returned = at
-    rows = int(db.query(con, f"SELECT count(*) FROM {RUNTIME_TABLE}")[0][0])
-    columns = [
-        sqlite_pages.Column(start),
-        sqlite_pages.Column(gtid),
-        sqlite_pages.Column(corr),
-        sqlite_pages.Column(event_class, sqlite_pages.CALL_FLAGS, returned),
-    ]
-    read = sqlite_pages.read_columns(
-        path.resolve(), con, RUNTIME_TABLE, columns, rows, where_in=(name, alloc_ids)
-    )
-    return None if read is None else _api_calls(*read)
-
-
-def _read_correlated_api(
-    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
-    alloc_op_id: int, uri: str,
-) -> ApiCalls:
-    """Add the API rows of allocation events whose call is not an allocation call (static
-    memory at module load, arrays, ...): usually few, so they are fetched by id."""
-    if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
-        return api
-    allocs = ~memory.is_free & (memory.correlation_id >= 0)
-    wanted = (memory.pid[allocs] << 32) | memory.correlation_id[allocs]
-    found = (api.pid << 32) | api.correlation_id
-    if len(found) and len(wanted):
-        # Correlation ids are small and dense: a lookup table beats sorting a million keys.
-        # (Python ints: no overflow whatever the ids.)
-        span = max(int(wanted.max()), int(found.max())) - min(int(wanted.min()), int(found.min()))
-        kind: Literal["table", "sort"] = "table" if span < 1 << 26 else "sort"
-        wanted = wanted[~np.isin(wanted, found, kind=kind)]
-    missing = np.unique(wanted & 0xFFFFFFFF)
-    if len(missing) == 0:
-        return api
-    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
-    if len(missing) <= _LITERAL_IDS:
-        ids = ",".join(str(int(c)) for c in missing)
-    else:
-        ids = f"SELECT correlationId FROM {MEMORY_TABLE} WHERE memoryOperationType = {alloc_op_id}"
-    extra = _api_rows(
-        con, f"correlationId IN ({ids}) AND coalesce(nameId NOT IN ({alloc_ids}), 1)", alloc_ids,
-        uri, chunked=len(missing) <= _LITERAL_IDS,
-    )
-    return ApiCalls(
-        *(np.concatenate([a, b]) for a, b in zip(
-            (api.start_ns, api.pid, api.tid, api.correlation_id, api.is_runtime, api.is_failed_allocation),
-            (extra.start_ns, extra.pid, extra.tid, extra.correlation_id, extra.is_runtime, extra.is_failed_allocation),
-            strict=True,
-        ))
-    )
-
-
-def _api_rows(
-    con: sqlite3.Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
-) -> ApiCalls:
-    columns = [
-        "start",
-        "globalTid",
-        "correlationId",
-        (
-            f"coalesce(eventClass = 0, 0)"
-            f" + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)"
-        ),
-    ]
-    # The compiled reader has no work budget (export_file.WorkBudget): it reads tables, not views.
-    compiled = (
-        sqlite_columns.read_int_columns(
-            uri, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
-        )
-        if db.row_order(con, RUNTIME_TABLE) is not None
-        else None
-    )
-    start, gtid, corr, flags = compiled or db.read_integers(
-        con, columns, RUNTIME_TABLE, where, _API_REQUIRED, chunked
-    )
-    return _api_calls(start, gtid, corr, flags)
-
-
-def _api_calls(start: I64, gtid: I64, corr: I64, flags: I64) -> ApiCalls:
-    """API rows from their columns: start, globalTid, correlationId, and flags (1: a runtime
-    call, 2: a failed allocation)."""
-    pid, tid = split_global_id(gtid)
-    return ApiCalls(
-        start_ns=start,
-        pid=pid,
-        tid=tid,
-        correlation_id=_correlation_ids(corr),
-        is_runtime=(flags & 1).astype(np.bool_),
-        is_failed_allocation=(flags & 2).astype(np.bool_),
-    )
 
 
 def _read_nvtx(con: sqlite3.Connection, tables: dict[str, str]) -> NvtxRanges:

@@ -80,6 +80,20 @@ def read_columns(
     return [out[c, :kept] for c in range(len(columns))]
 
 
+def record_columns(con: sqlite3.Connection, table: str) -> dict[str, int] | None:
+    """Each column's place in ``table``'s records, by lower-case name (-1: a rowid alias,
+    which reads as NULL in the record); None where generated columns (not stored, or stored
+    apart) or names differing only in case make places uncertain."""
+    index: dict[str, int] = {}
+    for position, (_, name, _, _, _, pk, hidden) in enumerate(
+        con.execute(f"PRAGMA table_xinfo('{table}')").fetchall()
+    ):
+        if not isinstance(name, str) or hidden != 0 or name.lower() in index:
+            return None
+        index[name.lower()] = -1 if pk else position
+    return index
+
+
 def _root_page(con: sqlite3.Connection, table: str) -> int | None:
     found = con.execute(
         "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
