@@ -214,6 +214,8 @@ def _scan(data, page_size, usable, pages, root, spec, where, ids, out):  # type:
         kind = data[header]
         cells = _u16(data, header + 3)
         if kind == _INTERIOR_TABLE:
+            if header + 12 + 2 * cells > start + usable:  # a cell count past its page's end
+                return _FAILED, _FAILED
             k = stack_cell[depth]
             if k > cells:
                 depth -= 1
