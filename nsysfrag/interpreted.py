@@ -110,13 +110,23 @@ class RecordArray(np.ndarray):  # type: ignore[type-arg]
 
     _fields: dict[str, np.ndarray] | None = None  # type: ignore[type-arg]
 
+    def _columns(self) -> dict[str, np.ndarray]:  # type: ignore[type-arg]
+        if self._fields is None:  # each field's column, a view: the same memory
+            plain = self.view(np.ndarray)
+            self._fields = {name: plain[name] for name in plain.dtype.names or ()}
+        return self._fields
+
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, (int, np.integer)):
-            if self._fields is None:  # each field's column, a view: the same memory
-                plain = self.view(np.ndarray)
-                self._fields = {name: plain[name] for name in plain.dtype.names or ()}
-            return Record(self._fields, int(key))
+            return Record(self._columns(), int(key))
         return super().__getitem__(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(value, Record):  # ``a[i] = b[j]``: a copy of the record, field by field
+            for name, column in self._columns().items():
+                column[key] = getattr(value, name)
+            return
+        super().__setitem__(key, value)
 
 
 class Record:
