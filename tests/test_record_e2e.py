@@ -202,13 +202,18 @@ def test_the_record_snapshots_pass_the_checks_of_genuine_ones(
 _TIMING = re.compile(r"\d\d:\d\d:\d\d|\+?\d+(\.\d+)? m?s\b|\d+ (samples|alerts)\b")
 
 
-def test_docs_record_page_shows_this_job_as_it_prints(job: tuple[Path, Run, dict[str, Any]]) -> None:
+@pytest.mark.parametrize("page", ["docs/record.md", "README.md"])
+def test_docs_record_page_shows_this_job_as_it_prints(
+    job: tuple[Path, Run, dict[str, Any]], page: str
+) -> None:
+    """The record's report as docs/record.md and README show it (README's ```text blocks are
+    the record's only) is what this job prints, but for its timings."""
     _, run, _ = job
-    page = (REPO / "docs" / "record.md").read_text(encoding="utf-8")
-    shown = [ln for block in re.findall(r"```text\n(.*?)```", page, re.DOTALL) for ln in block.splitlines()]
-    assert len(shown) > 5
+    text = (REPO / page).read_text(encoding="utf-8")
+    shown = [ln for block in re.findall(r"```text\n(.*?)```", text, re.DOTALL) for ln in block.splitlines()]
+    assert len(shown) >= 5
     printed = {_TIMING.sub("#", ln.rstrip()) for ln in (run.out + run.err).splitlines()}
     missing = [ln for ln in shown if ln != "…" and _TIMING.sub("#", ln.rstrip()) not in printed]
-    assert not missing, "docs/record.md shows lines this job does not print:\n" + "\n".join(missing) + (
+    assert not missing, f"{page} shows lines this job does not print:\n" + "\n".join(missing) + (
         "\n--- it prints:\n" + run.out + run.err
     )
