@@ -39,7 +39,6 @@ from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.recommend import model_error
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
 from tests.snapshot_workloads import make_snapshots
-from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 REAL_SNAPSHOTS = REPO.parent / "shared" / "real_snapshots"
 REAL = (
