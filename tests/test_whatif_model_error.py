@@ -18,7 +18,6 @@ from nsysfrag.whatif import whatif
 from nsysfrag.whatif.recommend import STATE, TRACE
 from tests.conftest import SAMPLES, MiB
 from tests.test_whatif import REAL, REAL_SNAPSHOTS, needs_real, segment
-from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 A, B = 0x1000_0000, 0x2000_0000
 
