@@ -68,6 +68,11 @@ def make_trace(tmp_path: Path) -> MakeTrace:
     return build
 
 
+# Every test (and each nsysfrag it starts) runs the compiled kernels, as large inputs do, unless
+# the environment says otherwise; the modules that import tests.kernel_modes run both ways.
+os.environ.setdefault("NSYSFRAG_KERNELS", "compiled")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def compiled_kernels(request: pytest.FixtureRequest) -> None:
     """Compile the kernels once, before any test, as a user's second run finds them.

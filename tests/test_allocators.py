@@ -27,6 +27,7 @@ from nsysfrag.allocators.base import (
 from nsysfrag.allocators.slab import class_of, size_classes
 from nsysfrag.errors import InputError
 from nsysfrag.models.segments.rules import round_size
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

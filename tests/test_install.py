@@ -11,7 +11,7 @@ The commands are taken from README.md, so the test follows README. To stay offli
 pip gets ``--no-deps --no-build-isolation --no-index`` and the new environment sees the test
 environment's packages (numba, pandas, setuptools, …) through a ``.pth`` file; the test
 command's ``pytest`` run is replaced by the two CLI checks. Compiled kernels go to a fresh
-cache folder, so this also checks that the first run says it is compiling.
+cache folder, so this also checks that the first run on a sample compiles nothing.
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ class Clone:
     def __init__(self, root: Path, cache: Path) -> None:
         self.root = root
         self.env = {**os.environ, "XDG_CACHE_HOME": str(cache), "NO_COLOR": "1"}
-        for name in ("PYTHONPATH", "NUMBA_CACHE_DIR", "NSYSFRAG_DEBUG", "VIRTUAL_ENV"):
+        # A user's environment: no NSYSFRAG_KERNELS either (the suite's conftest sets it).
+        for name in ("PYTHONPATH", "NUMBA_CACHE_DIR", "NSYSFRAG_DEBUG", "VIRTUAL_ENV",
+                     "NSYSFRAG_KERNELS"):  # fmt: skip
             self.env.pop(name, None)
 
     def sh(self, argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -127,10 +129,11 @@ def test_readme_commands_in_order_then_reversed_leave_a_working_cli(tmp_path: Pa
     # README's order: try it, then set up for the tests.
     (analyzed,) = clone.run_readme(try_it)
     assert "observed device pages" in analyzed.stdout
-    assert "compiling the replay kernels, once per install" in analyzed.stderr
+    # A sample this small runs the kernels interpreted: no compile wait, nothing cached.
+    assert "compiling" not in analyzed.stderr
     installed = clone.site_packages() / "nsysfrag"
     _package_holds_only_python(installed)
-    assert list((cache / "nsysfrag").rglob("*.nbi")), "no compiled kernel in the user's cache"
+    assert not list((cache / "nsysfrag").rglob("*.nbi")), "a kernel compiled for a sample"
     # What an older nsysfrag's first run left there; pip does not remove it on uninstall.
     (installed / "__pycache__" / "replay._replay_kernel-267.py311.nbi").write_bytes(b"old")
     assert clone.run_readme(tests) == []

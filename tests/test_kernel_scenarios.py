@@ -20,6 +20,7 @@ from nsysfrag.models.series import (
     UNMATCHED_FREE,
     ZERO_SIZE_ALLOC,
 )
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 PAGE = 10
 CAPACITY = 100

@@ -17,6 +17,7 @@ from nsysfrag.inputs import InputOptions
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.testing.nsys_export import FREE, ApiRow, Gpu, MemoryRow, NvtxRow, write_export
 from tests.reference import RefEvent, reference_replay
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 BASE = 0x7F00_0000_0000
 SITES = ["fwd", "bwd", "opt", None]

@@ -31,6 +31,7 @@ from nsysfrag.models.segments.replay import _Replayer
 from nsysfrag.models.segments.rules import AllocatorSettings
 from tests.conftest import REPO, SAMPLES
 from tests.snapshot_workloads import snapshots
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "40"))
 MiB = 1 << 20

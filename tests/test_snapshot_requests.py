@@ -35,6 +35,7 @@ from nsysfrag.whatif.capacity import recorded_devices, replay_capacity
 from nsysfrag.whatif.streams import stream_names
 from tests.conftest import SNAPSHOT_INPUTS
 from tests.test_segments_kernel import EXAMPLES, snapshots
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 INPUTS = SNAPSHOT_INPUTS
 RELEASES = ("segment_free", "segment_unmap")

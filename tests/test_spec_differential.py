@@ -58,6 +58,7 @@ from nsysfrag.testing.nsys_export import (
 from tests.snapshot_workloads import snapshots
 from tests.spec_compare import differences, nsysfrag_json, run_nsysfrag
 from tests.spec_reference import is_snapshot, reference
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_DIFFERENTIAL_EXAMPLES", "0"))
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

@@ -20,6 +20,7 @@ from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, RequestStream
 from nsysfrag.allocators.torch import simulate_torch
 from nsysfrag.models.segments.rules import division_table
 from tests.torch_reference import Options, reference_replay
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 KiB, MiB = 1 << 10, 1 << 20
 # CI runs the default; NSYSFRAG_PROPERTY_EXAMPLES=5000 for a deeper local check.

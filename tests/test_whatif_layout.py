@@ -20,6 +20,7 @@ from nsysfrag.whatif.layout import ES_VA_VALIDATION, start_layout
 from nsysfrag.whatif.streams import snapshot_config
 from nsysfrag.whatif.validate import validate_snapshot
 from tests.test_segments_kernel import EXAMPLES, snapshots
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 MiB = 1 << 20
 UNMAPPED, FREE, LIVE = -1, 0, 1

@@ -25,6 +25,7 @@ from tests.test_spec_reference_truth import (  # the same generator and workload
     WORKLOADS,
     _generator,
 )
+from tests.kernel_modes import both_kernels  # noqa: F401  (every test both ways)
 
 STATE = (
     "reserved_bytes", "active_bytes", "pending_bytes", "free_bytes", "largest_free_bytes", "free_blocks",

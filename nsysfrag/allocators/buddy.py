@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.family import PolicyFamily
@@ -188,7 +189,7 @@ def simulate_buddy(stream: RequestStream, capacity_bytes: int, options: object =
             np.full(n_req, -1, dtype=np.int64), np.zeros(n_req, dtype=np.int64), top_order,
         )  # fmt: skip
         out = Outputs.empty(stream.n_events, n_req)
-        ooms = _buddy_kernel(
+        ooms = interpreted.chosen(_buddy_kernel, stream.n_events)(
             stream.kind.astype(np.int64), stream.request, stream.size, model, usable, out
         )
         if ooms >= 0:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.allocators.base import (
     I64,
     PAGE_BYTES,
@@ -243,7 +244,8 @@ def simulate_heap(
         np.zeros(n_req, dtype=np.int64), np.zeros(1, dtype=np.int64), retain,
     )  # fmt: skip
     out = Outputs.empty(stream.n_events, n_req)
-    ooms = _heap_kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
+    kernel = interpreted.chosen(_heap_kernel, stream.n_events)
+    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
     return SimResult.of(out, ooms)
 
 

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, replay
 from nsysfrag.allocators.family import PolicyFamily
@@ -224,7 +225,8 @@ def simulate_slab(stream: RequestStream, capacity_bytes: int, options: object = 
         np.full(n_req, -1, dtype=np.int64), zeros(n_req), zeros(n_req), np.zeros(1, dtype=SLAB_COUNTERS),
     )  # fmt: skip
     out = Outputs.empty(stream.n_events, n_req)
-    ooms = _slab_kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
+    kernel = interpreted.chosen(_slab_kernel, stream.n_events)
+    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
     return SimResult.of(out, ooms)
 
 

@@ -103,10 +103,11 @@ class Feedback:
     @contextmanager
     def compiling(self, what: str) -> Iterator[None]:
         """Say "compiling WHAT, once per install; later runs load it from the cache" if numba
-        compiles in the block: only on a cache miss, i.e. the first run after installing; a
-        warm run says nothing. No time is promised: it depends on the machine and its load
-        (benchmarks/bench_startup.py measured 4.6 s and 26 s on a 2-core machine, and users saw
-        18 s and 67 s on a loaded one); on a terminal the spinner shows the time elapsed."""
+        compiles in the block: only on a cache miss, i.e. the first run after installing on an
+        input too large to interpret (nsysfrag.interpreted); a warm run says nothing. No time
+        is promised: it depends on the machine and its load (docs/performance.md has what
+        benchmarks/bench_startup.py --compiled measured); on a terminal the spinner shows the
+        time elapsed."""
         label = f"compiling {what}, once per install; later runs load it from the cache"
         listener = _CompileListener(lambda: self._start(label), lambda: self._stop(label))
         with numba_event.install_listener("numba:compile", listener):

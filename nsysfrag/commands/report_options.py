@@ -225,8 +225,9 @@ def _read_and_analyze(
     fmt: InputFormat, path: Path, request: ReportRequest, progress: ProgressCallback | None
 ) -> Analysis:
     # Loading compiled code takes a moment; SQLite reads without the GIL, so overlap them.
-    warming = threading.Thread(target=fmt.warm_up, daemon=True) if fmt.warm_up else None
-    if warming is not None:
+    warming = None
+    if fmt.warm_up is not None:
+        warming = threading.Thread(target=fmt.warm_up, args=(path,), daemon=True)
         warming.start()
     options = InputOptions(request.capacity, request.granularity, request.page_bytes, progress)
     recording = fmt.open(path, options)

@@ -73,7 +73,8 @@ class InputFormat:
     description: str  # for messages: "a PyTorch memory snapshot"
     matches: Callable[[Path], bool]  # is this path one of ours? (cheap: a suffix, a few bytes)
     open: Callable[[Path, InputOptions], Recording]
-    warm_up: Callable[[], None] | None = None  # load compiled code while the file is read
+    # Load the compiled code reading this file will need while the file is read (or nothing).
+    warm_up: Callable[[Path], None] | None = None
 
 
 _FORMATS: list[InputFormat] = []

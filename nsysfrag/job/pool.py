@@ -326,19 +326,30 @@ def _load_analysis(tasks: Sequence[RankTask]) -> None:
     from nsysfrag.inputs.torch_snapshot import TORCH_SNAPSHOT
 
     used: dict[str, InputFormat] = {}
+    largest: dict[str, Path] = {}  # each format's largest input decides what to warm up
     for task in tasks:
         # A format may read a file's first bytes to claim it: never here a FIFO's, which would
         # block the job (the rank's worker says what is wrong with such an input).
         if os.path.isfile(task.path):
-            fmt = format_of(Path(task.path))
+            path = Path(task.path)
+            fmt = format_of(path)
             used[fmt.name] = fmt
+            if fmt.name not in largest or _size(path) > _size(largest[fmt.name]):
+                largest[fmt.name] = path
     if NSYS_EXPORT.name in used:
         from nsysfrag.inputs.nsys import reader, spaces  # noqa: F401
     if TORCH_SNAPSHOT.name in used:
         from nsysfrag.inputs.torch_snapshot import spaces as snapshot_spaces  # noqa: F401
     for fmt in used.values():
         if fmt.warm_up is not None:
-            fmt.warm_up()
+            fmt.warm_up(largest[fmt.name])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 @contextmanager

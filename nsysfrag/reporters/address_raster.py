@@ -14,7 +14,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import kernel_cache
+from nsysfrag import interpreted, kernel_cache
 from nsysfrag.analysis.metrics import F64
 from nsysfrag.events import I64
 
@@ -65,7 +65,8 @@ def paint_blocks(x0: I64, x1: I64, y0: I64, y1: I64, colour: U8, shape: tuple[in
     if len(colour) == 0:
         return image
     keep = _last_of_each_duplicate(x0, x1, y0, y1, colour)
-    _paint(x0[keep], x1[keep], y0[keep], y1[keep], colour[keep], image)
+    paint = interpreted.chosen(_paint, len(colour))
+    paint(x0[keep], x1[keep], y0[keep], y1[keep], colour[keep], image)
     return image
 
 

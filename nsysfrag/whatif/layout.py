@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.allocators import TorchConfig
 from nsysfrag.allocators.base import I64
 from nsysfrag.allocators.torch.compiled_rules import round_size_kernel, should_split_kernel
@@ -59,7 +60,7 @@ def start_layout(window: WindowLayout, config: TorchConfig, stream_number: I64) 
     blocks = np.zeros((5, 2 * n_blk + 3 * n_seg + 1), dtype=np.int64)  # segment … request
     placed = np.zeros(n_blk, dtype=np.int64)
     divisions = np.asarray(config.roundup_power2_divisions, dtype=np.int64)
-    counts = _tile(
+    counts = interpreted.chosen(_tile, n_seg + n_blk)(
         plain, ranges, start, end, pool, small, window.block_address, window.block_size,
         window.block_requested, divisions, config.max_split_size, ES_VA_VALIDATION, segments,
         expandables, blocks, placed,

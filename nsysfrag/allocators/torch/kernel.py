@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.torch.compiled_rules import (
@@ -269,7 +270,8 @@ def simulate_torch(
     while True:
         st = new_state(max_blocks, max_es, max_log, stream.stream, pending_frees)
         out = Outputs.empty(n, stream.n_requests)
-        ooms = _torch_kernel(kind, stream.request, stream.size, Model(st, cfg), initial, out)
+        kernel = interpreted.chosen(_torch_kernel, n)
+        ooms = kernel(kind, stream.request, stream.size, Model(st, cfg), initial, out)
         if ooms >= 0:
             break
         max_blocks *= 4

@@ -32,10 +32,22 @@ def read_export(path: Path, options: InputOptions | None = None) -> Recording:
     return recording_of(read_trace(path, progress=options.progress), options)
 
 
-def _warm_up() -> None:
+# An nsys export takes at least this many bytes per memory event (the row, its runtime row):
+# a file smaller than that many events' worth is replayed interpreted (nsysfrag.interpreted),
+# and loading the compiled kernel for it would compile it for nothing.
+_BYTES_PER_EVENT = 64
+
+
+def _warm_up(path: Path) -> None:
+    from nsysfrag import interpreted
     from nsysfrag.models.observed import warm_up
 
-    warm_up()
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # the reader says what is wrong with it
+    if not interpreted.interpret(size // _BYTES_PER_EVENT):
+        warm_up()
 
 
 NSYS_EXPORT = InputFormat(

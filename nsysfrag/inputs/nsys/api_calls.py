@@ -11,6 +11,7 @@ from typing import Literal
 
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.events import I64
 from nsysfrag.inputs.nsys import sqlite_columns, sqlite_pages
 from nsysfrag.inputs.nsys import sqlite_tables as db
@@ -115,6 +116,12 @@ def read_correlated_api(
     )
 
 
+def _row_span(con: sqlite3.Connection, table: str, key: str) -> int:
+    """How many rows ``table`` has at most (its first to last ``key``, an index lookup each)."""
+    lo, hi = db.query(con, f"SELECT min({key}), max({key}) FROM {table}")[0]
+    return 0 if lo is None else int(hi) - int(lo) + 1
+
+
 def _api_rows(
     con: sqlite3.Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
 ) -> ApiCalls:
@@ -128,11 +135,12 @@ def _api_rows(
         ),
     ]
     # The compiled reader has no work budget (export_file.WorkBudget): it reads tables, not views.
+    key = db.row_order(con, RUNTIME_TABLE)
     compiled = (
         sqlite_columns.read_int_columns(
             uri, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
         )
-        if db.row_order(con, RUNTIME_TABLE) is not None
+        if key is not None and not interpreted.interpret(_row_span(con, RUNTIME_TABLE, key))
         else None
     )
     start, gtid, corr, flags = compiled or db.read_integers(

@@ -17,17 +17,18 @@ from typing import TypeVar
 
 import numpy as np
 
+from nsysfrag import interpreted
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, ProgressCallback
 from nsysfrag.inputs.files import display_path
 from nsysfrag.inputs.nsys import export_file, sqlite_columns, sqlite_pages, target_info
+from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.api_calls import (
     RUNTIME_TABLE,
     correlation_ids,
     read_api,
     read_correlated_api,
 )
-from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     ALLOCATION_OPERATION_NAME,
@@ -347,6 +348,8 @@ class _MemoryQuery:
                 progress("loading rows", self.total_rows, self.total_rows)
             return arrays[:4], arrays[4:]
         if not sqlite_columns.available():
+            return None
+        if interpreted.interpret(self.total_rows):  # the portable path is done before it compiles
             return None
         lo, hi = db.query(
             con, f"SELECT (SELECT min({key}) FROM {MEMORY_TABLE}), (SELECT max({key}) FROM {MEMORY_TABLE})"

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import kernel_cache
+from nsysfrag import interpreted, kernel_cache
 from nsysfrag.events import I64
 
 kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
@@ -57,8 +57,11 @@ def read_columns(
     (the database ``con`` has open, read-only, with no WAL content), or None (see above).
     ``rows`` is SQLite's count of the table's rows. With ``where_in`` (a record column and
     integers) only the rows whose column is one of them: ``WHERE column IN (...)``."""
+    # A small table is read sooner through SQLite itself than the decoder compiles.
+    if rows == 0 or interpreted.interpret(rows, _scan):
+        return None
     root = _root_page(con, table)
-    if root is None or rows == 0:
+    if root is None:
         return None
     column, values = where_in if where_in is not None else (-1, [])
     ids = np.unique(np.asarray(values, dtype=np.int64))

@@ -26,7 +26,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from nsysfrag import kernel_cache
+from nsysfrag import interpreted, kernel_cache
 
 kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
@@ -47,12 +47,13 @@ _SPECIAL = {
 def _tables() -> tuple[np.ndarray, ...]:
     """Per opcode byte: action, argument layout, its size (fixed bytes, or the length's bytes;
     negative: a signed length), items popped before a mark, after it, pushed; known at all."""
-    action = np.zeros(256, np.int8)
-    layout = np.zeros(256, np.int8)
-    size = np.zeros(256, np.int8)
-    before = np.zeros(256, np.int8)  # items below the mark (APPENDS: the list), or all popped
+    # int64: interpreted (nsysfrag.interpreted), ``pos += size[op]`` would make pos an int8.
+    action = np.zeros(256, np.int64)
+    layout = np.zeros(256, np.int64)
+    size = np.zeros(256, np.int64)
+    before = np.zeros(256, np.int64)  # items below the mark (APPENDS: the list), or all popped
     marked = np.zeros(256, np.bool_)
-    after = np.zeros(256, np.int8)
+    after = np.zeros(256, np.int64)
     known = np.zeros(256, np.bool_)
     lengths = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: -4,
                pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}  # fmt: skip
@@ -283,7 +284,8 @@ def _memo_put(filled, tuples, keys, values, used, index, depth, memo_len):  # ty
 def _slot(keys, index):  # type: ignore[no-untyped-def]
     """Where ``index`` is, or goes, in an open-addressing table (-1: an empty slot)."""
     mask = len(keys) - 1
-    at = (index * 0x9E3779B97F4A7C15) & mask
+    # Unsigned: the product wraps, in compiled code and interpreted alike.
+    at = np.int64((np.uint64(index) * np.uint64(0x9E3779B97F4A7C15)) & np.uint64(mask))
     while keys[at] != -1 and keys[at] != index:
         at = (at + 1) & mask
     return at
@@ -322,6 +324,10 @@ class Scan:
     deepest_tuple: int
 
 
+# A snapshot's pickle takes about this many bytes per trace entry (what interpreted.chosen counts).
+BYTES_PER_ITEM = 64
+
+
 class Scanner:
     """The pass over a pickle file, read a chunk at a time (never more of it than the pickle's
     own bytes, whatever the file's size): :meth:`step` walks the next chunk's opcodes; ``pos``
@@ -351,9 +357,14 @@ class Scanner:
         if self.pos >= self.file_bytes:
             self.status = TRUNCATED
             return
-        data = np.frombuffer(os.pread(self.fd, self._read, self.pos), dtype=np.uint8)
+        chunk = os.pread(self.fd, self._read, self.pos)
         tables = (ACTION, LAYOUT, SIZE, BEFORE, MARKED, AFTER, KNOWN)
-        status, pos, self.sp, self.mp, self.memo_len, found = _scan(
+        # Interpreted, the bytes themselves: their items are Python ints, which never wrap
+        # as numpy's uint8 would (compiled code widens them to int64 first).
+        interpret = interpreted.interpret(self.file_bytes // BYTES_PER_ITEM, _scan)
+        data = chunk if interpret else np.frombuffer(chunk, dtype=np.uint8)
+        scan = interpreted.twin(_scan) if interpret else _scan
+        status, pos, self.sp, self.mp, self.memo_len, found = scan(
             data, self.pos, self.stack, self.sp, self.marks, self.mp, self.filled,
             self.tuples, self.memo_len, self.table_keys, self.table_values, self.table_used,
             self.limit, tables,
@@ -364,7 +375,8 @@ class Scanner:
             if 2 * (int(self.table_used[0]) + 1) > len(self.table_keys):
                 keys = np.full(4 * len(self.table_keys), -1, np.int64)
                 values = np.zeros(len(keys), np.int32)
-                _rehash(self.table_keys, self.table_values, keys, values)
+                rehash = interpreted.chosen(_rehash, self.file_bytes // BYTES_PER_ITEM)
+                rehash(self.table_keys, self.table_values, keys, values)
                 self.table_keys, self.table_values = keys, values
                 self.table_used[0] = int(np.count_nonzero(values))
             elif self.sp + 4 > len(self.stack):

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import kernel_cache
+from nsysfrag import interpreted, kernel_cache
 from nsysfrag.events import I64, BoolArray
 from nsysfrag.models.series import (
     ALLOCATED,
@@ -101,7 +101,7 @@ EVERY = 2  # the list of every block (both layers): a third Fenwick row
 def replay(events: KernelEvents) -> KernelOutput:
     """Replay ``events`` and return the state after each one."""
     out = _allocate_outputs(len(events.is_free))
-    _replay_kernel(events, out)
+    interpreted.chosen(_replay_kernel, len(events.is_free))(events, out)
     return out
 
 
@@ -109,9 +109,9 @@ def assign_slots(offset: I64, is_block: BoolArray, is_free: BoolArray) -> tuple[
     """Slots for a space's events: the distinct start offsets of placed blocks, ascending, and
     each event's slot — a block's own, a free's when its offset is exactly a block start (and
     >= 0), else NO_BLOCK. A hash table keeps this linear; only the distinct offsets are sorted."""
-    distinct = _distinct(offset, is_block)
+    distinct = interpreted.chosen(_distinct, len(offset))(offset, is_block)
     slot_offset = np.sort(distinct)
-    slot = _slots(offset, is_block, is_free, slot_offset)
+    slot = interpreted.chosen(_slots, len(offset))(offset, is_block, is_free, slot_offset)
     # The replay trusts these slots (a wrong one would corrupt its lists): check the cheap part.
     if not (slot[is_block] >= 0).all():
         raise AssertionError("slot assignment lost a block")
@@ -193,8 +193,8 @@ def empty_events(page_bytes: int = 2 << 20, capacity_bytes: int = 1) -> KernelEv
 
 def warm_up() -> None:
     """Load the compiled kernel (from numba's cache) now, e.g. on a thread while a trace is
-    read, rather than on the first replay."""
-    replay(empty_events())
+    read, rather than on the first replay (of more events than are replayed interpreted)."""
+    _replay_kernel(empty_events(), _allocate_outputs(0))
 
 
 def _allocate_outputs(n: int) -> KernelOutput:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import interpreted
 from nsysfrag.events import (
     ALLOC,
     FAILED_ALLOC,
@@ -204,7 +205,7 @@ class CompiledDevice:
         layout = new_layout(self.keys)
         rb = np.zeros((len(self.keys), START_COLUMNS), dtype=np.int64)
         known = np.full(len(self.events), -1, dtype=np.int64)
-        initial = rebuild_window(
+        initial = interpreted.chosen(rebuild_window, len(self.events))(
             layout, self.entries, self.final_segments, self.final_blocks, rb, known
         )
         rb[:, R_KNOWN] = rb[:, R_FOUND] = -1
@@ -416,10 +417,11 @@ def _run_reporting(
     args: tuple[object, ...], progress: ProgressCallback | None, shown: I64, total: int
 ) -> tuple[int, int]:
     """The kernel, on a thread (it runs without the GIL) while this one reports progress."""
+    kernel = interpreted.chosen(replay_forward, total)
     if progress is None or total < 1 << 18:
-        return replay_forward(*args)  # type: ignore[no-any-return]
+        return kernel(*args)  # type: ignore[no-any-return]
     result: list[tuple[int, int]] = []
-    worker = threading.Thread(target=lambda: result.append(replay_forward(*args)), daemon=True)
+    worker = threading.Thread(target=lambda: result.append(kernel(*args)), daemon=True)
     worker.start()
     while worker.is_alive():
         worker.join(0.2)

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import interpreted
 from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, FREE_COMPLETED, I64
 from nsysfrag.inputs.torch_snapshot.columns import HistoryColumns
 from nsysfrag.inputs.torch_snapshot.spaces import history_times
@@ -85,7 +86,7 @@ def snapshot_requests(
     req = np.zeros((2, cap), np.int64)  # size, raw stream
     empty_at = np.zeros(n, dtype=np.bool_)
     empty_at[empty_cache_at] = True
-    counts = _requests(
+    counts = interpreted.chosen(_requests, n)(
         np.searchsorted(keys, placed.address), placed.size, placed.stream, announce,
         times[0] if n else 0, action, np.searchsorted(keys, address), size, stream, times,
         empty_at, len(keys), out, req,
