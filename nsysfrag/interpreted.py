@@ -84,7 +84,7 @@ def _compiled(kernel: Callable[..., Any]) -> bool:
     cache_file = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
     try:  # numba's index of the cached signatures: empty when missing or stale
         return bool(cache_file._load_index())  # type: ignore[union-attr]
-    except Exception:  # no cache, or numba's internals changed: not known to be compiled
+    except Exception:  # noqa: BLE001  (no cache, or numba internals changed: not known to be compiled)
         return False
 
 
