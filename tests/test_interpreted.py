@@ -67,6 +67,8 @@ def test_whatif_compiles_its_models_and_reports_what_the_interpreted_ones_do(
 
 def test_the_size_decides_unless_the_environment_does(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NSYSFRAG_KERNELS", raising=False)
+    # A whatif run in this process (the CLI tests) made auto compile: not what this test asks.
+    monkeypatch.setattr(interpreted, "_compile_in_auto", False)
     assert interpreted.interpret(interpreted.INTERPRET_UP_TO)
     assert not interpreted.interpret(interpreted.INTERPRET_UP_TO + 1)
     monkeypatch.setenv("NSYSFRAG_KERNELS", "interpreted")
