@@ -164,6 +164,8 @@ def check_analysis(
             f"{display_path(path)}: {where + ' is ' if where else ''}not an nsysfrag analysis"
             f" (schema {schema}); {ANALYSIS_FIX}"
         )
+    trace = _check_trace(check, doc.get("trace", {}), f"{prefix}trace")
+    origin = "first_event_ns" in trace
     paths = tuple(numbers)
     for i, space in enumerate(doc["spaces"]):
         at = f"{prefix}spaces[{i}]"
@@ -173,15 +175,14 @@ def check_analysis(
         check.level(check.at(node, "health", at), f"{at}.health")
         for dotted in paths:
             check.number(check.at(node, dotted, at), f"{at}.{dotted}")
-        _check_compared_parts(check, node, at, "first_event_ns" in doc.get("trace", {}))
-    _check_trace(check, doc.get("trace", {}), f"{prefix}trace")
+        _check_compared_parts(check, node, at, origin)
     return doc
 
 
 MOMENTS = ("peak", "memory_peak", "final", "max")
 
 
-def _check_trace(check: Checker, trace: Any, at: str) -> None:
+def _check_trace(check: Checker, trace: Any, at: str) -> Mapping[str, Any]:
     """What a comparison reads of ``trace``: its clock and the words of its input's kind."""
     trace = check.mapping(trace, at)
     if "first_event_ns" in trace:
@@ -191,6 +192,7 @@ def _check_trace(check: Checker, trace: Any, at: str) -> None:
     if "words" in trace:
         for name, value in check.mapping(trace["words"], f"{at}.words").items():
             check.text(value, f"{at}.words.{name}")
+    return trace
 
 
 def _check_compared_parts(check: Checker, space: Mapping[str, Any], at: str, origin: bool) -> None:

@@ -59,6 +59,10 @@ def _space_cases(doc: dict[str, Any]) -> list[tuple[str, Any, dict[str, str], st
         ("a state that is a list", edited(peak=[1, 2]), {}, "spaces[0].peak is a list"),
         ("NaN", doc, {"internal_frag": "NaN"}, "internal_frag is nan"),
         ("spaces of numbers", {**doc, "spaces": [1]}, {}, "spaces[0] is 1, not an object"),
+        ("a trace that is a number", {**doc, "trace": 5}, {}, "trace is 5, not an object"),
+        ("a site's bytes of 10^400", doc, {"total_bytes": "1e400"}, "total_bytes is inf"),
+        ("a moment's time as text", edited(final={**doc["spaces"][0]["final"], "time_ns": "0"}), {},
+         "final.time_ns is '0', not an integer"),
     ]
 
 
