@@ -3,9 +3,11 @@ after every event.
 
 A model replays a :class:`RequestStream` — allocations (size, stream) and frees of earlier
 allocations, in order — on a simulated device of ``capacity_bytes`` and reports, after every
-event, the figures analyze's metrics need under the model's own definition of free memory:
-``F`` free bytes, ``L`` the largest free block, ``N`` free blocks, plus reserved, allocated
-(block) and requested (live) bytes. A request the model cannot place is a simulated OOM: it is
+event, what it holds from the device and how it holds it, in the terms analyze's state model
+uses: reserved bytes, ``F`` the free bytes inside them, ``L`` the largest free block there,
+``N`` the free blocks, ``R`` the free bytes it could give back to the device at once by its own
+rules (whole free segments, chunks, pools), plus allocated (block) and requested (live) bytes.
+``whatif.states`` turns them into analyze's figures over everything free on the device. A request the model cannot place is a simulated OOM: it is
 recorded with the largest free block at that moment, stays unplaced, and its free is ignored.
 """
 
@@ -124,25 +126,27 @@ LOG_SEGMENT_UNMAP = 4
 class Outputs(NamedTuple):
     """A kernel's figures after every event, and its simulated OOMs (trimmed afterwards)."""
 
-    free_bytes: I64  # F
-    largest_free_bytes: I64  # L
+    free_bytes: I64  # F: free bytes inside reserved memory
+    largest_free_bytes: I64  # L: the largest free block inside reserved memory
     free_blocks: I64  # N
     reserved_bytes: I64
     allocated_bytes: I64  # bytes of the blocks handed out (rounded, unsplit)
     live_bytes: I64  # requested bytes of the live requests
+    releasable_bytes: I64  # R: the part of F the model could return to the device at once
     oom_event: I64  # event index of each simulated OOM
     oom_largest_free_bytes: I64  # L right after the model gave up on that request
 
     @classmethod
     def empty(cls, n_events: int, n_requests: int) -> Outputs:
-        per_event = [np.zeros(n_events, dtype=np.int64) for _ in range(6)]
+        per_event = [np.zeros(n_events, dtype=np.int64) for _ in range(7)]
         per_oom = [np.zeros(n_requests + 1, dtype=np.int64) for _ in range(2)]
         return cls(*per_event, *per_oom)
 
 
 @dataclass(frozen=True)
 class SimResult:
-    """A model's state after every event of the stream, and its simulated OOMs."""
+    """A model's state after every event of the stream, and its simulated OOMs (the columns
+    are :class:`Outputs`')."""
 
     free_bytes: I64
     largest_free_bytes: I64
@@ -150,6 +154,7 @@ class SimResult:
     reserved_bytes: I64
     allocated_bytes: I64  # bytes of the blocks handed out (rounded, unsplit)
     live_bytes: I64  # requested bytes of the live requests
+    releasable_bytes: I64
     oom_event: I64  # event index of each simulated OOM
     oom_largest_free_bytes: I64  # L right after the model gave up on that request
     segment_log: dict[str, I64] = field(default_factory=dict)  # kind, size, event, address
@@ -159,6 +164,6 @@ class SimResult:
         """From a kernel's outputs and its OOM count."""
         return cls(
             out.free_bytes, out.largest_free_bytes, out.free_blocks, out.reserved_bytes,
-            out.allocated_bytes, out.live_bytes, out.oom_event[:ooms].copy(),
+            out.allocated_bytes, out.live_bytes, out.releasable_bytes, out.oom_event[:ooms].copy(),
             out.oom_largest_free_bytes[:ooms].copy(), segment_log or {},
         )  # fmt: skip

@@ -14,8 +14,11 @@ fragmentation, reported as allocated − requested). Physical memory is taken to
 more is whole pages, aligned; a smaller one never crosses a page boundary). A page with no live
 block is free of all but one merged block, so the free memory inside reserved pages is exactly
 the free buddy blocks smaller than a page: ``F`` = reserved − allocated, ``L`` the largest of
-those blocks and ``N`` their number. Adjacent free blocks that are not buddies stay separate
-blocks, as the allocator sees them. Arenas beyond 32 TiB are modelled as 32 TiB.
+those blocks and ``N`` their number. For that to hold the arena is whole pages (``C`` rounded
+down to 2 MiB, where ``C`` is a page or more): a tail smaller than a page would start as free
+blocks in a page nothing reserved. A page goes back to the device as soon as its last block is
+freed, so nothing reserved is releasable (``R`` = 0). Adjacent free blocks that are not buddies
+stay separate blocks, as the allocator sees them. Arenas beyond 32 TiB are modelled as 32 TiB.
 """
 
 from __future__ import annotations
@@ -93,12 +96,14 @@ def _empty_cache(m: Buddy, event: int) -> int:
 
 
 @kernel_step
-def _measure(m: Buddy, allocated: int) -> tuple[int, int, int, int]:
-    """(F, L, N, reserved): the free blocks smaller than a page lie in pages that hold live
-    blocks."""
-    count, largest = t_prefix(m.by_order, PAGE_ORDER)
+def _measure(m: Buddy, allocated: int) -> tuple[int, int, int, int, int]:
+    """(F, L, N, reserved, R): the free blocks smaller than a page lie in pages that hold live
+    blocks (on a device under a page, the one page, while it is reserved)."""
     reserved = m.counters[0].reserved
-    return reserved - allocated, max(0, largest), count, reserved
+    if reserved == 0:
+        return 0, 0, 0, 0, 0
+    count, largest = t_prefix(m.by_order, PAGE_ORDER)
+    return reserved - allocated, max(0, largest), count, reserved, 0
 
 
 @kernel_step
@@ -179,7 +184,10 @@ def _buddy_kernel(kind: I64, request: I64, size: I64, m: Buddy, usable: int, out
 
 def simulate_buddy(stream: RequestStream, capacity_bytes: int, options: object = None) -> SimResult:
     n_req = stream.n_requests
-    usable = min(capacity_bytes, 1 << MAX_ORDER) // (1 << MIN_ORDER) * (1 << MIN_ORDER)
+    arena = min(capacity_bytes, 1 << MAX_ORDER)
+    # Whole pages, so every free block under a page lies in a reserved page (see the module).
+    unit = 1 << (PAGE_ORDER if arena >= 1 << PAGE_ORDER else MIN_ORDER)
+    usable = arena // unit * unit
     top_order = max(MIN_ORDER, int(usable - 1).bit_length())
     max_free = 4 * (n_req + 1) + 4 * top_order + 64
     while True:

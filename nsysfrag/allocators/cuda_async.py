@@ -21,8 +21,8 @@ so this model rests on assumptions, each chosen to be what the documentation imp
   ``torch.cuda.empty_cache()`` (PyTorch's backend calls ``cudaMemPoolTrimTo(pool, 0)``).
 
 So placement equals ``best-fit``'s; what differs is that reserved memory holds its high-water
-mark, which shows up in free memory (``F`` includes the retained pages above the top) and in
-the final reserved bytes.
+mark, which shows up in free memory (``F`` includes the retained pages above the top), in the
+releasable bytes (those pages: a trim returns them at once) and in the final reserved bytes.
 """
 
 from __future__ import annotations

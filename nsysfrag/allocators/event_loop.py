@@ -9,7 +9,8 @@ A model is a state (any tuple of arrays numba can compile) and four compiled fun
 * ``release(state, request) -> int``: the bytes of the block freed, 0 when the request holds
   none (it failed), or :data:`OVERFLOW`;
 * ``empty_cache(state, event) -> int``: ``torch.cuda.empty_cache()``; 0 or :data:`OVERFLOW`;
-* ``measure(state, allocated) -> (F, L, N, reserved)``: the model's free memory now.
+* ``measure(state, allocated) -> (F, L, N, reserved, R)``: the model's free memory now
+  (:class:`~nsysfrag.allocators.base.Outputs` says what each figure is).
 
 The loop adds up allocated (block) and live (requested) bytes itself. Each model calls
 :func:`replay` from its own compiled kernel, which names the four functions: numba compiles one
@@ -42,7 +43,7 @@ def replay(
             if got == OVERFLOW:
                 return -1
             if got == FAILED:
-                f, lg, nb, res = measure(state, allocated)
+                f, lg, nb, res, rel = measure(state, allocated)
                 out.oom_event[ooms] = i
                 out.oom_largest_free_bytes[ooms] = lg
                 ooms += 1
@@ -58,11 +59,12 @@ def replay(
                 live -= size[r]
         elif k == EMPTY_CACHE and empty_cache(state, i) == OVERFLOW:
             return -1
-        f, lg, nb, res = measure(state, allocated)
+        f, lg, nb, res, rel = measure(state, allocated)
         out.free_bytes[i] = f
         out.largest_free_bytes[i] = lg
         out.free_blocks[i] = nb
         out.reserved_bytes[i] = res
         out.allocated_bytes[i] = allocated
         out.live_bytes[i] = live
+        out.releasable_bytes[i] = rel
     return ooms

@@ -13,7 +13,8 @@ placement alone costs. The heap is one contiguous range ``[0, top)``:
 
 Reserved memory is ``top`` rounded up to whole 2 MiB pages. Free memory ``F`` is the holes plus
 the slack between ``top`` and that page boundary, which is one more free block; ``L`` is the
-largest of them and ``N`` their number.
+largest of them and ``N`` their number. The heap returns pages as its top falls, so none of
+``F`` is releasable (``R`` = 0: the holes lie under live blocks, the slack in the top page).
 
 The heap core (:func:`heap_take`, :func:`heap_give`) is shared with ``cuda-async`` and ``slab``;
 the events run through the shared loop of :mod:`nsysfrag.allocators.event_loop`.
@@ -222,9 +223,11 @@ def _empty_cache(m: HeapModel, event: int) -> int:
 
 
 @kernel_step
-def _measure(m: HeapModel, allocated: int) -> tuple[int, int, int, int]:
+def _measure(m: HeapModel, allocated: int) -> tuple[int, int, int, int, int]:
+    """(F, L, N, reserved, R): a heap gives back only what lies above its top's page, which a
+    plain heap never holds; a pool that keeps its high-water mark can trim those pages."""
     f, lg, nb = heap_state(m.heap, m.reserved[0])
-    return f, lg, nb, m.reserved[0]
+    return f, lg, nb, m.reserved[0], m.reserved[0] - pages(heap_top(m.heap))
 
 
 @numba.njit(cache=True)

@@ -114,14 +114,16 @@ def _empty_cache(m: Slabs, event: int) -> int:
 
 
 @kernel_step
-def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int]:
+def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int, int]:
+    """(F, L, N, reserved, R): an empty slab goes back to the heap at once and the heap's top
+    falls with it, so nothing free is releasable (R = 0)."""
     reserved = pages(heap_top(m.heap))
     f, largest, n = heap_state(m.heap, reserved)
     nf = m.with_free_slots
     last = t_last(nf)
     if last != 0 and m.classes[nf[last, K1]] > largest:
         largest = m.classes[nf[last, K1]]
-    return f + m.counters[0].free_slot_bytes, largest, n + t_count(nf), reserved
+    return f + m.counters[0].free_slot_bytes, largest, n + t_count(nf), reserved, 0
 
 
 @kernel_step

@@ -29,9 +29,8 @@ def rank_policies(
         started = time.perf_counter()
         r = p.simulate(source.stream, source.capacity_bytes)
         seconds = time.perf_counter() - started
-        outcomes.append(
-            summarize(p, r, source.stream, source.capacity_bytes, p is baseline, seconds)
-        )
+        outcomes.append(summarize(p, r, source.stream, source.capacity_bytes, p is baseline,
+                                  seconds, source.timestamps))  # fmt: skip
     outcomes.sort(key=rank_key)
     stream = source.stream
     base = next((o for o in outcomes if o.baseline), None)
@@ -48,12 +47,14 @@ def rank_policies(
         requests=stream.n_requests,
         frees=int((stream.kind == FREE).sum()),
         streams=len(stream.stream_names),
-        first_time_ns=int(stream.time_ns[0]) if stream.n_events else 0,
+        first_time_ns=source.origin_ns,
+        counts=source.counts,
+        peak_requested_bytes=source.peak_requested_bytes,
         recorded_peak_reserved_bytes=source.recorded_peak_reserved_bytes,
         outcomes=outcomes,
         recommendation=recommend(
             outcomes, source.capacity_bytes, source.segments_suspected, recorded, error,
-            source.error_basis,
+            source.error_basis, source.counts.failed_allocations, source.peak_requested_bytes,
         ),
         warnings=source.warnings,
         timestamps=source.timestamps,

@@ -16,6 +16,13 @@ simulated OOMs than the baseline. Among those, policies within 1 % of the best p
 equal, and a setting of the native allocator wins, then the shorter PYTORCH_CUDA_ALLOC_CONF. A
 policy of an unvalidated model that would have passed is *worth trying, not validated*: shown
 as such, never as the recommendation, never with another model's error.
+
+OOMs come first. When the run recorded a failed allocation or the baseline has simulated OOMs,
+a validated policy with fewer simulated OOMs than the baseline is recommended for that reason
+(``FEWER_OOMS``), whatever it costs in peak reserved (the cost is part of the recommendation),
+before any saving is considered: the fewest OOMs, then the least peak reserved, with the same
+tie rule. Only when none avoids more failures does the saving rule above apply (``SAVING``). So
+the report never says "keep" of a run that died while a validated setting avoids the death.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ TRACE = "trace"  # e: the simulated baseline's peak reserved against the traced 
 STATE = "state"  # e: the baseline's reserved after replaying a state-only snapshot's live
 # blocks against its segments (the one moment such a snapshot records)
 VALIDATED_FAMILY = "torch"  # the model a snapshot checks: the allocator that recorded it
+FEWER_OOMS = "fewer_ooms"  # why ``chosen`` is recommended: it avoids failures the baseline has
+SAVING = "saving"  # ... it saves more peak reserved than max(e, 1 %)
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,7 @@ class Recommendation:
     threshold: float  # max(model_error, 1 %): what a saving must exceed
     capacity_bytes: int
     chosen: Candidate | None  # the recommended policy (SWITCH)
+    reason: str | None  # SWITCH: FEWER_OOMS or SAVING
     best_other: Candidate | None  # KEEP: the best policy that did not make it, if any
     scale: Scale | None  # the reference models' best, for scale
     # KEEP: the best-ranked policy with fewer simulated OOMs than the baseline, if any. The
@@ -83,6 +93,7 @@ class Recommendation:
     # A policy of a model not validated on this input that saves more than the threshold (and
     # more than ``chosen``) with no more simulated OOMs: worth trying, never the recommendation.
     worth_trying: Candidate | None = None
+    recorded_failures: int = 0  # the failed allocations the run itself recorded
 
     @property
     def policy(self) -> str | None:
@@ -108,18 +119,29 @@ def recommend(
     recorded_peak: int | None = None,
     error: float | None = None,
     error_basis: str = TRACE,
+    recorded_failures: int = 0,
+    peak_requested: int | None = None,
 ) -> Recommendation:
     """The policy to switch to under the truth rule, against the baseline (the run's own
     settings, or PyTorch's defaults); ``error`` is the ``torch`` model's error on this input,
-    measured as ``error_basis`` says (None: it cannot be checked, so nothing is validated)."""
+    measured as ``error_basis`` says (None: it cannot be checked, so nothing is validated);
+    ``recorded_failures`` the run's own failed allocations; ``peak_requested`` the most the
+    run requested at once (default: the reference model's own)."""
     base = next((o for o in outcomes if o.baseline), outcomes[0])
     threshold = max(error or 0.0, MIN_SAVING)
     others = [_candidate(o, base, error) for o in sorted(outcomes, key=rank_key)
               if o.policy.actionable and not o.baseline]  # fmt: skip
     checked = [c for c in others if c.validated]
+    # The run died (or would, in the model): avoiding that comes before any saving.
+    failing = recorded_failures > 0 or base.simulated_ooms > 0
+    avoiding = [c for c in checked if c.simulated_ooms < base.simulated_ooms] if failing else []
     passing = [c for c in checked
                if c.simulated_ooms <= base.simulated_ooms and c.saving_ratio > threshold]  # fmt: skip
-    chosen = _preferred(passing) if passing and not segments_suspected else None
+    chosen, reason = None, None
+    if not segments_suspected and avoiding:
+        chosen, reason = _preferred(avoiding), FEWER_OOMS
+    elif not segments_suspected and passing:
+        chosen, reason = _preferred(passing), SAVING
     verdict = SEGMENTS if segments_suspected else (SWITCH if chosen else KEEP)
     # An unchecked model's saving must clear 1 % and the checked one's: nothing else bounds it.
     bar = max(MIN_SAVING, chosen.saving_ratio if chosen else 0.0)
@@ -136,14 +158,16 @@ def recommend(
         threshold=threshold,
         capacity_bytes=capacity,
         chosen=chosen,
+        reason=reason,
         best_other=max(checked, key=lambda c: c.saving_bytes) if checked and not chosen else None,
         fewer_ooms=next((c for c in others if c.simulated_ooms < base.simulated_ooms), None)
         if not chosen and not segments_suspected
         else None,
-        scale=None if segments_suspected else _scale(outcomes),
+        scale=None if segments_suspected else _scale(outcomes, peak_requested),
         worth_trying=None
         if segments_suspected or not untested
         else max(untested, key=lambda c: c.saving_bytes),
+        recorded_failures=recorded_failures,
     )
 
 
@@ -168,9 +192,10 @@ def _preferred(passing: list[Candidate]) -> Candidate:
                                     passing.index(c)))  # fmt: skip
 
 
-def _scale(outcomes: Sequence[PolicyOutcome]) -> Scale | None:
+def _scale(outcomes: Sequence[PolicyOutcome], peak_requested: int | None) -> Scale | None:
     refs = [o for o in outcomes if not o.policy.actionable]
     if not refs:
         return None
     floor = min(refs, key=rank_key)
-    return Scale(floor.name, floor.peak_reserved_bytes, floor.peak_requested_bytes)
+    requested = floor.peak_requested_bytes if peak_requested is None else peak_requested
+    return Scale(floor.name, floor.peak_reserved_bytes, requested)

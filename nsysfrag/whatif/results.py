@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from nsysfrag.allocators import Policy
 from nsysfrag.analysis import State
+from nsysfrag.analysis.results import Counts
 from nsysfrag.analysis.metrics import Health
 
 if TYPE_CHECKING:
@@ -60,15 +61,17 @@ class SpaceComparison:
     capacity_bytes: int
     capacity_source: str  # nsysfrag.capacity.SOURCES
     capacity_basis: str  # the source in words
-    requests: int
-    frees: int
+    requests: int  # replayed: the recorded allocations, failed ones and the window's live blocks
+    frees: int  # replayed
     streams: int
-    first_time_ns: int
+    first_time_ns: int  # the input's first event, where every time a report shows counts from
     recorded_peak_reserved_bytes: int | None
     outcomes: list[PolicyOutcome]  # ranked, best first
     recommendation: Recommendation
     warnings: list[str] = field(default_factory=list)
     timestamps: bool = True  # False: every *_time_ns is a trace entry number
+    counts: Counts = field(default_factory=Counts)  # analyze's counts of the same space
+    peak_requested_bytes: int = 0  # the most the run requested at once, whatever the capacity
 
     @property
     def baseline(self) -> PolicyOutcome | None:

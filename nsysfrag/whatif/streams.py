@@ -21,14 +21,19 @@ import numpy as np
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
 from nsysfrag.allocators.torch import split_options
+from nsysfrag.analysis.results import Counts
 from nsysfrag.analysis.tried_settings import (
     RunSettings,
     Setting,
     recorded_requests,
     tried_settings,
 )
+from nsysfrag.events import ALLOC as ENTRY_ALLOC
+from nsysfrag.events import FAILED_ALLOC, FREE_COMPLETED
+from nsysfrag.events import FREE as ENTRY_FREE
 from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
-from nsysfrag.models.segments.requests import snapshot_requests
+from nsysfrag.inputs.torch_snapshot.spaces import history_times
+from nsysfrag.models.segments.requests import SnapshotRequests, snapshot_requests
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
 from nsysfrag.whatif.recommend import STATE, TRACE
@@ -53,6 +58,12 @@ class RequestSource:
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
     # The torch settings a whatif without --policy tries on top of the baseline's.
     tried: tuple[Setting, ...] = ()
+    # What analyze says of the same space: its counts, the most bytes requested at once (the
+    # recorded run's, whatever capacity the policies replay on) and the origin of its clock
+    # (the input's first event; the stream's times are on that clock).
+    counts: Counts = Counts()
+    peak_requested_bytes: int = 0
+    origin_ns: int = 0
 
 
 def stream_names(values: I64) -> tuple[str, ...]:
@@ -90,10 +101,11 @@ def snapshot_streams(
             " allocated once in address order"
         )
     sources = []
+    origin_us = columns.time_origin_us or 0
     for d in devices:
         replay_cap, _ = replay_capacity(capacity, d.record)
         empty_at = d.record.program_releases(replay_cap, config.garbage_collection_threshold)
-        req = snapshot_requests(d.history, d.window, empty_at)
+        req = snapshot_requests(d.history, d.window, empty_at, origin_us=origin_us)
         if not len(req.kind):
             continue
         warnings = []
@@ -123,9 +135,55 @@ def snapshot_streams(
                 timestamps=req.timestamps,
                 error_basis=TRACE if d.traced else STATE,
                 tried=tried_settings(run, requests),
+                counts=recorded_counts(req, d.history.action),
+                peak_requested_bytes=peak_requested(req, d.history.action),
+                origin_ns=first_event_ns(columns, devices),
             )
         )
     return sources, notes
+
+
+def first_event_ns(columns: SnapshotColumns, devices: Sequence[RecordedDevice]) -> int:
+    """The origin of analyze's clock on this snapshot: its first history entry over all devices
+    (0 for entry numbers: a device without timestamps counts its own entries)."""
+    firsts = []
+    for d in devices:
+        if d.traced:
+            times, timestamps = history_times(d.history.time_us, columns.time_origin_us or 0)
+            firsts.append(int(times[0]) if timestamps else 0)
+    return min(firsts, default=0)
+
+
+def _entry_actions(req: SnapshotRequests, action: I64) -> I64:
+    """Per event of ``req``: the action of the trace entry behind it, -1 for none."""
+    if not len(action):
+        return np.full(len(req.entry), -1, dtype=np.int64)
+    behind: I64 = np.where(req.entry >= 0, action[np.maximum(req.entry, 0)], -1)
+    return behind
+
+
+def recorded_counts(req: SnapshotRequests, action: I64) -> Counts:
+    """analyze's counts of the trace: the allocations and frees it recorded (not the blocks live
+    at the window's start, nor the free whatif adds after a failed request) and its OOMs."""
+    behind = _entry_actions(req, action)
+    return Counts(
+        allocations=int(((req.kind == ALLOC) & (behind == ENTRY_ALLOC)).sum()),
+        frees=int(((req.kind == FREE) & np.isin(behind, (ENTRY_FREE, FREE_COMPLETED))).sum()),
+        failed_allocations=int((action == FAILED_ALLOC).sum()),
+    )
+
+
+def peak_requested(req: SnapshotRequests, action: I64) -> int:
+    """The most bytes the recorded run had requested at once: the stream's live requests,
+    except those the run failed to place (analyze's largest live bytes)."""
+    if not len(req.size):
+        return 0
+    behind = _entry_actions(req, action)
+    counted = np.ones(len(req.size), dtype=np.bool_)
+    counted[req.request[(req.kind == ALLOC) & (behind == FAILED_ALLOC)]] = False
+    sign = np.select([req.kind == ALLOC, req.kind == FREE], [1, -1], 0)
+    step = np.where(counted[req.request], sign * req.size[req.request], 0)
+    return int(np.cumsum(step).max(initial=0))
 
 
 def tried_policy(baseline: Policy, setting: Setting) -> Policy:
@@ -202,6 +260,9 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
                 tried=tried_settings(RunSettings(), tl.bytes[allocs]),
+                counts=s.counts,
+                peak_requested_bytes=s.max_live_bytes,
+                origin_ns=analysis.source.first_event_ns,
             )
         )
     return sources, notes

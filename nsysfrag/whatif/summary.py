@@ -1,6 +1,9 @@
 """A policy's replay in analyze's terms — the peak, the final state, the maxima, health — plus the
 reserved figures a what-if compares: the one place a :class:`~nsysfrag.allocators.base.SimResult`
-becomes a :class:`~nsysfrag.whatif.results.PolicyOutcome`."""
+becomes a :class:`~nsysfrag.whatif.results.PolicyOutcome`. The replay's state is analyze's
+(:mod:`~nsysfrag.whatif.states`: free memory is everything free on the device, the largest
+request ``L_eff``) and its figures come from analyze's own code
+(:func:`nsysfrag.analysis.summary.fragmentation`)."""
 
 from __future__ import annotations
 
@@ -10,18 +13,26 @@ from nsysfrag.allocators import Policy
 from nsysfrag.allocators.base import I64, RequestStream, SimResult
 from nsysfrag.analysis.summary import fragmentation
 from nsysfrag.whatif.results import PolicyOutcome
+from nsysfrag.whatif.states import device_states
 
 MAX_OOMS_LISTED = 1000  # largest_free_at_oom_bytes keeps the first this many
 TIMELINE_POINTS = 400
 
 
 def summarize(
-    policy: Policy, r: SimResult, stream: RequestStream, capacity: int, baseline: bool, seconds: float
+    policy: Policy,
+    r: SimResult,
+    stream: RequestStream,
+    capacity: int,
+    baseline: bool,
+    seconds: float,
+    timed: bool = True,
 ) -> PolicyOutcome:
-    """analyze's figures of one replay, with the policy's own free memory as F (computed as for
-    every model: :func:`nsysfrag.analysis.summary.fragmentation`), and the reserved figures."""
+    """analyze's figures of one replay on a device of ``capacity`` bytes, and the reserved
+    figures; ``timed=False`` when the stream's times are entry numbers."""
     t = stream.time_ns
-    f = fragmentation(r, t, capacity)
+    states, pool = device_states(r, capacity)
+    f = fragmentation(states, t, capacity, timed, pool)
     last = len(f.global_frag) - 1
     a_peak = int(np.argmax(r.allocated_bytes))
     a = int(r.allocated_bytes[a_peak])

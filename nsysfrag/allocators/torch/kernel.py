@@ -150,9 +150,9 @@ def _empty_cache(m: Model, event: int) -> int:
 
 
 @kernel_step
-def _measure(m: Model, allocated: int) -> tuple[int, int, int, int]:
+def _measure(m: Model, allocated: int) -> tuple[int, int, int, int, int]:
     c = m.state.counters[0]
-    return c.free_bytes, largest_cached(m.state), c.free_blocks, c.reserved
+    return c.free_bytes, largest_cached(m.state), c.free_blocks, c.reserved, c.releasable
 
 
 # --------------------------------------------------------------------- the initial layout

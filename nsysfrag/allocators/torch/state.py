@@ -49,6 +49,7 @@ TORCH_COUNTERS = np.dtype([
     ("event", np.int64),  # the event being replayed, for the log
     ("overflow", np.int64),  # 1 when a table ran out of room: the run is retried bigger
     ("pending", np.int64),  # head of the list of blocks whose free waits on another stream
+    ("releasable", np.int64),  # R: the cached bytes release_cached_blocks would return
 ])  # fmt: skip
 
 
@@ -67,6 +68,7 @@ BLOCK = np.dtype([
     ("cand_next", np.int64),
     ("flags", np.int64),  # IN_FREE | IN_UNMAPPED | IN_CANDIDATES
     ("pending_next", np.int64),  # the next block of the pending-free list
+    ("releasable", np.int64),  # while cached: its bytes release_cached_blocks would return
 ])  # fmt: skip
 
 
@@ -152,6 +154,7 @@ def new_block(st: TorchState) -> int:
     b[n].cand_next = 0
     b[n].flags = 0
     b[n].pending_next = 0
+    b[n].releasable = 0
     return int(n)
 
 
@@ -182,6 +185,21 @@ def _is_candidate(st: TorchState, n: int) -> bool:
     if b[n].segment < 0:
         return bool(b[n].prev == 0 and b[n].next == 0)
     return bool(b[n].size >= st.expandables[b[n].segment].page)
+
+
+@kernel_step_inline
+def _releasable(st: TorchState, n: int) -> int:
+    """The bytes of free block ``n`` that release_cached_blocks would return to CUDA: the whole
+    segment it is (cudaFree), or the whole pages inside it (an expandable segment's unmap,
+    pages counted from the segment's base, as ``_unmap_block`` cuts them)."""
+    b = st.blocks
+    if b[n].segment < 0:
+        return int(b[n].size) if b[n].prev == 0 and b[n].next == 0 else 0
+    e = st.expandables[b[n].segment]
+    lo = b[n].address - e.base
+    first = -(-lo // e.page)
+    last = (lo + b[n].size) // e.page
+    return int(max(last - first, 0) * e.page)
 
 
 @kernel_step_inline
@@ -238,6 +256,9 @@ def cache_block(st: TorchState, n: int) -> None:
     b[n].gc_base = st.gc_clock[b[n].pool & 1]
     c.free_bytes += size
     c.free_blocks += 1
+    # Kept with the block: its neighbours or mapping may change before it leaves the cache.
+    b[n].releasable = _releasable(st, n)
+    c.releasable += b[n].releasable
     if _is_candidate(st, n):
         _candidate_add(st, n)
 
@@ -251,6 +272,8 @@ def uncache_block(st: TorchState, n: int) -> None:
     b[n].flags &= ~IN_FREE
     c.free_bytes -= b[n].size
     c.free_blocks -= 1
+    c.releasable -= b[n].releasable
+    b[n].releasable = 0
     if b[n].flags & IN_CANDIDATES:
         _candidate_remove(st, n)
 

@@ -5,9 +5,10 @@ first, in address order, at the first entry's time; then every ``alloc`` is a re
 the ``free_completed`` (or legacy ``free``) of its address, or by the next ``alloc`` of that
 address when its free went missing; an ``oom`` is a request that lives no longer than its own
 entry (other policies get to try it); where the program called ``empty_cache()`` (whatif reads
-where from the record), an EMPTY_CACHE event. Times are the entries' ``time_us`` in ns (never
-decreasing), or entry numbers for a trace without times. A validation replay starts instead
-from blocks already placed (``PlacedBlocks``), which are requests without events.
+where from the record), an EMPTY_CACHE event. Times are the entries' ``time_us`` in ns since
+an origin (never decreasing), or entry numbers for a trace without times. A validation replay
+starts instead from blocks already placed (``PlacedBlocks``), which are requests without
+events.
 ``tests/test_snapshot_requests.py`` holds this to a plain reference over the record reader's
 entries.
 """
@@ -64,15 +65,17 @@ def snapshot_requests(
     empty_cache_at: I64 = _NONE,
     placed: PlacedBlocks | None = None,
     streams_first: I64 = _NONE,
+    origin_us: int = 0,
 ) -> SnapshotRequests:
     """The request stream of a device with ``history`` whose window starts with ``window``
     (empty arrays for a device without any). ``empty_cache_at``: the history entries before
     which the program called empty_cache() (an EMPTY_CACHE event, request 0, there).
     ``placed``: the blocks live at the start, already placed (default: the window's live
     blocks, allocated by events at the first entry's time). ``streams_first``: raw streams
-    numbered before any request's (a validation replay's segments)."""
+    numbered before any request's (a validation replay's segments). ``origin_us``: the time
+    every event's time counts from (analyze's: the snapshot's earliest entry)."""
     action, address, size, stream = history.action, history.address, history.size, history.stream
-    times, timestamps = history_times(history.time_us, 0)
+    times, timestamps = history_times(history.time_us, origin_us)
     if placed is None:
         placed = _window_blocks(window)
         announce = True

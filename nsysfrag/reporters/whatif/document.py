@@ -65,6 +65,13 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
         "capacity_basis": s.capacity_basis,
         "requests": s.requests,
         "frees": s.frees,
+        "counts": {
+            "allocations": s.counts.allocations,
+            "frees": s.counts.frees,
+            "failed_allocations": s.counts.failed_allocations,
+        },
+        "peak_requested_bytes": s.peak_requested_bytes,
+        "first_event_ns": s.first_time_ns,
         "streams": s.streams,
         "timestamps": s.timestamps,
         "recorded_peak_reserved_bytes": s.recorded_peak_reserved_bytes,
@@ -88,15 +95,25 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
 
 
 def recommendation_document(rec: Recommendation) -> dict[str, Any] | None:
-    """The contract's ``recommendation``: null, or the policy to switch to and what it saves."""
-    if rec.chosen is None:
+    """The contract's ``recommendation``: null, or the policy to switch to, why (``reason``:
+    ``fewer_ooms`` before any saving, else ``saving``) and what it saves or costs."""
+    c = rec.chosen
+    if c is None:
         return None
     return {
-        "policy": rec.chosen.policy,
-        "saving_bytes": rec.chosen.saving_bytes,
-        "saving_ratio": rec.chosen.saving_ratio,
-        "model_error": rec.chosen.model_error,  # the recommended policy's own model's error
+        "policy": c.policy,
+        "reason": rec.reason,
+        "saving_bytes": c.saving_bytes,
+        "saving_ratio": c.saving_ratio,
+        "model_error": c.model_error,  # the recommended policy's own model's error
         "validated": True,
+        "simulated_ooms": c.simulated_ooms,
+        "baseline_ooms": rec.baseline_ooms,
+        "recorded_failures": rec.recorded_failures,
+        "peak_reserved_bytes": c.peak_reserved_bytes,
+        # What avoiding the failures costs (fewer_ooms): more peak reserved; 0 when it saves.
+        "cost_bytes": max(-c.saving_bytes, 0),
+        "cost_ratio": max(-c.saving_ratio, 0.0),
     }
 
 

@@ -97,7 +97,7 @@ def _bars(s: SpaceComparison) -> str:
         out.append(f'<text x="{left + w + 6:.1f}" y="{y + 15}" font-size="12">'
                    f"{esc(format_bytes(o.peak_reserved_bytes))}</text>")  # fmt: skip
         y += row
-    req = max(o.peak_requested_bytes for o in s.outcomes)
+    req = s.peak_requested_bytes
     x = left + req * scale
     out.append(f'<line x1="{x:.1f}" y1="4" x2="{x:.1f}" y2="{height - 18}" stroke="#2ca02c"'
                ' stroke-dasharray="4 3"/>')  # fmt: skip
@@ -190,10 +190,11 @@ def _html_space(s: SpaceComparison) -> str:
             + f'<td class="{o.health.label}">{esc(o.health.label)}</td></tr>'
         )
     out.append("<h3>Policies, ranked</h3>")
-    peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     out.append('<p class="muted">Ranked by simulated OOMs, then peak reserved bytes. Every'
-               " figure is the named policy's own model of free memory; R is reserved, U"
-               f" requested (at most {esc(format_bytes(peak_requested))}, the program's own"
+               " figure is analyze's, over the device as the named policy holds it (free"
+               " memory is the device's outside what the policy reserved plus the free bytes"
+               " inside); R is reserved, U requested (at most"
+               f" {esc(format_bytes(s.peak_requested_bytes))}, the program's own"
                " figure).</p>")  # fmt: skip
     out.append(table(list(COLUMNS), rows))
     out.append(_bars(s))

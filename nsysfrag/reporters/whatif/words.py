@@ -6,6 +6,7 @@ from __future__ import annotations
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
 from nsysfrag.whatif.recommend import (
+    FEWER_OOMS,
     MIN_SAVING,
     SEGMENTS,
     STATE,
@@ -106,6 +107,13 @@ def recommendation_text(rec: Recommendation) -> str:
             f" ({_checked(rec)})"
         )
     c = rec.chosen
+    if rec.verdict == SWITCH and c is not None and rec.reason == FEWER_OOMS:
+        return (
+            f"{_label(c)}, to avoid {_failures(rec)}: {_ooms(rec, c)}, at a cost in peak"
+            f" reserved of {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
+            f" ({signed_percent(-c.saving_ratio)}); set {conf_text(c.alloc_conf)}. {error}."
+            f"{_worth_trying(rec)}"
+        )
     if rec.verdict == SWITCH and c is not None:
         return (
             f"{_label(c)}: peak reserved"
@@ -148,6 +156,18 @@ def recommendation_text(rec: Recommendation) -> str:
             f" ({signed_percent(-fewer.saving_ratio)}){_unchecked(fewer)}{conf}"
         )
     return f"{text}. {error}.{_worth_trying(rec)}"
+
+
+def _failures(rec: Recommendation) -> str:
+    """What the baseline's failures are, in words: the run's own, or the model's."""
+    if rec.recorded_failures and rec.baseline_ooms:
+        return (
+            f"the run's failure for memory ({rec.recorded_failures} failed allocation(s)"
+            f" recorded, {rec.baseline_ooms} simulated with {rec.baseline})"
+        )
+    if rec.recorded_failures:
+        return f"the run's failure for memory ({rec.recorded_failures} failed allocation(s))"
+    return f"the {rec.baseline_ooms} simulated OOM(s) of {rec.baseline}"
 
 
 def _unchecked(c: Candidate) -> str:
@@ -226,17 +246,26 @@ def space_title(s: SpaceComparison) -> str:
     return f"{s.label} · capacity {format_bytes(s.capacity_bytes)}"
 
 
+def requests_text(s: SpaceComparison) -> str:
+    """The run's allocations as analyze counts them, and how many requests the policies
+    replay when that differs (the blocks live at the window's start, the failed requests)."""
+    c = s.counts
+    failed = f", {c.failed_allocations:,} failed" if c.failed_allocations else ""
+    replayed = (
+        f" ({s.requests:,} requests replayed)"
+        if (s.requests, s.frees) != (c.allocations, c.frees)
+        else ""
+    )
+    return (
+        f"{c.allocations:,} allocations, {c.frees:,} frees{failed}{replayed}, {s.streams}"
+        f" stream(s); at most {format_bytes(s.peak_requested_bytes)} requested at once"
+    )
+
+
 def space_meta(s: SpaceComparison) -> list[tuple[str, str]]:
-    peak_requested = max((o.peak_requested_bytes for o in s.outcomes), default=0)
     meta = [
         ("capacity", f"{format_bytes(s.capacity_bytes)} ({s.capacity_basis})"),
-        (
-            "requests",
-            (
-                f"{s.requests:,} allocations, {s.frees:,} frees, {s.streams} stream(s);"
-                f" at most {format_bytes(peak_requested)} requested at once"
-            ),
-        ),
+        ("requests", requests_text(s)),
     ]
     meta.append(("baseline", baseline_text(s.recommendation)))
     return meta
