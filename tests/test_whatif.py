@@ -54,8 +54,11 @@ POLICY_KEYS = {
     "largest_free_at_oom_bytes", "reserved_over_requested_at_peak",
     "max_reserved_over_max_requested", "rank", "baseline",
 }  # fmt: skip
+# analyze's state of a caching allocator: every policy's peak and final carry the pool's figures
 STATE_KEYS = {"time_ns", "global_frag", "local_frag", "free_blocks", "largest_free_bytes",
-              "free_bytes", "live_bytes"}  # fmt: skip
+              "free_bytes", "live_bytes", "reserved_bytes", "allocated_bytes", "active_bytes",
+              "releasable_bytes", "stranded_bytes", "device_free_bytes",
+              "largest_block_bytes"}  # fmt: skip
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -212,10 +215,13 @@ def test_a_saving_above_the_model_error_is_recommended_with_its_numbers() -> Non
     # THEN they are recommended, and the JSON carries the contract's four keys and that the
     # recommended policy's model was validated on this input
     assert rec.policy == "torch:expandable_segments=True"
-    assert recommendation_document(rec) == {
+    doc = recommendation_document(rec)
+    assert doc is not None
+    assert {k: doc[k] for k in ("policy", "saving_bytes", "saving_ratio", "model_error",
+                                "validated", "reason", "cost_bytes")} == {
         "policy": "torch:expandable_segments=True", "saving_bytes": 100 * MiB,
         "saving_ratio": pytest.approx(0.1), "model_error": pytest.approx(e),
-        "validated": True,
+        "validated": True, "reason": "saving", "cost_bytes": 0,
     }  # fmt: skip
     text = recommendation_text(rec)
     assert text.startswith("expandable_segments:True: peak reserved 1000.0 → 900.0 MiB (−10 %)")
@@ -293,16 +299,57 @@ def test_only_a_model_validated_on_the_input_is_recommended() -> None:
 
 
 def test_more_simulated_ooms_are_never_recommended() -> None:
-    # GIVEN a baseline with 1 simulated OOM, one policy 30 % lower with 2, one higher with none
+    # GIVEN a baseline with 1 simulated OOM and one policy 30 % lower with 2
     outcomes = _ranked(_outcome("torch", 50 * GiB, ooms=1, baseline=True),
-                       _outcome("torch:max_split_size_mb=128", 35 * GiB, ooms=2),
-                       _outcome("torch:expandable_segments=True", 60 * GiB, ooms=0))  # fmt: skip
+                       _outcome("torch:max_split_size_mb=128", 35 * GiB, ooms=2))  # fmt: skip
     rec = recommend(outcomes, 64 * GiB, recorded_peak=50 * GiB, error=0.0)
-    # THEN neither is recommended: one has more OOMs, the other saves nothing
+    # THEN it is not recommended: it has more OOMs
     assert rec.policy is None and recommendation_document(rec) is None
     assert "would lower peak reserved by 30.0 % but with 2 simulated OOM(s) against 1" in (
         recommendation_text(rec)
     )
+
+
+def test_avoiding_the_runs_failure_comes_before_any_saving() -> None:
+    # GIVEN a run that recorded an OOM, a baseline that simulates it, one policy 30 % lower with
+    # 2 OOMs, and one 20 % higher with none (the model's error 0)
+    outcomes = _ranked(_outcome("torch", 50 * GiB, ooms=1, baseline=True),
+                       _outcome("torch:max_split_size_mb=128", 35 * GiB, ooms=2),
+                       _outcome("torch:expandable_segments=True", 60 * GiB, ooms=0))  # fmt: skip
+    rec = recommend(outcomes, 64 * GiB, recorded_peak=50 * GiB, error=0.0, recorded_failures=1)
+    # THEN the one that avoids the failure is recommended for that reason, with its cost
+    assert rec.policy == "torch:expandable_segments=True" and rec.reason == "fewer_ooms"
+    doc = recommendation_document(rec)
+    assert doc is not None and doc["reason"] == "fewer_ooms" and doc["validated"] is True
+    assert (doc["simulated_ooms"], doc["baseline_ooms"], doc["recorded_failures"]) == (0, 1, 1)
+    assert doc["cost_bytes"] == 10 * GiB and doc["cost_ratio"] == pytest.approx(0.2)
+    assert doc["saving_bytes"] == -10 * GiB
+    # AND the words say so: no "keep" of a run that died
+    text = recommendation_text(rec)
+    assert not text.startswith("Keep") and "to avoid the run's failure for memory" in text
+    assert "50.0 → 60.0 GiB (+20 %)" in text
+    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
+    # AND the same holds when only the model fails (the run recorded none)
+    rec = recommend(outcomes, 64 * GiB, recorded_peak=50 * GiB, error=0.0)
+    assert rec.reason == "fewer_ooms" and "the 1 simulated OOM(s) of torch" in (
+        recommendation_text(rec)
+    )
+
+
+def test_fewer_ooms_in_an_unchecked_model_are_news_not_a_recommendation() -> None:
+    # GIVEN a run that died, and only cuda-async (a model nothing checks) avoids the OOM
+    outcomes = _ranked(_outcome("torch", 50 * GiB, ooms=1, baseline=True),
+                       _outcome("cuda-async", 55 * GiB, ooms=0))  # fmt: skip
+    rec = recommend(outcomes, 64 * GiB, recorded_peak=50 * GiB, error=0.0, recorded_failures=1)
+    # THEN nothing is recommended, and the policy with fewer OOMs is said, not validated
+    assert rec.policy is None and rec.reason is None and recommendation_document(rec) is None
+    assert rec.fewer_ooms is not None and not rec.fewer_ooms.validated
+    assert "in the cuda-async model, not validated on this input" in recommendation_text(rec)
+    # AND a run without failures is judged by the saving rule alone
+    calm = _ranked(_outcome("torch", 50 * GiB, baseline=True),
+                   _outcome("torch:expandable_segments=True", 60 * GiB))  # fmt: skip
+    rec = recommend(calm, 64 * GiB, recorded_peak=50 * GiB, error=0.0)
+    assert rec.policy is None and rec.verdict == "keep"
 
 
 def test_a_native_setting_wins_a_tie_with_a_backend_switch() -> None:
@@ -757,11 +804,16 @@ def test_warnings_of_several_spaces_are_one_stderr_line(make_trace: MakeTrace) -
     # Two processes whose every allocation is a whole 2 MiB segment: each space is warned
     # about, and stderr still holds one line (a CI log reads one line per run).
     rows = [MemoryRow(1 + pid, pid, 0, BASE + pid * 64 * MiB, 2 * MiB) for pid in (1, 2)]
-    code, _, stderr = run("whatif", str(make_trace(rows)), "--policy", "best-fit")
+    trace = str(make_trace(rows))
+    code, _, stderr = run("whatif", trace, "--policy", "best-fit", "-q")
     assert code == 0, stderr
     (line,) = stderr.splitlines()
     assert line.startswith("nsysfrag: warning: ") and line.count("caching allocator") == 2
     assert "process 1" in line and "process 2" in line
+    # AND with the terminal report shown, each warning is said once, under its space
+    code, out, stderr = run("whatif", trace, "--policy", "best-fit")
+    assert code == 0 and "warning" not in stderr, stderr
+    assert " ".join(out.split()).count("look like a caching allocator's segments") == 2
 
 
 def test_a_collector_setting_says_it_needs_a_memory_fraction() -> None:

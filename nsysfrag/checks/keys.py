@@ -107,7 +107,7 @@ def resolve(name: str, known: Iterable[str] = KNOWN) -> str:
     hint = f"; did you mean {', '.join(near)}?" if near else ""
     raise InputError(
         f"{name!r} is not a numeric metric of a space{hint} (every numeric key of a space of the"
-        " analyze JSON is one, as a dotted path: peak.reserved_bytes, final.stranded_bytes,"
+        " analyze JSON is one, as a dotted path: memory_peak.reserved_bytes, final.stranded_bytes,"
         " ooms.count; `nsysfrag analyze --help` lists them)"
     )
 

@@ -66,7 +66,7 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
               " in a trend, all in --json).")
 @click.option("--trend", "trend_metric", metavar="METRIC",
               help="Draw METRIC per device over the runs as a sparkline: any numeric key of"
-              " the analyze JSON (e.g. global_frag, peak.reserved_bytes, ooms.count;"
+              " the analyze JSON (e.g. global_frag, memory_peak.reserved_bytes, ooms.count;"
               " `nsysfrag analyze --help` lists them).")
 @click.option("--png", "png_path", type=click.Path(path_type=Path),
               help="With --trend: also write a line chart to this PNG file.")

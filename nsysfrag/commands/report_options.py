@@ -164,8 +164,9 @@ def report_options(f: F) -> F:
                      " touches it, and its free bytes are stranded."),
         click.option("--fail-on", "fail_on", multiple=True, metavar="EXPR",
                      help="Exit 1 when any space meets EXPR, e.g. 'global_frag>0.3', 'health=critical',"
-                     " 'peak.reserved_bytes>70GiB', 'ooms.count>0': any numeric key of the JSON"
-                     " (listed below). Repeatable."),
+                     " 'memory_peak.reserved_bytes>70GiB' (the moment of most reserved memory;"
+                     " peak. is the worst fragmentation), 'ooms.count>0': any numeric key of the"
+                     " JSON (listed below). Repeatable."),
         click.option("--baseline", type=click.Path(path_type=Path),
                      help="Compare with an earlier run's --json document."),
         click.option("--fail-on-regression", type=Delta(), default=None, metavar="DELTA",

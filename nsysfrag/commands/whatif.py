@@ -80,13 +80,15 @@ def whatif_command(
         check_destinations(outputs, [Kept("the input's export", source)])
     with feedback() as shown, shown.compiling("the allocator models"):
         report = whatif(source, policies, capacity, validate)
-    # stderr is one line at most (a CI log greps it), however many spaces have warnings.
+    terminal = not quiet and not any(o.to_stdout for o in outputs)
+    # stderr is one line at most (a CI log greps it), however many spaces have warnings; the
+    # terminal report says each under its space, so a shown report is not doubled there.
     warnings = [f"{space.label}: {w}" for space in report.spaces for w in space.warnings]
-    if warnings:
+    if warnings and not terminal:
         say(f"warning: {'; '.join(warnings)}")
     if json_out is not None:
         write_text(json_out, whatif_report.dumps(whatif_report.document(report)))
     if html_out is not None:
         write_text(html_out, whatif_report.render_html(report))
-    if not quiet and not any(o.to_stdout for o in outputs):
+    if terminal:
         whatif_report.render_terminal(report, report_console())

@@ -70,10 +70,13 @@ def _fitted_table(
     columns: tuple[str, ...],
     rows: list[list[RenderableType]],
     drop_order: tuple[str, ...],
+    shown: list[str] | None = None,
 ) -> Table:
     """The table with as many columns as the console's width allows: the columns in
-    ``drop_order`` go first, in that order, so the key figures always show whole."""
-    shown = list(columns)
+    ``drop_order`` go first, in that order, so the key figures always show whole. ``shown``,
+    when given, is left holding the columns that fit (what a footnote may define)."""
+    shown = shown if shown is not None else []
+    shown[:] = columns
     while True:
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                       collapse_padding=True)  # fmt: skip
@@ -118,18 +121,9 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
             Text(o.health.label, style=STYLE[o.health]),
         ])  # fmt: skip
     title = "Policies, ranked (fewest simulated OOMs, then least peak reserved)"
-    console.print(_fitted_table(console, title, TERMINAL_COLUMNS, rows, _TERMINAL_DROP))
-    console.print(
-        Prose(
-            Text(
-                "R/U at peak: reserved over requested bytes when reserved peaks (Johnstone &"
-                " Wilson); sim. OOMs: requests the policy could not place on this capacity;"
-                " global, local frag and free blocks: maxima over the run, as analyze defines"
-                " them, each over the policy's own free memory.",
-                style="dim",
-            )
-        )
-    )
+    shown: list[str] = []
+    console.print(_fitted_table(console, title, TERMINAL_COLUMNS, rows, _TERMINAL_DROP, shown))
+    console.print(Prose(Text(footnote(shown), style="dim")))
     for o in s.outcomes:
         if o.simulated_ooms:
             console.print(
@@ -149,6 +143,32 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
     reference = reference_text(rec)
     if reference:
         console.print(Prose(outside(reference, style="dim")))
+
+
+# What each column means, for the footnote: only the columns the console shows are defined.
+_MEANINGS = {
+    "sim.\nOOMs": "sim. OOMs: requests the policy could not place on this capacity",
+    "1st OOM": "1st OOM: when the first happened, since the input's first event",
+    "R/U at\npeak": "R/U at peak: reserved over requested bytes when reserved peaks (Johnstone &"
+    " Wilson)",
+}
+_MAXIMA = {"max\nglobal": "global frag", "max\nlocal": "local frag", "max free\nblocks": "free blocks"}
+
+
+def footnote(shown: list[str]) -> str:
+    """The footnote under the policy table: a definition of each column ``shown``, no other."""
+    parts = [text for column, text in _MEANINGS.items() if column in shown]
+    maxima = [name for column, name in _MAXIMA.items() if column in shown]
+    if maxima:
+        one = len(maxima) == 1
+        named = maxima[0] if one else ", ".join(maxima[:-1]) + " and " + maxima[-1]
+        parts.append(
+            f"{named}: {'its maximum' if one else 'maxima'} over the run, as analyze defines"
+            f" {'it' if one else 'them'}, over everything free on the device (its memory"
+            " outside what the policy reserved, and the free bytes inside)"
+            + ("; health: analyze's rating of them" if "health" in shown else "")
+        )
+    return "; ".join(parts) + "."
 
 
 def _options(name: str) -> list[str]:
