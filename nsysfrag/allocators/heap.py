@@ -11,7 +11,7 @@ placement alone costs. The heap is one contiguous range ``[0, top)``:
 * a free coalesces with the holes on both sides at once; a free range that reaches ``top``
   shrinks the heap (its pages are returned), so there is never a hole at the top.
 
-Reserved memory is ``top`` rounded up to whole 2 MiB pages. Free memory ``F`` is the holes plus
+Reserved memory is ``top`` rounded up to whole 2 MiB pages (at most C). Free memory ``F`` is the holes plus
 the slack between ``top`` and that page boundary, which is one more free block; ``L`` is the
 largest of them and ``N`` their number. The heap returns pages as its top falls, so none of
 ``F`` is releasable (``R`` = 0: the holes lie under live blocks, the slack in the top page).
@@ -173,6 +173,13 @@ def pages(n: int) -> int:
     return -(-n // PAGE_BYTES) * PAGE_BYTES
 
 
+@kernel_step
+def heap_pages(h: Heap) -> int:
+    """The bytes backing the heap: its top in whole pages, but never more than the device
+    (whose last page may be partial: its memory need not be whole pages)."""
+    return min(pages(h.counters[0].top), int(h.counters[0].capacity))
+
+
 # ------------------------------------------------------------------------------ the model
 
 
@@ -187,7 +194,7 @@ class HeapModel(NamedTuple):
 @kernel_step
 def _settle(m: HeapModel) -> None:
     """Reserved after an event: the pages under the top, or the high-water mark kept."""
-    top = pages(heap_top(m.heap))
+    top = heap_pages(m.heap)
     m.reserved[0] = max(m.reserved[0], top) if m.retain else top
 
 
@@ -196,7 +203,7 @@ def _place(m: HeapModel, event: int, r: int, nbytes: int) -> int:
     rounded = -(-nbytes // GRANULARITY) * GRANULARITY
     a = heap_take(m.heap, rounded)
     if a < 0:
-        m.reserved[0] = pages(heap_top(m.heap))  # the pool trims before it gives up
+        m.reserved[0] = heap_pages(m.heap)  # the pool trims before it gives up
         return FAILED
     m.address[r] = a
     m.block[r] = rounded
@@ -218,7 +225,7 @@ def _release(m: HeapModel, r: int) -> int:
 def _empty_cache(m: HeapModel, event: int) -> int:
     """torch.cuda.empty_cache(): a pool that keeps its reservation trims it to the pages under
     its top (cudaMemPoolTrimTo); a plain heap holds nothing to give back."""
-    m.reserved[0] = pages(heap_top(m.heap))
+    m.reserved[0] = heap_pages(m.heap)
     return 0
 
 
@@ -227,7 +234,7 @@ def _measure(m: HeapModel, allocated: int) -> tuple[int, int, int, int, int]:
     """(F, L, N, reserved, R): a heap gives back only what lies above its top's page, which a
     plain heap never holds; a pool that keeps its high-water mark can trim those pages."""
     f, lg, nb = heap_state(m.heap, m.reserved[0])
-    return f, lg, nb, m.reserved[0], m.reserved[0] - pages(heap_top(m.heap))
+    return f, lg, nb, m.reserved[0], m.reserved[0] - heap_pages(m.heap)
 
 
 @numba.njit(cache=True)

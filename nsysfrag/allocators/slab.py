@@ -12,10 +12,11 @@
   ``best-fit`` model's), which grows up to the capacity C; a slab or large object that does not
   fit is a simulated OOM.
 
-Reserved memory is the heap's top rounded up to 2 MiB pages. ``F`` = the heap's free blocks
-plus the free slots of all slabs; ``N`` counts the heap's free blocks plus each slab with a free
-slot once (its free slots serve only its class, so a run of them is not one larger block);
-``L`` is the largest heap free block, or the largest class with a free slot if that is larger.
+Reserved memory is the heap's top rounded up to 2 MiB pages (at most C). ``F`` = the heap's
+free blocks plus the free slots of all slabs; ``N`` counts the heap's free blocks plus each slab
+with a free slot once (its free slots serve only its class, so a run of them is not one larger
+block); ``L`` is the largest heap free block, or the largest class with a free slot if that is
+larger.
 The unusable tail of a slab (``2 MiB mod class``) is internal fragmentation, not free memory.
 """
 
@@ -36,11 +37,10 @@ from nsysfrag.allocators.heap import (
     GRANULARITY,
     Heap,
     heap_give,
+    heap_pages,
     heap_state,
     heap_take,
-    heap_top,
     new_heap,
-    pages,
 )
 from nsysfrag.allocators.treap import (
     K1,
@@ -117,7 +117,7 @@ def _empty_cache(m: Slabs, event: int) -> int:
 def _measure(m: Slabs, allocated: int) -> tuple[int, int, int, int, int]:
     """(F, L, N, reserved, R): an empty slab goes back to the heap at once and the heap's top
     falls with it, so nothing free is releasable (R = 0)."""
-    reserved = pages(heap_top(m.heap))
+    reserved = heap_pages(m.heap)
     f, largest, n = heap_state(m.heap, reserved)
     nf = m.with_free_slots
     last = t_last(nf)
