@@ -350,6 +350,12 @@ def test_fewer_ooms_in_an_unchecked_model_are_news_not_a_recommendation() -> Non
                    _outcome("torch:expandable_segments=True", 60 * GiB))  # fmt: skip
     rec = recommend(calm, 64 * GiB, recorded_peak=50 * GiB, error=0.0)
     assert rec.policy is None and rec.verdict == "keep"
+    assert "does not reproduce" not in recommendation_text(rec)
+    # AND a failure the run recorded but the replay does not reproduce is said, not hidden
+    rec = recommend(calm, 64 * GiB, recorded_peak=50 * GiB, error=0.0, recorded_failures=2)
+    assert rec.policy is None
+    assert "The run recorded 2 failed allocation(s) and torch simulates 0: the replay does not" \
+        " reproduce them" in " ".join(recommendation_text(rec).split())
 
 
 def test_a_native_setting_wins_a_tie_with_a_backend_switch() -> None:

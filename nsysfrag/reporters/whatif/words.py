@@ -119,7 +119,8 @@ def recommendation_text(rec: Recommendation) -> str:
             f"{_label(c)}: peak reserved"
             f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
             f" ({signed_percent(-c.saving_ratio)}), {_ooms(rec, c)};"
-            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger.{_worth_trying(rec)}"
+            f" set {conf_text(c.alloc_conf)}. {error}; the saving is larger.{_unreproduced(rec)}"
+            f"{_worth_trying(rec)}"
         )
     cap = capacity_text(rec.capacity_bytes)
     ooms = (
@@ -155,7 +156,20 @@ def recommendation_text(rec: Recommendation) -> str:
             f" {pair(rec.baseline_peak_reserved_bytes, fewer.peak_reserved_bytes)}"
             f" ({signed_percent(-fewer.saving_ratio)}){_unchecked(fewer)}{conf}"
         )
-    return f"{text}. {error}.{_worth_trying(rec)}"
+    return f"{text}. {error}.{_unreproduced(rec)}{_worth_trying(rec)}"
+
+
+def _unreproduced(rec: Recommendation) -> str:
+    """`` The run recorded …`` (with its leading space) when the baseline simulates fewer
+    failures than the run recorded, or ''."""
+    if rec.recorded_failures <= rec.baseline_ooms:
+        return ""
+    return (
+        f" The run recorded {rec.recorded_failures} failed allocation(s) and {rec.baseline}"
+        f" simulates {rec.baseline_ooms}: the replay does not reproduce them (it places the"
+        " blocks live when the trace opens afresh, and the capacity is an estimate), so no"
+        " policy is credited with avoiding them."
+    )
 
 
 def _failures(rec: Recommendation) -> str:
