@@ -320,29 +320,28 @@ def test_whatif_predicts_what_expandable_segments_really_did() -> None:
     assert ooms["torch:expandable_segments=True"] == stat(expandable, "num_ooms")
 
 
-def test_whatif_tells_the_policy_that_removes_the_oom_without_recommending_it() -> None:
+def test_whatif_recommends_the_policy_that_removes_the_oom_for_that_reason() -> None:
     """GIVEN the fragmentation OOM, which PyTorch avoided under expandable segments at a slightly
-    higher peak reserved WHEN ``whatif`` ranks the policies THEN nothing is recommended (the
-    truth rule recommends savings only: the JSON recommendation is null) and the report still
-    names expandable segments as the setting with fewer simulated OOMs, with its cost."""
+    higher peak reserved WHEN ``whatif`` ranks the policies THEN expandable segments are the
+    recommendation, for the reason that they avoid the run's failure (``fewer_ooms``), with their
+    cost in peak reserved: a run that died is never told to keep its settings."""
     native, snapshot = recorded("fragmentation")
     expandable, _ = recorded("expandable")
     assert stat(native, "num_ooms") > stat(expandable, "num_ooms")
     doc = _cli_json("whatif", str(snapshot))
     (space,) = doc["spaces"]
-    assert space["recommendation"] is None
-    fewer = space["fewer_ooms"]  # the same news as data, beside the null recommendation
-    assert fewer["policy"] == "torch:expandable_segments=True"
-    assert fewer["alloc_conf"] == "expandable_segments:True"
-    assert (fewer["simulated_ooms"], fewer["baseline_ooms"]) == (0, 1)
+    rec = space["recommendation"]
+    assert rec["policy"] == "torch:expandable_segments=True" and rec["reason"] == "fewer_ooms"
+    assert (rec["simulated_ooms"], rec["baseline_ooms"], rec["recorded_failures"]) == (0, 1, 1)
     peaks = {p["policy"]: p["peak_reserved_bytes"] for p in space["policies"]}
-    assert fewer["cost_bytes"] == fewer["peak_reserved_bytes"] - peaks["torch"] > 0
+    assert rec["cost_bytes"] == rec["peak_reserved_bytes"] - peaks["torch"] > 0
+    assert space["fewer_ooms"] is None  # the recommendation itself says it
+    assert space["advice"]["alloc_conf"] == "expandable_segments:True"
     result = CliRunner().invoke(cli, ["whatif", str(snapshot)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
-    assert "no validated policy beats the baseline" in text
-    assert "expandable_segments:True has 0 simulated OOM(s) against 1" in text
-    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True if the run failed for memory" in text
+    assert "Keep" not in text and "to avoid the run's failure for memory" in text
+    assert "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
 
 
 @pytest.mark.parametrize("name", FULL_TRACE)

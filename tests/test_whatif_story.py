@@ -13,9 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from click.testing import CliRunner
+
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
 from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, MiB, RequestStream
 from nsysfrag.analysis import SpaceAnalysis, analyze
+from nsysfrag.cli import cli
 from nsysfrag.inputs import InputOptions, open_input
 from nsysfrag.whatif import SpaceComparison, whatif
 from nsysfrag.whatif.states import device_states
@@ -119,6 +122,24 @@ def test_buddy_reports_no_impossible_figure_on_the_oom_snapshot() -> None:
         assert state.pool.largest_block_bytes <= state.free_bytes - state.pool.device_free_bytes
         assert 0 <= state.global_frag <= 1 and state.largest_free_bytes <= state.free_bytes
     assert 0 <= buddy.max_global_frag <= 1
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_the_footnote_defines_the_columns_shown_and_no_other(columns: int) -> None:
+    path = SAMPLES / "torch_fragmentation_snapshot.pickle"
+    result = CliRunner().invoke(cli, ["whatif", str(path)], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#  policy"))
+    table = "\n".join(lines[head - 1 : head + 1])  # the two heading lines
+    end = next(i for i, line in enumerate(lines) if line.startswith("buddy:"))
+    note = " ".join(" ".join(lines[head + 14 : end]).split())
+    # each column the table shows is defined, and each definition is of a shown column
+    for heading, term in (("R/U", "R/U at peak:"), ("1st OOM", "1st OOM:"),
+                          ("local", "local frag"), ("health", "health:"),
+                          ("blocks", "free blocks"), ("OOMs", "sim. OOMs:")):  # fmt: skip
+        assert (heading in table) == (term in note), (columns, heading, note)
+    assert ("R/U" in table) == (columns == 200) and "sim. OOMs:" in note
 
 
 # ----------------------------------------------------------------- every policy, any stream

@@ -146,28 +146,31 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
 
 
 # What each column means, for the footnote: only the columns the console shows are defined.
+# Each clause ends alike however many are shown ("sim. OOMs", never dropped, comes last), so a
+# narrow report says nothing a wide one does not.
 _MEANINGS = {
-    "sim.\nOOMs": "sim. OOMs: requests the policy could not place on this capacity",
     "1st OOM": "1st OOM: when the first happened, since the input's first event",
     "R/U at\npeak": "R/U at peak: reserved over requested bytes when reserved peaks (Johnstone &"
     " Wilson)",
+    "sim.\nOOMs": "sim. OOMs: requests the policy could not place on this capacity",
 }
 _MAXIMA = {"max\nglobal": "global frag", "max\nlocal": "local frag", "max free\nblocks": "free blocks"}
 
 
 def footnote(shown: list[str]) -> str:
     """The footnote under the policy table: a definition of each column ``shown``, no other."""
-    parts = [text for column, text in _MEANINGS.items() if column in shown]
+    parts = []
     maxima = [name for column, name in _MAXIMA.items() if column in shown]
     if maxima:
-        one = len(maxima) == 1
-        named = maxima[0] if one else ", ".join(maxima[:-1]) + " and " + maxima[-1]
+        named = maxima[0] if len(maxima) == 1 else ", ".join(maxima[:-1]) + " and " + maxima[-1]
         parts.append(
-            f"{named}: {'its maximum' if one else 'maxima'} over the run, as analyze defines"
-            f" {'it' if one else 'them'}, over everything free on the device (its memory"
-            " outside what the policy reserved, and the free bytes inside)"
-            + ("; health: analyze's rating of them" if "health" in shown else "")
+            f"the maxima over the run of {named}, as analyze defines the metrics, over"
+            " everything free on the device (its memory outside what the policy reserved, and"
+            " the free bytes inside)"
         )
+    if "health" in shown:
+        parts.append("health: analyze's rating of them")
+    parts += [text for column, text in _MEANINGS.items() if column in shown]
     return "; ".join(parts) + "."
 
 
