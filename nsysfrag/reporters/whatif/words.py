@@ -109,8 +109,9 @@ def recommendation_text(rec: Recommendation) -> str:
     c = rec.chosen
     if rec.verdict == SWITCH and c is not None and rec.reason == FEWER_OOMS:
         return (
-            f"{_label(c)}, to avoid {_failures(rec)}: {_ooms(rec, c)}, at a cost in peak"
-            f" reserved of {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
+            f"{_label(c)}, to avoid {_failures(rec)}: {_ooms(rec, c)},"
+            f" {'at a cost in peak reserved of' if c.saving_bytes < 0 else 'peak reserved'}"
+            f" {pair(rec.baseline_peak_reserved_bytes, c.peak_reserved_bytes)}"
             f" ({signed_percent(-c.saving_ratio)}); set {conf_text(c.alloc_conf)}. {error}."
             f"{_worth_trying(rec)}"
         )
@@ -127,10 +128,17 @@ def recommendation_text(rec: Recommendation) -> str:
         f"no simulated OOM at {cap}" if rec.baseline_ooms == 0
         else f"{rec.baseline_ooms} simulated OOM(s) at {cap}"
     )  # fmt: skip
-    text = f"Keep {rec.baseline} ({format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved, {ooms})"
-    if rec.model_error is not None:
-        bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
-        text += f": no validated policy beats the baseline by more than {bar}"
+    held = f"{format_bytes(rec.baseline_peak_reserved_bytes)} peak reserved, {ooms}"
+    bar = "the model's error" if rec.threshold > MIN_SAVING else "1 %"
+    if rec.recorded_failures or rec.baseline_ooms:
+        # A run that died is not told to keep its settings: it is told that none tested helps.
+        text = f"No validated policy avoids {_failures(rec)} ({rec.baseline}: {held})"
+        if rec.model_error is not None:
+            text += f", and none beats the baseline by more than {bar}"
+    else:
+        text = f"Keep {rec.baseline} ({held})"
+        if rec.model_error is not None:
+            text += f": no validated policy beats the baseline by more than {bar}"
     other = rec.best_other
     if other is not None and other.saving_bytes > 0:
         if other.simulated_ooms > rec.baseline_ooms:
