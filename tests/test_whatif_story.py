@@ -194,3 +194,16 @@ def test_every_policy_reports_analyzes_state(
         before_releasable = int(r.releasable_bytes[i - 1]) if i else 0
         assert before_reserved - int(r.reserved_bytes[i]) == before_releasable, (policy, i)
         assert int(r.releasable_bytes[i]) == 0, (policy, i)
+
+
+def test_analyzes_advice_names_what_whatif_recommends_for_a_run_that_died() -> None:
+    path = SAMPLES / "torch_fragmentation_snapshot.pickle"
+    (s,) = whatif(path).spaces
+    rec = s.recommendation
+    assert rec.reason == "fewer_ooms" and rec.chosen is not None
+    (a,) = analyze(open_input(path, InputOptions())).spaces
+    from nsysfrag.analysis.advice import advise
+
+    advice = " ".join(advise(a))
+    assert rec.chosen.alloc_conf is not None and rec.chosen.alloc_conf in advice
+    assert "Keep" not in advice and "keep its settings" not in advice
