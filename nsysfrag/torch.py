@@ -34,6 +34,7 @@ from nsysfrag.record.bootstrap.nsysfrag_recorder.names import (
     MARKER,
     RANK_PREFIX,
     RECORD_SCHEMA,
+    STEPS,
     state_name,
 )
 from nsysfrag.record.rating import Rating
@@ -150,6 +151,8 @@ class monitor:
         recorder = self._recorder or (_runtime().active() if self._under_command else None)
         if recorder is None:
             return None
+        # The step count beside its time: how `record --try` tells time per step.
+        recorder.folder.append_line(STEPS, {"step": self.steps, "time_unix_ns": time.time_ns()})
         self.ratings = []
         recorder.sampler.sample(force_state=True)
         return list(self.ratings) if not self._under_command else None
