@@ -115,7 +115,10 @@ def run_round(
     result = Round()
     chosen = list(settings)
     for k in range(1, repeats + 1):
-        for setting in [None, *chosen]:
+        i = 0
+        while i <= len(chosen):  # the baseline, then each setting (auto chooses after it)
+            setting = None if i == 0 else chosen[i - 1]
+            i += 1
             plan = RunPlan(setting, k, folder_for(out, setting, k, repeats))
             say(f"run {len(result.runs) + 1}: {plan.label}" + (f" (round {k} of {repeats})" if repeats > 1 else ""))
             outcome = run_one(
