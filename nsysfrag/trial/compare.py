@@ -186,8 +186,8 @@ def _setting(
     repeats: int,
 ) -> dict[str, Any]:
     peaks, base_peaks = _peaks(runs), _peaks(base_runs)
-    measured = statistics.median(peaks) if peaks else None
-    base = statistics.median(base_peaks) if base_peaks else None
+    measured = round(statistics.median(peaks)) if peaks else None
+    base = round(statistics.median(base_peaks)) if base_peaks else None
     gain = (base - measured) / base if measured is not None and base else None
     spreads = [s for s in (_spread(peaks), _spread(base_peaks)) if s is not None]
     spread = max(spreads) if spreads else None

@@ -1,0 +1,207 @@
+"""``nsysfrag record --try`` end to end on the fake torch (tests/fake_torch), whose allocator
+reacts to each PYTORCH_CUDA_ALLOC_CONF setting as PyTorch's does
+(tests/fake_torch/torch/_alloc_conf.py): real processes, real record folders, no mocks.
+
+The planted workload (tests/record_workloads/settings.py, ``growing``) asks for one activation
+a step, 10 MiB larger each step. Under PyTorch's native rules no cached segment fits a larger
+request, so every step adds a segment of its own: peak reserved is the sum of the requests.
+Expandable segments grow one mapped range in 20 MiB pages instead: peak reserved is the largest
+request rounded up to a page. The round must measure both and keep expandable_segments:True.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.record_helpers import WORKLOADS, Run, fake_env, record
+
+MiB = 1 << 20
+WORKLOAD = WORKLOADS / "settings.py"
+STEPS = 20
+STEP_S = 0.05
+REQUESTS = [(100 + 10 * step) * MiB for step in range(STEPS)]  # the workload's activations
+PAGE = 20 * MiB  # an expandable segment's large-pool page
+
+
+def python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def run_round(out: Path, *args: str, **env: str) -> Run:
+    return record(
+        out, *args, "--", python(), str(WORKLOAD),
+        env=fake_env(NSYSFRAG_KERNELS="interpreted", STEPS=str(STEPS), STEP_S=str(STEP_S), **env),
+        timeout=300,
+    )  # fmt: skip
+
+
+def final_stats(folder: Path) -> dict[str, Any]:
+    """The memory_stats() the fake's allocator wrote beside the run's final snapshot."""
+    facts = json.loads((folder / "rank0" / "final.device.json").read_text())
+    (device,) = [d for d in facts["devices"] if "memory_stats" in d]
+    return device["memory_stats"]
+
+
+def run_of(doc: dict[str, Any], setting: str) -> dict[str, Any]:
+    return next(r for r in doc["runs"] if r["setting"] == setting)
+
+
+@pytest.fixture(scope="module")
+def growing(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run, dict[str, Any], Path]:
+    base = tmp_path_factory.mktemp("try")
+    out, html = base / "round", base / "round.html"
+    run = run_round(
+        out, "--try", "expandable_segments:True", "--try", "max_split_size_mb:200",
+        "--json", str(base / "round.json"), "--html", str(html),
+    )  # fmt: skip
+    return out, run, json.loads((base / "round.json").read_text()), html
+
+
+def test_the_planted_workload_keeps_expandable_segments(growing: tuple[Path, Run, dict[str, Any], Path]) -> None:
+    out, run, doc, _ = growing
+    assert run.code == 0, run.err
+    assert doc["schema"] == "nsysfrag-try/1"
+    assert doc["verdict"]["keep"] == "expandable_segments:True"
+    assert doc["verdict"]["line"].startswith("keep expandable_segments:True: peak reserved 3.81 GiB → 300.00 MiB")
+    assert "verdict: keep expandable_segments:True" in run.out
+    assert json.loads((out / "try.json").read_text()) == doc
+
+
+def test_the_figures_are_the_ones_the_fake_measured(growing: tuple[Path, Run, dict[str, Any], Path]) -> None:
+    out, _, doc, _ = growing
+    expected = {
+        "baseline": sum(-(-r // (2 * MiB)) * 2 * MiB for r in REQUESTS),  # a segment per request
+        "expandable_segments:True": -(-max(REQUESTS) // PAGE) * PAGE,  # one range, whole pages
+        "max_split_size_mb:200": sum(REQUESTS),  # oversize blocks are not reused for larger ones
+    }
+    for setting, peak in expected.items():
+        run = run_of(doc, setting)
+        stats = final_stats(out / run["folder"])
+        (rank,) = run["ranks"]
+        assert rank["peak_reserved_bytes"] == stats["reserved_bytes.all.peak"] == peak, setting
+        assert rank["peak_allocated_bytes"] == stats["allocated_bytes.all.peak"] == max(REQUESTS)
+        assert rank["ooms"] == stats["num_ooms"] == 0
+        assert rank["alloc_retries"] == stats["num_alloc_retries"]
+        assert run["job"]["peak_reserved_bytes"] == peak
+        # monitor().step() every 5 steps: the time per step is at least the workload's sleep.
+        assert rank["steps"] == STEPS and STEP_S <= rank["step_s"] < 10 * STEP_S
+        assert 0.0 <= rank["frag_at_peak"] <= 1.0
+    setting = next(s for s in doc["settings"] if s["setting"] == "expandable_segments:True")
+    assert setting["gain"] == pytest.approx(1 - expected["expandable_segments:True"] / expected["baseline"])
+    assert setting["kept"] and setting["why"] == "gain"
+
+
+def test_each_run_is_a_record_of_its_own_with_the_setting_merged(
+    growing: tuple[Path, Run, dict[str, Any], Path],
+) -> None:
+    out, _, doc, _ = growing
+    assert [r["folder"] for r in doc["runs"]] == ["baseline", "expandable_segments=True", "max_split_size_mb=200"]
+    for run in doc["runs"]:
+        folder = out / run["folder"]
+        assert (folder / "record.json").is_file() and (folder / "rank0" / "final.pickle").is_file()
+        seen = json.loads((folder / "rank0" / "process.json").read_text())["allocator_env"]
+        if run["setting"] == "baseline":
+            assert "PYTORCH_CUDA_ALLOC_CONF" not in seen
+        else:
+            assert seen["PYTORCH_CUDA_ALLOC_CONF"] == run["setting"] == run["conf"]
+
+
+def test_the_whatif_prediction_and_its_error_are_beside_each_run(
+    growing: tuple[Path, Run, dict[str, Any], Path],
+) -> None:
+    _, _, doc, _ = growing
+    for run in doc["runs"]:
+        (rank,) = run["ranks"]
+        predicted = rank["predicted"]
+        assert predicted is not None, run["setting"]
+        measured = rank["peak_reserved_bytes"]
+        assert predicted["error"] == pytest.approx((predicted["peak_reserved_bytes"] - measured) / measured)
+        assert run["job"]["whatif_error"] == pytest.approx(predicted["error"])
+    assert run_of(doc, "expandable_segments:True")["ranks"][0]["predicted"]["policy"] == "torch:expandable_segments=True"
+    assert doc["whatif_baseline_error"] == pytest.approx(abs(run_of(doc, "baseline")["job"]["whatif_error"]))
+
+
+def test_the_html_page_shows_the_table_and_verdict(growing: tuple[Path, Run, dict[str, Any], Path]) -> None:
+    _, _, doc, html = growing
+    page = html.read_text()
+    assert "verdict: keep expandable_segments:True" in page and "max_split_size_mb:200" in page
+    assert "<script" not in page
+
+
+def test_a_setting_that_runs_out_of_memory_is_a_row_not_a_crash(tmp_path: Path) -> None:
+    # Five 1.1 GiB buffers fit the 8 GiB device; roundup_power2_divisions:2 makes each 1.5 GiB.
+    run = run_round(tmp_path / "r", "--try", "roundup_power2_divisions:2", "--json", str(tmp_path / "r.json"),
+                    WORKLOAD="rounding")  # fmt: skip
+    assert run.code == 0, run.err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    failed = run_of(doc, "roundup_power2_divisions:2")
+    assert failed["exit_code"] == 1 and failed["ranks"][0]["ooms"] == 1
+    assert run_of(doc, "baseline")["ranks"][0]["ooms"] == 0
+    assert doc["verdict"]["keep"] is None
+    assert "roundup_power2_divisions:2 ran out of memory (1 OOMs, the baseline 0)" in doc["verdict"]["line"]
+    assert (tmp_path / "r" / "roundup_power2_divisions=2" / "rank0" / "oom-1.pickle").is_file()
+
+
+def test_duration_ends_a_program_that_runs_forever(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = run_round(tmp_path / "r", "--duration", "3", "--try", "expandable_segments:True",
+                    "--json", str(tmp_path / "r.json"), WORKLOAD="forever")  # fmt: skip
+    assert run.code == 0, run.err
+    assert time.monotonic() - started < 120
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for r in doc["runs"]:
+        assert r["ended"] == "duration" and r["exit_code"] == 128 + 15
+        facts = json.loads((tmp_path / "r" / r["folder"] / "rank0" / "final.device.json").read_text())
+        assert facts["reason"] == "SIGTERM"  # the recorder's own handler wrote the final snapshot
+        assert r["ranks"][0]["steps"] >= 5
+    assert doc["duration_s"] == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--try", "expandable_segments:Maybe"], {}, "expandable_segments takes True or False"),
+        (["--try", "not_a_knob:1"], {}, "not_a_knob is not an allocator setting nsysfrag can try"),
+        (["--try", "expandable_segments"], {}, "write one PYTORCH_CUDA_ALLOC_CONF option as KEY:VALUE"),
+        (["--try", "garbage_collection_threshold:1.5"], {}, "a fraction strictly between 0 and 1"),
+        (["--try", "expandable_segments:True", "--duration", "0"], {}, "'--duration': 0.0 is not in the range x>0"),
+        (["--duration", "5"], {}, "--duration and --repeat go with --try"),
+        (["--try", "expandable_segments:True"], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"},
+         "the program already sets expandable_segments:False (in $PYTORCH_CUDA_ALLOC_CONF)"),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_runs(
+    tmp_path: Path, args: list[str], env: dict[str, str], said: str
+) -> None:
+    out = tmp_path / "r"
+    run = run_round(out, *args, **env)
+    assert run.code == 2, run.err
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nsysfrag: error: ") and said in lines[0], run.err
+    assert not out.exists()
+
+
+def test_a_program_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    run = record(out, "--try", "expandable_segments:True", "--", str(tmp_path / "no-such-program"), env=fake_env())
+    assert run.code == 2
+    assert run.err.strip() == f"nsysfrag: error: {tmp_path / 'no-such-program'}: not an executable file; check the command after --"
+    assert not out.exists()
+
+
+def test_a_folder_holding_a_round_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    run = run_round(out, "--try", "expandable_segments:True")
+    assert run.code == 2 and "holds no round of --try" in run.err
+    assert (out / "notes.txt").read_text() == "mine"
+
+
