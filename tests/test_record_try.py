@@ -37,7 +37,7 @@ def python() -> str:
 def run_round(out: Path, *args: str, **env: str) -> Run:
     return record(
         out, *args, "--", python(), str(WORKLOAD),
-        env=fake_env(NSYSFRAG_KERNELS="interpreted", STEPS=str(STEPS), STEP_S=str(STEP_S), **env),
+        env=fake_env(**{"NSYSFRAG_KERNELS": "interpreted", "STEPS": str(STEPS), "STEP_S": str(STEP_S), **env}),
         timeout=300,
     )  # fmt: skip
 
@@ -205,3 +205,21 @@ def test_a_folder_holding_a_round_is_replaced_only_with_overwrite(tmp_path: Path
     assert (out / "notes.txt").read_text() == "mine"
 
 
+
+
+def test_a_setting_the_program_sets_itself_is_refused_and_one_it_replaces_is_not_kept(tmp_path: Path) -> None:
+    # The program puts its own PYTORCH_CUDA_ALLOC_CONF in place before torch reads it: the
+    # baseline shows it, so expandable_segments is refused; the other setting never reaches
+    # the allocator (the program replaced the variable), so its run is not a measurement of it.
+    run = run_round(tmp_path / "r", "--try", "expandable_segments:True", "--try", "roundup_power2_divisions:2",
+                    "--json", str(tmp_path / "r.json"), PROGRAM_CONF="expandable_segments:False", STEPS="5")  # fmt: skip
+    assert run.code == 0, run.err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["refused"] == [{"setting": "expandable_segments:True",
+                               "reason": "the program sets expandable_segments:False itself"}]  # fmt: skip
+    assert [r["setting"] for r in doc["runs"]] == ["baseline", "roundup_power2_divisions:2"]
+    replaced = run_of(doc, "roundup_power2_divisions:2")
+    assert replaced["overridden"] == "rank 0 saw PYTORCH_CUDA_ALLOC_CONF='expandable_segments:False'"
+    (setting,) = doc["settings"]
+    assert not setting["kept"] and setting["why"] == "overridden"
+    assert doc["verdict"]["keep"] is None

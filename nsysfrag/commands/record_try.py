@@ -149,7 +149,22 @@ def _measured(run: RunOutcome, state: _Baseline, granularity: int) -> Any:
     first_baseline = run.plan.setting is None and run.plan.repeat == 1
     ranks = state.figures if first_baseline and state.figures is not None else _figures(run.plan.folder, granularity)
     recorded = any(r.snapshot is not None for r in ranks)
-    return Measured(run, ranks, None if recorded else nothing_recorded(run.plan.folder))
+    return Measured(run, ranks, None if recorded else nothing_recorded(run.plan.folder),
+                    _overridden(run))  # fmt: skip
+
+
+def _overridden(run: RunOutcome) -> str | None:
+    """What a rank saw instead of the run's setting, when the program replaced it."""
+    from nsysfrag.trial.rounds import conf_seen
+    from nsysfrag.trial.settings import conf_keys
+
+    s = run.plan.setting
+    if s is None:
+        return None
+    for rank, seen in sorted(conf_seen(run.plan.folder).items()):
+        if conf_keys(seen).get(s.key) != s.value:
+            return f"rank {rank} saw PYTORCH_CUDA_ALLOC_CONF={seen!r}"
+    return None
 
 
 def _report(doc: dict[str, Any], measured: Sequence[Any], request: ReportRequest, kept_at: Path) -> int:

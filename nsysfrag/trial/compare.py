@@ -37,6 +37,9 @@ class Measured:
     outcome: RunOutcome
     ranks: list[RankFigures]
     unrecorded: str | None = None
+    # The PYTORCH_CUDA_ALLOC_CONF a rank saw without the run's setting in it (the program
+    # replaced the variable itself): the run measured something else.
+    overridden: str | None = None
 
 
 def round_document(
@@ -89,6 +92,7 @@ def _run(m: Measured, predictions: dict[int, Predictions], policy: str | None) -
         "wall_s": round(o.wall_s, 3),
         "recorded": bool(ranks),
         "unrecorded": m.unrecorded,
+        "overridden": m.overridden,
         "policy": policy,
         "ranks": ranks,
         "job": _job(ranks, o.wall_s),
@@ -222,6 +226,8 @@ def _judge(e: dict[str, Any], runs: Sequence[dict[str, Any]], base_runs: Sequenc
     """Kept or not, and why (data: the words are the reports')."""
     if not runs or not all(r["recorded"] for r in runs):
         return False, "unrecorded"
+    if any(r["overridden"] is not None for r in runs):
+        return False, "overridden"
     if e["ooms"] > e["baseline_ooms"]:
         return False, "more_ooms"
     if not all(_finished(r) for r in runs):
@@ -270,6 +276,7 @@ def _not_kept(s: dict[str, Any]) -> str:
         return f"changed peak reserved by {-(s['gain'] or 0.0):+.1%}, within the {basis} ({s['bar']:.1%})"
     return {
         "unrecorded": "recorded nothing",
+        "overridden": "never reached the allocator (the program replaced PYTORCH_CUDA_ALLOC_CONF)",
         "failed": "failed (see its exit code)",
         "baseline_failed": "cannot be compared (the baseline failed too)",
         "more_ooms": f"ran out of memory ({s['ooms']} OOMs, the baseline {s['baseline_ooms']})",

@@ -44,6 +44,10 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for run in runs:
         if run["unrecorded"]:
             console.print(Prose(outside(f"{_label(run, doc['repeat'])}: nothing recorded, {run['unrecorded']}", style="yellow")))
+    for run in runs:
+        if run["overridden"]:
+            console.print(Prose(outside(f"{_label(run, doc['repeat'])}: the setting never reached the"
+                                        f" allocator, {run['overridden']}", style="yellow")))  # fmt: skip
     for r in doc["refused"]:
         console.print(Prose(outside(f"{r['setting']}: not run, {r['reason']}", style="yellow")))
     for s in doc["settings"]:

@@ -9,6 +9,10 @@ each allocator setting changes in a way known beforehand. ``WORKLOAD`` (environm
   not once roundup_power2_divisions:2 rounds each up to 1.5 GiB (an out-of-memory error).
 - ``forever``: the growing loop without end (``--duration`` must end it).
 
+``PROGRAM_CONF`` (environment), when set, is what the program itself puts in
+PYTORCH_CUDA_ALLOC_CONF before torch starts, as a training script that configures its own
+allocator does.
+
 Each step reports itself through ``nsysfrag.torch.monitor().step()``; ``STEPS`` sets how many
 (default 20) and ``STEP_S`` how long each sleeps (default 0.05 s).
 """
@@ -19,9 +23,12 @@ import itertools
 import os
 import time
 
-import torch
+if "PROGRAM_CONF" in os.environ:  # before torch reads it
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = os.environ["PROGRAM_CONF"]
 
-from nsysfrag.torch import monitor
+import torch  # noqa: E402
+
+from nsysfrag.torch import monitor  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
 
