@@ -261,7 +261,7 @@ def verdict_line(best: dict[str, Any] | None, settings: Sequence[dict[str, Any]]
         basis = "run-to-run spread" if best["bar_basis"] == "spread" else "what-if's error on the baseline"
         return (
             f"keep {best['setting']}: peak reserved {format_bytes(best['baseline_peak_reserved_bytes'])}"
-            f" → {format_bytes(best['peak_reserved_bytes'])} ({-best['gain']:+.1%}) on the worst rank,"
+            f" → {format_bytes(best['peak_reserved_bytes'])} ({change(best['gain'])}) on the worst rank,"
             f" beyond the {basis} ({best['bar']:.1%})"
         )
     if not settings:
@@ -269,11 +269,17 @@ def verdict_line(best: dict[str, Any] | None, settings: Sequence[dict[str, Any]]
     return "keep the baseline: " + "; ".join(f"{s['setting']} {_not_kept(s)}" for s in settings)
 
 
+def change(gain: float) -> str:
+    """A gain as the change in peak reserved: 0.25 → "-25.0%" (never "-0.0%")."""
+    return f"{0.0 - gain + 0.0:+.1%}"
+
+
+
 def _not_kept(s: dict[str, Any]) -> str:
     why = s["why"]
     if why == "within_bar":
         basis = "run-to-run spread" if s["bar_basis"] == "spread" else "what-if's error"
-        return f"changed peak reserved by {-(s['gain'] or 0.0):+.1%}, within the {basis} ({s['bar']:.1%})"
+        return f"changed peak reserved by {change(s['gain'] or 0.0)}, within the {basis} ({s['bar']:.1%})"
     return {
         "unrecorded": "recorded nothing",
         "overridden": "never reached the allocator (the program replaced PYTORCH_CUDA_ALLOC_CONF)",

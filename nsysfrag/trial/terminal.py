@@ -12,6 +12,7 @@ from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
+from nsysfrag.trial.compare import change
 
 COLUMNS = (
     Column("setting", kind="name"),
@@ -24,6 +25,17 @@ COLUMNS = (
     Column("wall", justify="right"),
     Column("per step", justify="right"),
     Column("what-if peak (error)", justify="right"),
+)
+
+# The same rows for a narrow terminal: two figures to a cell.
+NARROW = (
+    Column("setting", kind="name"),
+    Column("rank", justify="right"),
+    Column("peak reserved\nallocated", justify="right"),
+    Column("OOMs\nretries", justify="right"),
+    Column("frag at\npeak", justify="right"),
+    Column("wall\nper step", justify="right"),
+    Column("what-if\n(error)", justify="right"),
 )
 
 
@@ -40,7 +52,9 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for run in runs:
         rows += _run_rows(run, doc["repeat"])
         ends.add(len(rows) - 1)
-    console.print(FittedTable(None, Layout(COLUMNS, rows, frozenset(ends))))
+    narrow = [_narrow(row) for row in rows]
+    console.print(FittedTable(None, Layout(COLUMNS, rows, frozenset(ends)),
+                              alternatives=[Layout(NARROW, narrow, frozenset(ends))]))  # fmt: skip
     for run in runs:
         if run["unrecorded"]:
             console.print(Prose(outside(f"{_label(run, doc['repeat'])}: nothing recorded, {run['unrecorded']}", style="yellow")))
@@ -104,12 +118,25 @@ def _row(head: Cell, rank: str, f: dict[str, Any], wall: float | None, predicted
     ]
 
 
+def _narrow(row: list[Cell]) -> list[Cell]:
+    """A wide row's cells two to a cell: (reserved, allocated), (OOMs, retries), (wall, step)."""
+
+    def pair(a: Cell, b: Cell) -> Text:
+        top = a.copy() if isinstance(a, Text) else Text(a)
+        top.append("\n")
+        top.append(b if isinstance(b, Text) else Text(b, style="dim"))
+        return top
+
+    head, rank, reserved, allocated, ooms, frag, retries, wall, step, predicted = row
+    return [head, rank, pair(reserved, allocated), pair(ooms, retries), frag, pair(wall, step), predicted]
+
+
 def _predicted(p: dict[str, Any] | None) -> Cell:
     if p is None:
         return "—"
     text = Text(format_bytes(p["peak_reserved_bytes"]))
     if p["error"] is not None:
-        text.append(f" ({p['error']:+.1%})", style="dim")
+        text.append(f"\n({p['error']:+.1%})", style="dim")
     if p["simulated_ooms"]:
         text.append(f"\n{p['simulated_ooms']} OOMs", style="red")
     return text
@@ -120,7 +147,7 @@ def setting_line(s: dict[str, Any]) -> str:
     if s["gain"] is not None:
         parts.append(
             f"peak reserved {format_bytes(s['baseline_peak_reserved_bytes'])} →"
-            f" {format_bytes(s['peak_reserved_bytes'])} ({-s['gain']:+.1%})"
+            f" {format_bytes(s['peak_reserved_bytes'])} ({change(s['gain'])})"
         )
     if s["bar"] is not None:
         basis = "run-to-run spread" if s["bar_basis"] == "spread" else "what-if's error on the baseline"
