@@ -19,8 +19,8 @@ MiB = 1 << 20
 def main() -> None:
     with monitor(every=5) as m:
         for step in itertools.count():
-            activation = torch.empty((100 + 10 * (step % 40)) * MiB, dtype=torch.uint8, device="cuda")
-            activation.fill_(1)
+            # zeros, not empty: the memory is written, as an activation's is
+            activation = torch.zeros((100 + 10 * (step % 40)) * MiB, dtype=torch.uint8, device="cuda")
             torch.cuda.synchronize()
             time.sleep(0.05)
             del activation
