@@ -112,7 +112,8 @@ def _after_baseline(
             state.notes.append(f"rank {rank} set PYTORCH_CUDA_ALLOC_CONF={seen!r} itself")
             break
     own = conf_keys(state.conf)
-    refused = [(str(s), f"the program sets {s.key}:{own[s.key]} itself") for s in settings if s.key in own]
+    refused = [(str(s), f"the program sets {s.key}:{own[s.key]} itself")
+               for s in settings if s.key in own]  # fmt: skip
     chosen = [s for s in settings if s.key not in own]
     snapshots = [(f.rank, f.snapshot) for f in state.figures if f.snapshot is not None]
     if auto:
@@ -147,7 +148,9 @@ def _measured(run: RunOutcome, state: _Baseline, granularity: int) -> Any:
     from nsysfrag.trial.compare import Measured
 
     first_baseline = run.plan.setting is None and run.plan.repeat == 1
-    ranks = state.figures if first_baseline and state.figures is not None else _figures(run.plan.folder, granularity)
+    ranks = state.figures if first_baseline and state.figures is not None else None
+    if ranks is None:
+        ranks = _figures(run.plan.folder, granularity)
     recorded = any(r.snapshot is not None for r in ranks)
     return Measured(run, ranks, None if recorded else nothing_recorded(run.plan.folder),
                     _overridden(run))  # fmt: skip
@@ -167,7 +170,9 @@ def _overridden(run: RunOutcome) -> str | None:
     return None
 
 
-def _report(doc: dict[str, Any], measured: Sequence[Any], request: ReportRequest, kept_at: Path) -> int:
+def _report(
+    doc: dict[str, Any], measured: Sequence[Any], request: ReportRequest, kept_at: Path
+) -> int:
     from nsysfrag import destinations
     from nsysfrag.checks.gates import evaluate
     from nsysfrag.commands.outputs import report_console, write_text

@@ -99,7 +99,9 @@ def _run(m: Measured, predictions: dict[int, Predictions], policy: str | None) -
     }
 
 
-def _rank(r: RankFigures, p: Predictions | None, policy: str | None, baseline: bool) -> dict[str, Any]:
+def _rank(
+    r: RankFigures, p: Predictions | None, policy: str | None, baseline: bool
+) -> dict[str, Any]:
     predicted = None
     if p is not None:
         pick = p.baseline if baseline else p.policies.get(policy or "")
@@ -163,7 +165,7 @@ def _error(predicted: int | None, measured: int | None) -> float | None:
 
 
 def _baseline_error(base_runs: Sequence[dict[str, Any]]) -> float | None:
-    errors = [abs(r["job"]["whatif_error"]) for r in base_runs if r["job"]["whatif_error"] is not None]
+    errors = [abs(e) for r in base_runs if (e := r["job"]["whatif_error"]) is not None]
     return errors[0] if errors else None  # the first round's baseline: the snapshot replayed
 
 
@@ -179,7 +181,8 @@ def _spread(values: Sequence[int]) -> float | None:
 
 def _finished(run: dict[str, Any]) -> bool:
     """Ended by itself with exit code 0, or by --duration."""
-    return run["recorded"] and (run["ended"] == DURATION or (run["ended"] == EXIT and run["exit_code"] == 0))
+    by_itself = run["ended"] == EXIT and run["exit_code"] == 0
+    return bool(run["recorded"]) and (run["ended"] == DURATION or by_itself)
 
 
 def _setting(
@@ -215,14 +218,18 @@ def _setting(
         "bar_basis": basis,
         "ooms": max(ooms, default=0),
         "baseline_ooms": min(base_ooms, default=0),
-        "predicted_peak_reserved_bytes": runs[0]["job"]["predicted_peak_reserved_bytes"] if runs else None,
+        "predicted_peak_reserved_bytes": (
+            runs[0]["job"]["predicted_peak_reserved_bytes"] if runs else None
+        ),
         "whatif_error": errors[0] if errors else None,
     }
     entry["kept"], entry["why"] = _judge(entry, runs, base_runs)
     return entry
 
 
-def _judge(e: dict[str, Any], runs: Sequence[dict[str, Any]], base_runs: Sequence[dict[str, Any]]) -> tuple[bool, str]:
+def _judge(
+    e: dict[str, Any], runs: Sequence[dict[str, Any]], base_runs: Sequence[dict[str, Any]]
+) -> tuple[bool, str]:
     """Kept or not, and why (data: the words are the reports')."""
     if not runs or not all(r["recorded"] for r in runs):
         return False, "unrecorded"
@@ -241,7 +248,9 @@ def _judge(e: dict[str, Any], runs: Sequence[dict[str, Any]], base_runs: Sequenc
     return (True, "gain") if e["gain"] > e["bar"] else (False, "within_bar")
 
 
-def _verdict(settings: Sequence[dict[str, Any]], base_runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _verdict(
+    settings: Sequence[dict[str, Any]], base_runs: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     kept = [s for s in settings if s["kept"]]
     best = max(kept, key=lambda s: (s["baseline_ooms"] - s["ooms"], s["gain"] or 0.0), default=None)
     return {
@@ -258,15 +267,20 @@ def verdict_line(best: dict[str, Any] | None, settings: Sequence[dict[str, Any]]
         if best["why"] == "fewer_ooms":
             return (f"keep {best['setting']}: it removes the baseline's out-of-memory errors"
                     f" ({best['baseline_ooms']} → {best['ooms']})")  # fmt: skip
-        basis = "run-to-run spread" if best["bar_basis"] == "spread" else "what-if's error on the baseline"
+        before = format_bytes(best["baseline_peak_reserved_bytes"])
+        after = format_bytes(best["peak_reserved_bytes"])
         return (
-            f"keep {best['setting']}: peak reserved {format_bytes(best['baseline_peak_reserved_bytes'])}"
-            f" → {format_bytes(best['peak_reserved_bytes'])} ({change(best['gain'])}) on the worst rank,"
-            f" beyond the {basis} ({best['bar']:.1%})"
+            f"keep {best['setting']}: peak reserved {before} → {after} ({change(best['gain'])})"
+            f" on the worst rank, beyond the {bar_words(best['bar_basis'])} ({best['bar']:.1%})"
         )
     if not settings:
         return "keep the baseline: no setting was run"
     return "keep the baseline: " + "; ".join(f"{s['setting']} {_not_kept(s)}" for s in settings)
+
+
+def bar_words(basis: str | None) -> str:
+    """What a bar was measured from, in words."""
+    return "run-to-run spread" if basis == "spread" else "what-if's error on the baseline"
 
 
 def change(gain: float) -> str:
@@ -278,8 +292,10 @@ def change(gain: float) -> str:
 def _not_kept(s: dict[str, Any]) -> str:
     why = s["why"]
     if why == "within_bar":
-        basis = "run-to-run spread" if s["bar_basis"] == "spread" else "what-if's error"
-        return f"changed peak reserved by {change(s['gain'] or 0.0)}, within the {basis} ({s['bar']:.1%})"
+        return (
+            f"changed peak reserved by {change(s['gain'] or 0.0)}, within the"
+            f" {bar_words(s['bar_basis'])} ({s['bar']:.1%})"
+        )
     return {
         "unrecorded": "recorded nothing",
         "overridden": "never reached the allocator (the program replaced PYTORCH_CUDA_ALLOC_CONF)",

@@ -53,7 +53,9 @@ def render(doc: dict[str, Any]) -> str:
     return page("nsysfrag — record --try", CSS + _EXTRA_CSS, body)
 
 
-def _row(label: str, rank: str, f: dict[str, Any], predicted: dict[str, Any] | None, attrs: str) -> str:
+def _row(
+    label: str, rank: str, f: dict[str, Any], predicted: dict[str, Any] | None, attrs: str
+) -> str:
     cells = [
         f"<td>{esc(label)}</td>",
         f'<td class="n">{esc(rank)}</td>',
@@ -65,7 +67,8 @@ def _row(label: str, rank: str, f: dict[str, Any], predicted: dict[str, Any] | N
         _n("—" if f["wall_s"] is None else f"{f['wall_s']:.1f} s"),
         _n("—" if f["step_s"] is None else f"{f['step_s'] * 1e3:.1f} ms"),
         _n("—" if predicted is None else format_bytes(predicted["peak_reserved_bytes"])),
-        _n("—" if predicted is None or predicted["error"] is None else f"{predicted['error']:+.1%}"),
+        _n("—" if predicted is None or predicted["error"] is None
+           else f"{predicted['error']:+.1%}"),  # fmt: skip
     ]
     return f"<tr{attrs}>{''.join(cells)}</tr>"
 

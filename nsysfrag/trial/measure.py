@@ -134,8 +134,11 @@ def _cuda_started(folder: Path) -> dict[int, int]:
 
 def _steps(path: Path) -> tuple[int, float | None]:
     """(the last step reported, seconds per step between the first and last lines)."""
-    points = [(s, t) for line in _lines(path)
-              if (s := _int(line.get("step"))) is not None and (t := _int(line.get("time_unix_ns"))) is not None]  # fmt: skip
+    points = []
+    for line in _lines(path):
+        step, at = _int(line.get("step")), _int(line.get("time_unix_ns"))
+        if step is not None and at is not None:
+            points.append((step, at))
     if not points:
         return 0, None
     (s0, t0), (s1, t1) = min(points), max(points)

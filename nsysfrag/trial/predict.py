@@ -49,7 +49,9 @@ def predict(snapshot: Path, policies: Sequence[str], rank: int) -> Predictions:
         if o is not None:
             found[p] = Prediction(p, int(o.peak_reserved_bytes), int(o.simulated_ooms))
     base = space.baseline
-    baseline = Prediction(base.name, int(base.peak_reserved_bytes), int(base.simulated_ooms)) if base else None
+    baseline = None
+    if base is not None:
+        baseline = Prediction(base.name, int(base.peak_reserved_bytes), int(base.simulated_ooms))
     return Predictions(rank, baseline, found)
 
 

@@ -24,7 +24,7 @@ from nsysfrag.inputs.nsys.runner import wait_forwarding_signals
 from nsysfrag.limits import TRY_GRACE_S
 from nsysfrag.record import launch, layout
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import Options
-from nsysfrag.trial.settings import BASELINE, TrySetting, merged
+from nsysfrag.trial.settings import BASELINE, CONF_VARIABLES, TrySetting, merged
 from nsysfrag.record.watch import Rater, Watch
 
 ROUND_DOCUMENT = "try.json"  # the round's own document, in OUT beside the run folders
@@ -120,7 +120,8 @@ def run_round(
             setting = None if i == 0 else chosen[i - 1]
             i += 1
             plan = RunPlan(setting, k, folder_for(out, setting, k, repeats))
-            say(f"run {len(result.runs) + 1}: {plan.label}" + (f" (round {k} of {repeats})" if repeats > 1 else ""))
+            of = f" (round {k} of {repeats})" if repeats > 1 else ""
+            say(f"run {len(result.runs) + 1}: {plan.label}{of}")
             outcome = run_one(
                 command, plan, options, environ, conf_variable, stdout, duration_s, say,
                 alert_command,
@@ -161,7 +162,9 @@ def run_one(
         proc = subprocess.Popen(command, env=env, stdout=stdout)
     except OSError as err:
         watch.stop()
-        raise InputError(f"{command[0]}: cannot run it ({err.strerror}); check the command after --") from None
+        raise InputError(
+            f"{command[0]}: cannot run it ({err.strerror}); check the command after --"
+        ) from None
     ended: list[str] = []
     timers = _end_after(proc, duration_s, ended)
     try:
@@ -178,7 +181,9 @@ def run_one(
     return RunOutcome(plan, conf_variable, conf, code, how, wall)
 
 
-def _end_after(proc: subprocess.Popen[bytes], duration_s: float | None, ended: list[str]) -> list[threading.Timer]:
+def _end_after(
+    proc: subprocess.Popen[bytes], duration_s: float | None, ended: list[str]
+) -> list[threading.Timer]:
     """SIGTERM at ``duration_s`` (what ``record`` passes on when it is itself ended: the
     recorder's handler writes the final snapshots), SIGKILL a grace later."""
     if duration_s is None:
@@ -216,12 +221,12 @@ def conf_seen(folder: Path) -> dict[int, str]:
             continue
         env = about.get("allocator_env") if isinstance(about, dict) else None
         if isinstance(env, dict):
-            values = [env.get(v) for v in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")]
+            values = [env.get(v) for v in CONF_VARIABLES]
             seen.setdefault(r.rank, next((v for v in values if isinstance(v, str) and v), ""))
     return seen
 
 
 def environment_conf(environ: Mapping[str, str]) -> dict[str, str]:
     """The allocator variables of our own environment, for the document."""
-    return {k: environ[k] for k in ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF") if k in environ}
+    return {k: environ[k] for k in CONF_VARIABLES if k in environ}
 

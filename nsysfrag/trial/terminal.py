@@ -12,7 +12,7 @@ from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
-from nsysfrag.trial.compare import change
+from nsysfrag.trial.compare import bar_words, change
 
 COLUMNS = (
     Column("setting", kind="name"),
@@ -38,13 +38,20 @@ NARROW = (
     Column("what-if\n(error)", justify="right"),
 )
 
+ENDED = {  # how a run ended, when not by itself
+    "duration": "ended by --duration",
+    "killed": "killed past --duration",
+    "stopped": "stopped",
+}
+
 
 def render(doc: dict[str, Any], console: Console) -> None:
     runs = doc["runs"]
     console.print(Prose(outside(
         f"nsysfrag record --try · {len(runs)} run{'s' if len(runs) != 1 else ''}"
         + (f", {doc['repeat']} rounds" if doc["repeat"] > 1 else "")
-        + (f", each ended after {doc['duration_s']:g} s at the latest" if doc["duration_s"] else ""),
+        + (f", each ended after {doc['duration_s']:g} s at the latest"
+           if doc["duration_s"] else ""),
         style="bold",
     )))
     rows: list[list[Cell]] = []
@@ -56,14 +63,13 @@ def render(doc: dict[str, Any], console: Console) -> None:
     console.print(FittedTable(None, Layout(COLUMNS, rows, frozenset(ends)),
                               alternatives=[Layout(NARROW, narrow, frozenset(ends))]))  # fmt: skip
     for run in runs:
+        label = _label(run, doc["repeat"])
         if run["unrecorded"]:
-            console.print(Prose(outside(f"{_label(run, doc['repeat'])}: nothing recorded, {run['unrecorded']}", style="yellow")))
-    for run in runs:
+            _warn(console, f"{label}: nothing recorded, {run['unrecorded']}")
         if run["overridden"]:
-            console.print(Prose(outside(f"{_label(run, doc['repeat'])}: the setting never reached the"
-                                        f" allocator, {run['overridden']}", style="yellow")))  # fmt: skip
+            _warn(console, f"{label}: the setting never reached the allocator, {run['overridden']}")
     for r in doc["refused"]:
-        console.print(Prose(outside(f"{r['setting']}: not run, {r['reason']}", style="yellow")))
+        _warn(console, f"{r['setting']}: not run, {r['reason']}")
     for s in doc["settings"]:
         console.print(Prose(outside(setting_line(s))))
     if doc["whatif_baseline_error"] is not None:
@@ -74,7 +80,12 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for note in doc["notes"]:
         console.print(Prose(outside(note, style="dim")))
     verdict = doc["verdict"]
-    console.print(Prose(outside(f"verdict: {verdict['line']}", style="bold green" if verdict["keep"] else "bold")))
+    style = "bold green" if verdict["keep"] else "bold"
+    console.print(Prose(outside(f"verdict: {verdict['line']}", style=style)))
+
+
+def _warn(console: Console, line: str) -> None:
+    console.print(Prose(outside(line, style="yellow")))
 
 
 def _label(run: dict[str, Any], repeats: int) -> str:
@@ -83,27 +94,32 @@ def _label(run: dict[str, Any], repeats: int) -> str:
 
 def _run_rows(run: dict[str, Any], repeats: int) -> list[list[Cell]]:
     label = _label(run, repeats)
-    ended = {"duration": "ended by --duration", "killed": "killed past --duration", "stopped": "stopped"}.get(run["ended"])
+    ended = ENDED.get(run["ended"])
     if run["exit_code"] and run["ended"] == "exit":
         ended = f"exit code {run['exit_code']}"
     head = Text(label)
     if ended:
         head.append(f"\n{ended}", style="dim")
     if not run["ranks"]:
-        return [[head, "—", "—", "—", "—", "—", "—", _seconds(run["wall_s"]), "—", "—"]]
+        return [[head, *["—"] * 6, _seconds(run["wall_s"]), "—", "—"]]
     rows = [_row(head if i == 0 else "", str(r["rank"]), r, r["wall_s"], r["predicted"])
             for i, r in enumerate(run["ranks"])]  # fmt: skip
     if len(run["ranks"]) > 1:
         job = run["job"]
         predicted = None
         if job["predicted_peak_reserved_bytes"] is not None:
-            predicted = {"peak_reserved_bytes": job["predicted_peak_reserved_bytes"],
-                         "simulated_ooms": job["predicted_ooms"], "error": job["whatif_error"]}  # fmt: skip
+            predicted = {
+                "peak_reserved_bytes": job["predicted_peak_reserved_bytes"],
+                "simulated_ooms": job["predicted_ooms"],
+                "error": job["whatif_error"],
+            }
         rows.append(_row("", "job", job, job["wall_s"], predicted))
     return rows
 
 
-def _row(head: Cell, rank: str, f: dict[str, Any], wall: float | None, predicted: dict[str, Any] | None) -> list[Cell]:
+def _row(
+    head: Cell, rank: str, f: dict[str, Any], wall: float | None, predicted: dict[str, Any] | None
+) -> list[Cell]:
     return [
         head,
         rank,
@@ -128,7 +144,8 @@ def _narrow(row: list[Cell]) -> list[Cell]:
         return top
 
     head, rank, reserved, allocated, ooms, frag, retries, wall, step, predicted = row
-    return [head, rank, pair(reserved, allocated), pair(ooms, retries), frag, pair(wall, step), predicted]
+    return [head, rank, pair(reserved, allocated), pair(ooms, retries), frag, pair(wall, step),
+            predicted]  # fmt: skip
 
 
 def _predicted(p: dict[str, Any] | None) -> Cell:
@@ -150,11 +167,11 @@ def setting_line(s: dict[str, Any]) -> str:
             f" {format_bytes(s['peak_reserved_bytes'])} ({change(s['gain'])})"
         )
     if s["bar"] is not None:
-        basis = "run-to-run spread" if s["bar_basis"] == "spread" else "what-if's error on the baseline"
-        parts.append(f"bar {s['bar']:.1%} ({basis})")
+        parts.append(f"bar {s['bar']:.1%} ({bar_words(s['bar_basis'])})")
     if s["predicted_peak_reserved_bytes"] is not None:
         error = f", error {s['whatif_error']:+.1%}" if s["whatif_error"] is not None else ""
-        parts.append(f"what-if predicted {format_bytes(s['predicted_peak_reserved_bytes'])}{error}")
+        predicted = format_bytes(s["predicted_peak_reserved_bytes"])
+        parts.append(f"what-if predicted {predicted}{error}")
     parts.append("kept" if s["kept"] else "not kept")
     return " · ".join(parts)
 
