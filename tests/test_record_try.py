@@ -241,3 +241,28 @@ def test_the_docs_show_a_round_this_test_makes(growing: tuple[Path, Run, dict[st
 
     assert after_table(shown) == after_table(run.out)
     assert "verdict: keep expandable_segments:True" in shown
+
+
+def test_a_sigterm_to_nsysfrag_stops_the_round_and_keeps_what_it_measured(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsysfrag", "record", "-o", str(out), "--try", "expandable_segments:True",
+         "--json", str(tmp_path / "r.json"), "--", python(), str(WORKLOAD)],
+        env=fake_env(NSYSFRAG_KERNELS="interpreted", WORKLOAD="forever", STEP_S=str(STEP_S)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (out / "baseline" / "rank0" / "steps.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "SIGTERM received; the round stopped after 1 run" in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (run,) = doc["runs"]
+    assert doc["stopped"] and run["ended"] == "stopped" and run["ranks"][0]["steps"] >= 5
+    assert not (out / "expandable_segments=True").exists()  # the next run never started

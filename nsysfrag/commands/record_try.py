@@ -92,7 +92,16 @@ def run_try(
         command, the_round, measured, state.predictions, state.policies, tries.duration_s,
         tries.repeats, environment_conf(os.environ), state.notes,
     )  # fmt: skip
-    return _report(doc, measured, request, out / ROUND_DOCUMENT)
+    code = _report(doc, measured, request, out / ROUND_DOCUMENT)
+    last = the_round.runs[-1] if the_round.runs else None
+    if the_round.stopped and last is not None and last.received is not None:
+        import signal
+
+        say(f"{signal.Signals(last.received).name} received; the round stopped after"
+            f" {len(the_round.runs)} run{'s' if len(the_round.runs) != 1 else ''}, the table"
+            " shows what they recorded")  # fmt: skip
+        return 128 + last.received
+    return code
 
 
 def _after_baseline(

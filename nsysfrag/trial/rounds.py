@@ -53,6 +53,7 @@ class RunOutcome:
     exit_code: int
     ended: str  # EXIT, DURATION, KILLED or STOPPED
     wall_s: float
+    received: int | None = None  # STOPPED: the signal nsysfrag received (and passed on)
 
 
 @dataclass
@@ -178,7 +179,7 @@ def run_one(
     code = launch.Outcome(proc.returncode, received).exit_code
     layout.update_marker(plan.folder, status="ended", ended_unix_ns=time.time_ns(), exit_code=code,
                          signal=received, ended_by=how)  # fmt: skip
-    return RunOutcome(plan, conf_variable, conf, code, how, wall)
+    return RunOutcome(plan, conf_variable, conf, code, how, wall, received)
 
 
 def _end_after(
