@@ -266,3 +266,20 @@ def test_a_sigterm_to_nsysfrag_stops_the_round_and_keeps_what_it_measured(tmp_pa
     (run,) = doc["runs"]
     assert doc["stopped"] and run["ended"] == "stopped" and run["ranks"][0]["steps"] >= 5
     assert not (out / "expandable_segments=True").exists()  # the next run never started
+
+
+def test_fail_on_gates_are_checked_on_the_kept_settings_runs(tmp_path: Path) -> None:
+    # Kept: expandable_segments:True, whose peak reserved is 5 steps' largest request rounded
+    # up to whole 20 MiB pages (140 MiB); the baseline's (the sum, 600 MiB) is not gated.
+    kept_peak = -(-max(REQUESTS[:5]) // PAGE) * PAGE
+    run = run_round(tmp_path / "r", "-q", "--try", "expandable_segments:True",
+                    "--fail-on", f"reserved_bytes_peak>{kept_peak - 1}",
+                    "--fail-on", f"reserved_bytes_peak>{kept_peak}", STEPS="5")  # fmt: skip
+    assert run.code == 1, run.err
+    tripped = [ln for ln in run.err.splitlines() if "gate tripped" in ln]
+    assert tripped == [
+        f"nsysfrag: expandable_segments:True: gate tripped: rank 0: pid 0 device 0:"
+        f" reserved_bytes_peak = {kept_peak} > {kept_peak - 1:.6g} (--fail-on"
+        f" 'reserved_bytes_peak>{kept_peak - 1}')"
+    ]
+    assert run.out == ""  # -q
