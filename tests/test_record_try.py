@@ -283,3 +283,34 @@ def test_fail_on_gates_are_checked_on_the_kept_settings_runs(tmp_path: Path) -> 
         f" 'reserved_bytes_peak>{kept_peak - 1}')"
     ]
     assert run.out == ""  # -q
+
+
+def test_a_job_of_two_ranks_has_a_row_per_rank_and_one_for_the_job(tmp_path: Path) -> None:
+    from tests.record_helpers import LAUNCH
+
+    out = tmp_path / "r"
+    run = record(
+        out, "--try", "expandable_segments:True", "--json", str(tmp_path / "r.json"),
+        "--html", str(tmp_path / "r.html"), "--", python(), str(LAUNCH), str(WORKLOAD),
+        env=fake_env(NSYSFRAG_KERNELS="interpreted", STEPS="5", STEP_S=str(STEP_S)), timeout=300,
+    )  # fmt: skip
+    assert run.code == 0, run.err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for r in doc["runs"]:
+        assert [rank["rank"] for rank in r["ranks"]] == [0, 1]
+        peaks = [final_stats_of(out / r["folder"], rank) for rank in (0, 1)]
+        assert [rank["peak_reserved_bytes"] for rank in r["ranks"]] == peaks
+        assert peaks[1] > peaks[0]  # rank 1 asks for 50 MiB more each step
+        assert r["job"]["peak_reserved_bytes"] == max(peaks)
+        assert r["job"]["predicted_peak_reserved_bytes"] == max(
+            rank["predicted"]["peak_reserved_bytes"] for rank in r["ranks"]
+        )
+    rows = [ln for ln in run.out.splitlines() if ln.split()[:1] == ["baseline"] or " job " in ln]
+    assert any(" job " in ln for ln in rows), run.out
+    assert 'class="job"' in (tmp_path / "r.html").read_text()
+
+
+def final_stats_of(folder: Path, rank: int) -> int:
+    facts = json.loads((folder / f"rank{rank}" / "final.device.json").read_text())
+    (device,) = [d for d in facts["devices"] if "memory_stats" in d]
+    return int(device["memory_stats"]["reserved_bytes.all.peak"])

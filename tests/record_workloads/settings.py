@@ -13,6 +13,9 @@ each allocator setting changes in a way known beforehand. ``WORKLOAD`` (environm
 PYTORCH_CUDA_ALLOC_CONF before torch starts, as a training script that configures its own
 allocator does.
 
+Under a launcher (``RANK`` set) each rank's activations are ``50 MiB × RANK`` larger, so that
+the ranks' figures differ.
+
 Each step reports itself through ``nsysfrag.torch.monitor().step()``; ``STEPS`` sets how many
 (default 20) and ``STEP_S`` how long each sleeps (default 0.05 s).
 """
@@ -37,12 +40,14 @@ def main() -> None:
     workload = os.environ.get("WORKLOAD", "growing")
     steps = int(os.environ.get("STEPS", "20"))
     step_s = float(os.environ.get("STEP_S", "0.05"))
+    extra = 50 * int(os.environ.get("RANK", "0"))
     buffers = []
     if workload == "rounding":
         buffers = [torch.empty(int(1.1 * GiB), dtype=torch.uint8, device="cuda") for _ in range(5)]
     with monitor(every=5) as m:
         for step in itertools.count() if workload == "forever" else range(steps):
-            activation = torch.empty((100 + 10 * (step % 40)) * MiB, dtype=torch.uint8, device="cuda")
+            size = (100 + extra + 10 * (step % 40)) * MiB
+            activation = torch.empty(size, dtype=torch.uint8, device="cuda")
             time.sleep(step_s)
             del activation
             m.step()
