@@ -255,8 +255,8 @@ def test_a_sigterm_to_nsysfrag_stops_the_round_and_keeps_what_it_measured(tmp_pa
         env=fake_env(NSYSFRAG_KERNELS="interpreted", WORKLOAD="forever", STEP_S=str(STEP_S)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (out / "baseline" / "rank0" / "steps.jsonl").exists() and time.monotonic() < deadline:
+    steps, deadline = out / "baseline" / "rank0" / "steps.jsonl", time.monotonic() + 60
+    while time.monotonic() < deadline and not (steps.exists() and '"step":5' in steps.read_text()):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
