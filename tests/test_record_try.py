@@ -314,3 +314,23 @@ def final_stats_of(folder: Path, rank: int) -> int:
     facts = json.loads((folder / f"rank{rank}" / "final.device.json").read_text())
     (device,) = [d for d in facts["devices"] if "memory_stats" in d]
     return int(device["memory_stats"]["reserved_bytes.all.peak"])
+
+
+def test_auto_tries_what_whatif_recommends_on_the_baseline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nsysfrag.whatif import whatif
+
+    out = tmp_path / "r"
+    run = run_round(out, "--try", "auto", "--json", str(tmp_path / "r.json"), STEPS="8")
+    assert run.code == 0, run.err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    monkeypatch.setenv("NSYSFRAG_KERNELS", "interpreted")  # a small input: no compiling
+    report = whatif(out / "baseline" / "rank0" / "final.pickle")
+    (space,) = report.spaces
+    r = space.recommendation
+    expected = [c.alloc_conf for c in (r.chosen, r.worth_trying) if c is not None and c.alloc_conf]
+    assert r.chosen is not None and r.chosen.alloc_conf == "expandable_segments:True"
+    assert [x["setting"] for x in doc["runs"]] == ["baseline", *expected]
+    assert f"--try auto: whatif on the baseline's snapshots suggests {', '.join(expected)}" in doc["notes"]
+    assert doc["verdict"]["keep"] == "expandable_segments:True"
