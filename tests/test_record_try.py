@@ -197,12 +197,18 @@ def test_a_program_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_folder_holding_a_round_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
-    out = tmp_path / "r"
-    out.mkdir()
-    (out / "notes.txt").write_text("mine")
-    run = run_round(out, "--try", "expandable_segments:True")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    run = run_round(mine, "--try", "expandable_segments:True")
     assert run.code == 2 and "holds no round of --try" in run.err
-    assert (out / "notes.txt").read_text() == "mine"
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    out = tmp_path / "r"
+    assert run_round(out, "--try", "expandable_segments:True", "-q", STEPS="3").code == 0
+    again = run_round(out, "--try", "max_split_size_mb:200", "-q", STEPS="3")
+    assert again.code == 2 and "already holds a round of --try; pass --overwrite" in again.err
+    assert run_round(out, "--try", "max_split_size_mb:200", "-q", "--overwrite", STEPS="3").code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["baseline", "max_split_size_mb=200", "try.json"]
 
 
 

@@ -141,6 +141,9 @@ def _after_baseline(
         )
         say(state.notes[-1])
     state.policies = {str(s): s.policy(state.conf) for s in chosen}
+    if snapshots and chosen:
+        say(f"whatif: replaying the baseline's snapshot{'s' if len(snapshots) > 1 else ''} under"
+            f" {len(chosen)} setting{'s' if len(chosen) > 1 else ''}")  # fmt: skip
     for rank, snapshot in snapshots:
         state.predictions[rank] = predict(snapshot, list(state.policies.values()), rank)
     return chosen, refused
