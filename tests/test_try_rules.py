@@ -116,3 +116,32 @@ def test_a_run_ended_by_duration_counts_as_finished() -> None:
     base = Measured(RunOutcome(base.outcome.plan, "PYTORCH_CUDA_ALLOC_CONF", "", 143, DURATION, 5.0), base.ranks)
     predictions = {0: Predictions(0, Prediction("torch", 100 * MiB, 0), {})}
     assert _verdict([base, ended], 1, predictions)["kept"]
+
+
+def test_a_runs_figures_are_read_as_hostile_input(tmp_path: Path) -> None:
+    """A damaged facts file, timeline or steps file gives missing figures, never an error or an
+    invented one: only the lines that check out count."""
+    import json
+
+    from nsysfrag.trial.measure import measure_run
+
+    rank = tmp_path / "rank0"
+    rank.mkdir()
+    (rank / "final.pickle").write_bytes(b"not a pickle")
+    (rank / "final.device.json").write_text("{not json")
+    (rank / "timeline.jsonl").write_text("\n".join([
+        json.dumps({"time_unix_ns": 1, "reserved_bytes_peak": 5 * MiB, "allocated_bytes_peak": 2 * MiB}),
+        json.dumps({"time_unix_ns": 2, "reserved_bytes_peak": True, "alloc_retries": -3}),
+        json.dumps({"time_unix_ns": 3, "reserved_bytes_peak": 7 * MiB, "alloc_retries": 2}),
+        json.dumps({"event": "oom", "time_unix_ns": 4}),
+        '{"time_unix_ns": 5, "reserved_bytes_pe',  # a rank killed mid-line
+    ]))  # fmt: skip
+    (rank / "steps.jsonl").write_text('{"step": 1, "time_unix_ns": 0}\n{"step": "x"}\n'
+                                      '{"step": 11, "time_unix_ns": 2000000000}\n')  # fmt: skip
+    (figures,) = measure_run(tmp_path, 1)
+    assert (figures.peak_reserved_bytes, figures.peak_allocated_bytes) == (7 * MiB, 2 * MiB)
+    assert (figures.alloc_retries, figures.ooms) == (2, 1)
+    assert figures.steps == 11 and figures.step_s == pytest.approx(0.2)
+    assert figures.wall_s is None  # no readable final facts, no CUDA start
+    assert figures.document is None and figures.analysis_error  # the snapshot is refused
+    assert figures.frag_at_peak is None
