@@ -175,6 +175,9 @@ def test_duration_ends_a_program_that_runs_forever(tmp_path: Path) -> None:
         (["--duration", "5"], {}, "--duration and --repeat go with --try"),
         (["--try", "expandable_segments:True"], {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"},
          "the program already sets expandable_segments:False (in $PYTORCH_CUDA_ALLOC_CONF)"),
+        (["--try", "expandable_segments:True"], {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+         "PYTORCH_NO_CUDA_MEMORY_CACHING=1 turns the caching allocator off"),
+        (["--try", "expandable_segments:True", "--record"], {}, "drop --record"),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_runs(

@@ -9,7 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nsysfrag.commands.feedback import say, say_tripped
 from nsysfrag.commands.report_options import ReportRequest
@@ -19,6 +19,9 @@ from nsysfrag.trial.measure import RankFigures
 from nsysfrag.trial.predict import Predictions
 from nsysfrag.trial.rounds import RunOutcome
 from nsysfrag.trial.settings import TrySetting
+
+if TYPE_CHECKING:
+    from nsysfrag.trial.compare import Measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,9 @@ def check_try_request(request: ReportRequest, tries: TryRequest) -> tuple[list[T
     if request.record:
         raise InputError("--record stores one run in the history; with --try, record the run of"
                          " the setting you keep on its own (drop --record)")  # fmt: skip
+    if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "").strip() == "1":
+        raise InputError("--try: PYTORCH_NO_CUDA_MEMORY_CACHING=1 turns the caching allocator off,"
+                         " and with it every setting; unset it to compare settings")  # fmt: skip
     return parse_tries(tries.tries)
 
 
@@ -155,7 +161,7 @@ def _figures(folder: Path, granularity: int) -> list[RankFigures]:
     return measure_run(folder, granularity)
 
 
-def _measured(run: RunOutcome, state: _Baseline, granularity: int) -> Any:
+def _measured(run: RunOutcome, state: _Baseline, granularity: int) -> Measured:
     from nsysfrag.record.why import nothing_recorded
     from nsysfrag.trial.compare import Measured
 
@@ -183,7 +189,7 @@ def _overridden(run: RunOutcome) -> str | None:
 
 
 def _report(
-    doc: dict[str, Any], measured: Sequence[Any], request: ReportRequest, kept_at: Path
+    doc: dict[str, Any], measured: Sequence[Measured], request: ReportRequest, kept_at: Path
 ) -> int:
     from nsysfrag import destinations
     from nsysfrag.checks.gates import evaluate
