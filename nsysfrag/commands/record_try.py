@@ -152,6 +152,8 @@ def _after_baseline(
             f" {len(chosen)} setting{'s' if len(chosen) > 1 else ''}")  # fmt: skip
     for rank, snapshot in snapshots:
         state.predictions[rank] = predict(snapshot, list(state.policies.values()), rank)
+        if state.predictions[rank].error:
+            state.notes.append(f"no what-if for rank {rank}: {state.predictions[rank].error}")
     return chosen, refused
 
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nsysfrag.whatif import WhatifReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,18 +34,14 @@ class Predictions:
 def predict(snapshot: Path, policies: Sequence[str], rank: int) -> Predictions:
     """``whatif``'s replay of the baseline rank's snapshot under each policy (its busiest
     device: the one with the highest simulated peak)."""
-    from nsysfrag.errors import NsysfragError
-    from nsysfrag.whatif import whatif
+    from nsysfrag.allocators import parse_policy
 
-    try:
-        report = whatif(snapshot, ["torch", *policies])
-    except NsysfragError as err:
-        return Predictions(rank, None, {}, str(err))
+    report, problem = _whatif(snapshot, ["torch", *policies])
+    if report is None:
+        return Predictions(rank, None, {}, problem)
     if not report.spaces:
         return Predictions(rank, None, {}, "no allocation to replay in the snapshot")
     space = max(report.spaces, key=lambda s: max(o.peak_reserved_bytes for o in s.outcomes))
-    from nsysfrag.allocators import parse_policy
-
     by_name = {o.name: o for o in space.outcomes}
     found = {}
     for p in policies:
@@ -58,13 +58,9 @@ def predict(snapshot: Path, policies: Sequence[str], rank: int) -> Predictions:
 def recommended_confs(snapshot: Path) -> tuple[list[str], str | None]:
     """``--try auto``: the PYTORCH_CUDA_ALLOC_CONF of what ``whatif`` recommends on the
     snapshot, and of what it calls worth trying, per device (or why there are none)."""
-    from nsysfrag.errors import NsysfragError
-    from nsysfrag.whatif import whatif
-
-    try:
-        report = whatif(snapshot)
-    except NsysfragError as err:
-        return [], str(err)
+    report, problem = _whatif(snapshot, ())
+    if report is None:
+        return [], problem
     confs = []
     for space in report.spaces:
         r = space.recommendation
@@ -74,3 +70,15 @@ def recommended_confs(snapshot: Path) -> tuple[list[str], str | None]:
     return confs, None
 
 
+def _whatif(snapshot: Path, policies: Sequence[str]) -> tuple[WhatifReport | None, str | None]:
+    """The report, or why there is none. The runs are done by now: a what-if that fails, even
+    by a bug, costs its predictions only, never the round's table."""
+    from nsysfrag.errors import NsysfragError
+    from nsysfrag.whatif import whatif
+
+    try:
+        return whatif(snapshot, list(policies)), None
+    except NsysfragError as err:
+        return None, str(err)
+    except Exception as err:  # noqa: BLE001  (a bug in whatif: said, and the round goes on)
+        return None, f"internal error in whatif: {type(err).__name__}: {err}"
