@@ -235,13 +235,14 @@ def test_a_setting_the_program_sets_itself_is_refused_and_one_it_replaces_is_not
 
 
 def test_the_docs_show_a_round_this_test_makes(growing: tuple[Path, Run, dict[str, Any], Path]) -> None:
-    """docs/record.md shows this module's round: its lines after the table (the table's wall
+    """docs/record.md shows this module's round (a ```txt block: its ```text blocks are the
+    record of tests/test_record_e2e.py's job): its lines after the table (the table's wall
     times and times per step differ from run to run) are the ones the round prints."""
     from tests.conftest import REPO
 
     _, run, _, _ = growing
     page = (REPO / "docs" / "record.md").read_text()
-    shown = page.split("```text\nnsysfrag record --try", 1)[1].split("```", 1)[0]
+    shown = page.split("```txt\nnsysfrag record --try", 1)[1].split("```", 1)[0]
 
     def after_table(text: str) -> list[str]:
         lines = [ln.rstrip() for ln in text.splitlines()]
