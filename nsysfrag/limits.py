@@ -108,6 +108,13 @@ HISTORY_VALUE_BYTES = Limit(
     "NSYSFRAG_HISTORY_VALUE_BYTES",
 )
 
+# ----------------------------------------------------------------- nsysfrag record --try
+
+TRY_GRACE_S = Limit(
+    "seconds a program ended by `record --duration` has to write its final snapshots", 60,
+    "60 s", "NSYSFRAG_TRY_GRACE", integer=False,
+)
+
 # ----------------------------------------------------------------- documents and settings
 
 JSON_BYTES = Limit(
@@ -128,6 +135,7 @@ LIMITS: tuple[Limit, ...] = (
     PICKLE_NESTING,
     HISTORY_SECONDS,
     HISTORY_VALUE_BYTES,
+    TRY_GRACE_S,
     JSON_BYTES,
 )
 

@@ -34,6 +34,7 @@ from nsysfrag.record.bootstrap.nsysfrag_recorder.names import (
     MARKER,
     RANK_PREFIX,
     RECORD_SCHEMA,
+    STEPS,
     state_name,
 )
 from nsysfrag.record.rating import Rating
@@ -145,10 +146,15 @@ class monitor:
         ratings (None on other steps, before CUDA, and under ``nsysfrag record``, which rates
         the state itself)."""
         self.steps += 1
-        if self.steps % self.every:
+        if self.steps % self.every and self.steps != 1:
             return None
         recorder = self._recorder or (_runtime().active() if self._under_command else None)
         if recorder is None:
+            return None
+        # The step count beside its time, from the first step on: how `record --try` tells
+        # the time per step.
+        recorder.folder.append_line(STEPS, {"step": self.steps, "time_unix_ns": time.time_ns()})
+        if self.steps % self.every:
             return None
         self.ratings = []
         recorder.sampler.sample(force_state=True)

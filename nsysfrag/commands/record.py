@@ -13,6 +13,7 @@ import click
 from nsysfrag.commands.feedback import say
 from nsysfrag.commands.profile import check_program
 from nsysfrag.commands.report_options import ReportRequest, report_options
+from nsysfrag.errors import InputError
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import MIN_INTERVAL_S, STACKS, Options
 
 DEFAULT_OUT = Path("nsysfrag-record")
@@ -41,6 +42,17 @@ DEFAULT_OUT = Path("nsysfrag-record")
               metavar="N", help="Snapshots kept per process for its first N out-of-memory errors.")
 @click.option("--alert-command", metavar="CMD",
               help="Run CMD (in the shell) for each alert, the alert as JSON on its stdin.")
+@click.option("--try", "tries", multiple=True, metavar="KEY:VALUE",
+              help="Run COMMAND as given (the baseline), then once with this"
+              " PYTORCH_CUDA_ALLOC_CONF option added (each in OUTPUT/KEY=VALUE/), and compare"
+              " peak memory, OOMs and time with the baseline and with whatif's prediction;"
+              " 'auto' tries what whatif suggests on the baseline. Repeatable.")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help="With --try: end each run after SECONDS as a SIGTERM"
+              " would (its final snapshots written).")
+@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              metavar="N", help="With --try: run the whole round N times, to weigh gains"
+              " against the run-to-run spread.")
 @report_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def record_command(
@@ -53,6 +65,9 @@ def record_command(
     state_budget: float,
     max_oom_snapshots: int,
     alert_command: str | None,
+    tries: tuple[str, ...],
+    duration_s: float | None,
+    repeats: int,
     command: tuple[str, ...],
     **options: Any,
 ) -> None:
@@ -70,6 +85,7 @@ def record_command(
         nsysfrag record -- torchrun --nproc_per_node=8 train.py
         nsysfrag record -o runs/oom --interval 2 --alert-command 'notify.sh' -- python train.py
         nsysfrag analyze runs/oom --html oom.html
+        nsysfrag record -o runs/try --try expandable_segments:True --duration 120 -- python train.py
     """
     from nsysfrag.record import launch, layout
     from nsysfrag.record.watch import Rater, Watch
@@ -77,12 +93,22 @@ def record_command(
     # -o names the record folder here, so the report options' -o/--output is not offered; nor
     # are a single input's reports (--csv, --png): the record is analyzed as a job.
     request = ReportRequest.from_options({**options, **dict.fromkeys(NOT_OFFERED)})
-    check_program(command)
-    _check_outputs(request, out)
     recorder_options = Options(
         entries=entries, stacks=stacks, interval_s=interval_s, state_every=state_every,
         state_budget=state_budget, max_oom_snapshots=max_oom_snapshots,
     )  # fmt: skip
+    if tries or duration_s is not None or repeats != 1:
+        from nsysfrag.commands.record_try import TryRequest, run_try
+
+        if not tries:
+            raise InputError("--duration and --repeat go with --try (a round of settings)")
+        code = run_try(command, out, request, TryRequest(
+            tries, duration_s, repeats, overwrite, alert_command), recorder_options)  # fmt: skip
+        if code:
+            raise click.exceptions.Exit(code)
+        return
+    check_program(command)
+    _check_outputs(request, out)
     layout.prepare(out, command, recorder_options.as_dict(), overwrite)
     started = time.time_ns()
     watch = Watch(out, interval_s, Rater(started, say, alert_command))

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from torch import _alloc_conf
+
 REPO = Path(__file__).resolve().parents[3]
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -61,10 +63,17 @@ def create() -> None:
         return
     capacity = _env_bytes("FAKE_TORCH_DEVICE_MEMORY", 8 * GiB)
     context = _env_bytes("FAKE_TORCH_CONTEXT_MEMORY", 512 * MiB)
-    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    conf = _alloc_conf.parse(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     for index in range(device_count()):
-        DEVICES.append(FakeDevice(index, capacity, context, expandable, conf))
+        DEVICES.append(FakeDevice(index, capacity, context, conf))
+
+
+def allocator_backend() -> str:
+    """``torch.cuda.get_allocator_backend()``: the backend PYTORCH_CUDA_ALLOC_CONF names."""
+    try:
+        return _alloc_conf.parse(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).backend
+    except RuntimeError:
+        return "native"
 
 
 def device(index: int) -> FakeDevice:
@@ -147,15 +156,15 @@ class _Allocator(ms.CachingAllocator):  # type: ignore[misc,name-defined]
 
 
 class FakeDevice:
-    def __init__(self, index: int, capacity: int, context: int, expandable: bool, conf: str) -> None:
+    def __init__(self, index: int, capacity: int, context: int, conf: _alloc_conf.AllocConf) -> None:
         self.index = index
         self.capacity = capacity
         self.conf = conf
         self.lock = threading.RLock()  # the allocator's mutex
-        self.allocator = _Allocator(
-            capacity, context, expandable=expandable, va_base=0x7F00_0000_0000 + index * (1 << 40),
-            faithful=True,
-        )
+        self.allocator = _alloc_conf.configure(_Allocator(
+            capacity, context, expandable=conf.expandable,
+            va_base=0x7F00_0000_0000 + index * (1 << 40), faithful=True,
+        ), conf, ms)  # fmt: skip
         self.peaks: dict[str, int] = {}
         self.ooms = 0
         self.device_allocs = 0
@@ -190,6 +199,10 @@ class FakeDevice:
         with self.lock:
             self.allocator.empty_cache()
 
+    def set_memory_fraction(self, fraction: float) -> None:
+        with self.lock:
+            _alloc_conf.set_memory_fraction(self.allocator, fraction)
+
     # -- what torch.cuda reads
 
     def mem_get_info(self) -> tuple[int, int]:
@@ -208,16 +221,7 @@ class FakeDevice:
             return list(self.allocator.trace[-HISTORY.max_entries :])
 
     def settings(self) -> dict[str, Any]:
-        return {
-            "PYTORCH_CUDA_ALLOC_CONF": self.conf,
-            "max_split_size": -1,
-            "garbage_collection_threshold": 0.0,
-            "expandable_segments": self.allocator.expandable,
-            "pinned_num_register_threads": 1,
-            "release_lock_on_cudamalloc": False,
-            "pinned_use_cuda_host_register": False,
-            "roundup_power2_divisions": {str(1 << k): 0 for k in range(16)},
-        }
+        return self.conf.settings()
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -230,7 +234,7 @@ class FakeDevice:
             out["num_ooms"] = self.ooms
             out["num_device_alloc"] = sum(1 for e in self.allocator.trace if e["action"] in ("segment_alloc", "segment_map"))
             out["num_sync_all_streams"] = 0
-            out["max_split_size"] = -1
+            out["max_split_size"] = self.conf.settings()["max_split_size"]
             return dict(sorted(out.items()))
 
     # -- internals

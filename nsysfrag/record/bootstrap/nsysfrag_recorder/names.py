@@ -9,6 +9,8 @@ rank that used CUDA, ``rank{R}`` (``rank{R}-pid{P}`` for a second process of tha
 - ``process.json``: who the process was (rank, world size, host, pid, torch) and its devices;
 - ``timeline.jsonl``: a line per device per sample (``memory_stats()``, ``mem_get_info()``,
   the sample's own cost) and a line per out-of-memory the allocator reported;
+- ``steps.jsonl``: where the program calls ``nsysfrag.torch.monitor().step()``, a line at
+  each step that samples (the step's number and time: the time per step);
 - ``oom-{k}.pickle``: the snapshot at the k-th out-of-memory; ``final.pickle``: at exit;
   ``state-{n}.pickle``: the newest state-only snapshot (``torch.cuda.memory_snapshot()``);
 - beside each snapshot ``X.pickle``, ``X.device.json``: the device facts a snapshot lacks.
@@ -24,6 +26,7 @@ PROCESSES = "processes.jsonl"
 RANK_PREFIX = "rank"
 PROCESS = "process.json"
 TIMELINE = "timeline.jsonl"
+STEPS = "steps.jsonl"  # a line per monitor().step() that sampled: the step count and its time
 FINAL = "final.pickle"
 OOM_PREFIX = "oom-"
 STATE_PREFIX = "state-"

@@ -117,7 +117,12 @@ def get_device_name(device: Any = None) -> str:
 
 
 def get_allocator_backend() -> str:
-    return "native"
+    return _devices.allocator_backend()
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    _lazy_init()
+    _devices.device(_index(device)).set_memory_fraction(fraction)
 
 
 def synchronize(device: Any = None) -> None:
