@@ -90,9 +90,9 @@ def served_from_cache(
     released = size[entry]
     native = action[entry] == SEGMENT_FREE
     # Native: a small-pool segment is 2 MiB, a large one never is; a whole free segment that is
-    # at least the new segment is at least the rounded request.
+    # at least the new segment, or the next power of two, is at least the rounded request.
     fits_native = native & ((released == _SMALL_SEGMENT) == small_request) & (
-        released >= new_segment[run_of]
+        released >= np.minimum(high, new_segment[run_of])
     )
     # Expandable: the unmapped pages lie inside a free block at least as large; its pool is
     # that of any allocation the history places inside the range.

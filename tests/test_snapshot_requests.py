@@ -95,8 +95,8 @@ def reference_served(trace: list[HistoryEntry], first: int, past: int, k: int, n
         if e.stream != request.stream:
             continue
         if e.action == "segment_free":
-            ok = (e.size == 2 * MiB) == small and e.size >= new
-            block_high = min(high, new)
+            block_high = min(high, new)  # the new segment holds the rounded request too
+            ok = (e.size == 2 * MiB) == small and e.size >= block_high
         else:  # an unmapped range inside a free block; its pool is its allocations'
             inside = [(a.address, j) for j, a in enumerate(trace)
                       if a.action == "alloc" and e.address <= a.address < e.address + e.size]  # fmt: skip
