@@ -222,13 +222,14 @@ class Record:
 def read_record(
     action: I8, size: I64, device_free: I64 | None, initial: int,
     stream: I64 | None = None, address: I64 | None = None,
-    max_split_size: int = UNLIMITED_SPLIT,
+    max_split_size: int = UNLIMITED_SPLIT, divisions: bool = True,
 ) -> Record:  # fmt: skip
     """The reserved bytes after every entry of a device's history (its event kinds ``action``
     and ``size``s, from ``initial``), its runs of releases, and what its oom entries imply
     (``device_free``: per entry, what the oom recorded free on the device, -1 for none).
-    With each entry's ``stream`` and ``address`` (and the run's ``max_split_size``), which runs
-    released a segment the next allocation could have taken (:mod:`nsysfrag.releases`)."""
+    With each entry's ``stream`` and ``address`` (and the run's ``max_split_size``; whether it
+    set roundup_power2_divisions), which runs released a segment the next allocation could have
+    taken (:mod:`nsysfrag.releases`)."""
     if device_free is None:
         device_free = np.full(len(action), -1, dtype=np.int64)
     n = len(action)
@@ -253,7 +254,7 @@ def read_record(
         unmapped=action[first] == SEGMENT_UNMAP,
         served=None if stream is None or address is None else served_from_cache(
             action, size, stream, address.view(np.int64), first, past, then_at,
-            np.where(then_at > past, padded_size[past], 0), max_split_size,
+            np.where(then_at > past, padded_size[past], 0), max_split_size, divisions,
         ),
     )  # fmt: skip
     said = np.flatnonzero((action == FAILED_ALLOC) & (device_free >= 0))

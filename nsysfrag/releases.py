@@ -20,9 +20,11 @@ Pure array code over the event kinds of :mod:`nsysfrag.events`.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
+from nsysfrag import interpreted, kernel_cache
 from nsysfrag.events import (
     ALLOC,
     FREE_COMPLETED,
@@ -31,6 +33,8 @@ from nsysfrag.events import (
     SEGMENT_FREE,
     SEGMENT_UNMAP,
 )
+
+kernel_cache.install()  # before the cache=True kernel below: compiled code goes to the user's cache
 
 # What a burst of releases was (per run, ``Record.release_kinds``); the JSON names, in order.
 EMPTY_CACHE = 0  # the program's torch.cuda.empty_cache(): nothing needed it, or the cache could serve
@@ -44,12 +48,15 @@ _SMALL_SIZE = 1 << 20  # kSmallSize: requests up to this go to the small pool
 _SMALL_SEGMENT = 2 << 20  # kSmallBuffer: every native small-pool segment is exactly this
 _LARGE_BUFFER = 20 << 20  # kLargeBuffer: get_free_block's slack for oversize blocks
 _MIN_BLOCK = 512
+_QUIET_LOOKBACK = 256  # entries of frees before a burst searched for its freed blocks
 
 
-def _rounding_bounds(requested: I64) -> tuple[I64, I64]:
-    """Bounds on PyTorch's ``round_size`` of each request under any roundup_power2_divisions:
-    at least the request in 512 B steps, at most the next power of two (and 512 B)."""
+def _rounding_bounds(requested: I64, divisions: bool) -> tuple[I64, I64]:
+    """Bounds on PyTorch's ``round_size`` of each request: the request in 512 B steps, exactly,
+    without roundup_power2_divisions; with them, at most the next power of two."""
     low = np.maximum(_MIN_BLOCK, -(-requested // _MIN_BLOCK) * _MIN_BLOCK)
+    if not divisions:
+        return low, low
     bits = np.ceil(np.log2(np.maximum(requested, 1).astype(np.float64))).astype(np.int64)
     high = np.maximum(low, np.left_shift(np.int64(1), np.minimum(bits, 62)))
     return low, high
@@ -58,12 +65,13 @@ def _rounding_bounds(requested: I64) -> tuple[I64, I64]:
 def served_from_cache(
     action: npt.NDArray[np.int8], size: I64, stream: I64, address: I64,
     first: I64, past: I64, then_at: I64, new_segment: I64,
-    max_split_size: int = UNLIMITED_SPLIT,
+    max_split_size: int = UNLIMITED_SPLIT, divisions: bool = True,
 ) -> npt.NDArray[np.bool_]:  # fmt: skip
     """Per run of releases (entries ``first[k]`` to ``past[k] - 1``, followed by a new segment
     of ``new_segment[k]`` bytes and the entry ``then_at[k]``): True when the run released a
     whole free block that the allocation at ``then_at`` could have taken from the cache (same
-    stream, same pool, large enough, accepted by max_split_size's rules)."""
+    stream, same pool, large enough, accepted by max_split_size's rules). ``divisions``: the
+    run set roundup_power2_divisions (requests are then rounded up further)."""
     n, runs = len(action), len(first)
     served = np.zeros(runs, dtype=np.bool_)
     if not runs or not n:
@@ -85,7 +93,7 @@ def served_from_cache(
     run_of = np.repeat(np.arange(runs), lengths)
     entry = np.flatnonzero((action == SEGMENT_FREE) | (action == SEGMENT_UNMAP))  # the runs'
     requested = size[at][run_of]
-    low, high = _rounding_bounds(requested)
+    low, high = _rounding_bounds(requested, divisions)
     small_request = requested <= _SMALL_SIZE
     released = size[entry]
     native = action[entry] == SEGMENT_FREE
@@ -94,10 +102,15 @@ def served_from_cache(
     fits_native = native & ((released == _SMALL_SEGMENT) == small_request) & (
         released >= np.minimum(high, new_segment[run_of])
     )
-    # Expandable: the unmapped pages lie inside a free block at least as large; its pool is
-    # that of any allocation the history places inside the range.
-    fits_mapped = (action[entry] == SEGMENT_UNMAP) & (released >= high)
-    fits_mapped &= _range_pool_is(action, size, address, address[entry], released, small_request)
+    # Expandable: the unmapped pages lie inside a free block that also holds the blocks freed
+    # right before the burst that overlap them; its pool is that of the allocations there.
+    start, end = address.copy(), address + size
+    interpreted.chosen(_free_extents, len(entry))(
+        action, address, size, ordinary, first, past, start, end, _QUIET_LOOKBACK
+    )
+    extent = end[entry] - start[entry]
+    fits_mapped = (action[entry] == SEGMENT_UNMAP) & (extent >= high)
+    fits_mapped &= _range_pool_is(action, size, address, start[entry], extent, small_request)
     fits_mapped &= max_split_size >= UNLIMITED_SPLIT  # the block's own size is not recorded
     fits = (fits_native | fits_mapped) & (stream[entry] == stream[at][run_of])
     if max_split_size < UNLIMITED_SPLIT:
@@ -115,13 +128,42 @@ def _range_pool_is(
     action: npt.NDArray[np.int8], size: I64, address: I64, start: I64, length: I64,
     small: npt.NDArray[np.bool_],
 ) -> npt.NDArray[np.bool_]:  # fmt: skip
-    """Per range ``[start, start + length)``: an allocation of the history lies inside it and
-    is of the pool ``small`` names (an expandable segment's pool keeps its own address range)."""
+    """Per range ``[start, start + length)``: the allocation of the history that starts last
+    below its end overlaps it and is of the pool ``small`` names (an expandable segment's pool
+    keeps its own address range, so any block that ever lay there was of that pool)."""
     allocs = np.flatnonzero(action == ALLOC)
     order = np.argsort(address[allocs], kind="stable")
-    where, small_alloc = address[allocs][order], size[allocs][order] <= _SMALL_SIZE
+    where, nbytes = address[allocs][order], size[allocs][order]
     if not len(where):
         return np.zeros(len(start), dtype=np.bool_)
-    k = np.searchsorted(where, start)
-    inside = (k < len(where)) & (where[np.minimum(k, len(where) - 1)] < start + length)
-    return inside & (small_alloc[np.minimum(k, len(where) - 1)] == small)
+    k = np.searchsorted(where, start + length) - 1  # the last allocation starting below the end
+    at = np.maximum(k, 0)
+    overlaps = (k >= 0) & (where[at] + nbytes[at] > start)
+    return overlaps & ((nbytes[at] <= _SMALL_SIZE) == small)
+
+
+@numba.njit(cache=True, nogil=True)
+def _free_extents(  # type: ignore[no-untyped-def]
+    action, address, size, ordinary, first, past, start, end, lookback,
+):  # fmt: skip
+    """Widen each unmapped range ``[start, end)`` of a burst by the blocks freed (ordinary
+    completions) in the run of frees right before the burst that overlap it, in order: with no
+    allocation in between they are still free, in the same segment, so one free block holds
+    them all."""
+    for k in range(len(first)):
+        f = first[k]
+        lo = f
+        while lo > 0 and f - lo < lookback and (
+            action[lo - 1] == FREE_REQUESTED or action[lo - 1] == FREE_COMPLETED
+        ):
+            lo -= 1
+        for j in range(f, past[k]):
+            if action[j] != SEGMENT_UNMAP:
+                continue
+            s, e = start[j], end[j]
+            for i in range(lo, f):
+                if action[i] == FREE_COMPLETED and ordinary[i]:
+                    a, b = address[i], address[i] + size[i]
+                    if a < e and b > s:
+                        s, e = min(s, a), max(e, b)
+            start[j], end[j] = s, e

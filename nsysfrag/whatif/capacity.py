@@ -62,6 +62,7 @@ def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
         record = capacity_record(
             events.kind, events.bytes, events.device_free_bytes, initial, events.stream,
             events.address, settings.max_split_size or UNLIMITED_SPLIT,
+            any(settings.roundup_power2_divisions.values()),
         )  # fmt: skip
         out.append(RecordedDevice(device, history, window, record))
     return out
