@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
-from nsysfrag.allocators.base import EMPTY_CACHE
+from nsysfrag.allocators.base import ALLOC as REQUEST
+from nsysfrag.allocators.base import EMPTY_CACHE, FREE, RequestStream
 from nsysfrag.capacity import OOM_RETRIES, read_record, snapshot_capacity
 from nsysfrag.cli import cli
 from nsysfrag.events import (
@@ -283,3 +284,51 @@ def test_the_cache_evidence_never_calls_the_allocators_release_the_programs(
     if v.segment_alloc_match is not None and not gc:
         assert v.segment_alloc_match >= 0.95, v
         assert v.peak_error is not None and abs(v.peak_error) <= 0.01, v
+
+
+@st.composite
+def streams_with_calls(draw: st.DrawFn) -> tuple[RequestStream, int]:
+    """Random allocations and frees with empty_cache() calls among them, on a small device."""
+    kind: list[int] = []
+    request: list[int] = []
+    sizes: list[int] = []
+    live: list[int] = []
+    for _ in range(draw(st.integers(1, 60))):
+        roll = draw(st.integers(0, 9))
+        if roll < 4 and live:
+            kind.append(FREE)
+            request.append(live.pop(draw(st.integers(0, len(live) - 1))))
+        elif roll == 9:
+            kind.append(EMPTY_CACHE)
+            request.append(0)
+        else:
+            sizes.append(draw(st.sampled_from([512, 4096, MiB, 3 * MiB, 20 * MiB, 50 * MiB])))
+            kind.append(REQUEST)
+            request.append(len(sizes) - 1)
+            live.append(len(sizes) - 1)
+    stream = RequestStream.build(kind, request, np.arange(len(kind)), sizes or [1])
+    return stream, draw(st.sampled_from([64, 128, 1 << 14])) * MiB
+
+
+@settings(max_examples=EXAMPLES * 4, deadline=None)
+@given(streams_with_calls())
+def test_each_policy_gives_back_what_its_own_rules_hold_free(case: tuple[RequestStream, int]) -> None:
+    stream, capacity = case
+    calls = np.flatnonzero(stream.kind == EMPTY_CACHE)
+    kept = np.flatnonzero(stream.kind != EMPTY_CACHE)
+    without = RequestStream.build(stream.kind[kept], stream.request[kept], stream.time_ns[kept],
+                                  stream.size, stream.stream)  # fmt: skip
+    best = parse_policy("best-fit").simulate(stream, capacity)
+    # cuda-async places as best-fit does and keeps its high-water pages; a call trims the pool
+    # to the pages in use: best-fit's reserved memory at that moment
+    pool = parse_policy("cuda-async").simulate(stream, capacity)
+    assert pool.oom_event.tolist() == best.oom_event.tolist()
+    assert (pool.reserved_bytes >= best.reserved_bytes).all()
+    assert (pool.reserved_bytes[calls] == best.reserved_bytes[calls]).all()
+    # the heaps, the buddy system and the slabs return pages as they empty: a call changes
+    # nothing, so every figure is that of the same program without the calls
+    for name in ("best-fit", "first-fit", "buddy", "slab"):
+        policy = parse_policy(name)
+        got, plain = policy.simulate(stream, capacity), policy.simulate(without, capacity)
+        for figure in ("reserved_bytes", "free_bytes", "largest_free_bytes", "free_blocks"):
+            assert getattr(got, figure)[kept].tolist() == getattr(plain, figure).tolist(), name
