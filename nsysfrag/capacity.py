@@ -32,7 +32,9 @@ A release the allocator does not make itself is the program's ``torch.cuda.empty
 a run of releases not followed by a new segment and an allocation (or an OOM), or followed by
 one the device had room for (reserved + the segment within C) and that no garbage collection
 explains (``garbage_collection_threshold``: the collector runs before cudaMalloc once reserved
-exceeds the threshold times C).
+exceeds the threshold times C), or one whose request a released segment could have served
+(:mod:`nsysfrag.releases`: the allocator releases only after its cache search failed, so such a
+run is the program's wherever it lies, and says nothing about C).
 
 Pure array code over a device's history (the event kinds of :mod:`nsysfrag.events`); no model
 is run, so ``analyze`` and ``whatif`` read the same record the same way.
@@ -54,6 +56,14 @@ from nsysfrag.events import (
     SEGMENT_FREE,
     SEGMENT_MAP,
     SEGMENT_UNMAP,
+)
+from nsysfrag.releases import (
+    COLLECTED,
+    EMPTY_CACHE,
+    OOM_RETRY,
+    UNKNOWN,
+    UNLIMITED_SPLIT,
+    served_from_cache,
 )
 
 # Where C came from (JSON ``capacity_source``), strongest evidence first.
@@ -128,6 +138,13 @@ class ReleaseRuns:
     new_segment: I64  # bytes of the segment_alloc / segment_map right after it, 0 for none
     then: I8  # the action after the run and its new segments (TRACE_ENDS: the trace ends)
     unmapped: npt.NDArray[np.bool_]  # segment_unmap (expandable): the retry maps another size
+    # A released segment could have served the allocation that followed: not the allocator's.
+    served: npt.NDArray[np.bool_] | None = None
+
+    @property
+    def allocators(self) -> npt.NDArray[np.bool_]:
+        """Per run: the allocator may have made it (no released segment fits what followed)."""
+        return np.ones(len(self.first), np.bool_) if self.served is None else ~self.served
 
 
 @dataclass(frozen=True)
@@ -152,7 +169,7 @@ class Record:
         """Per run: a malloc released cached memory first and then got a new segment that,
         added to the reserved memory before the release, exceeds the peak."""
         asked = self.runs.before + self.runs.new_segment
-        return np.asarray((self.runs.new_segment > 0) & (asked > self.peak))
+        return np.asarray((self.runs.new_segment > 0) & (asked > self.peak) & self.runs.allocators)
 
     def refused(self) -> I64:
         """What the device refused the first time at each native retry: reserved + the
@@ -167,7 +184,7 @@ class Record:
         itself (reserved + the segment above A): A lies below the larger of the two bounds of
         every run, and at most at an OOM entry's reserved + free device memory."""
         runs = self.runs
-        new = (runs.then == ALLOC) & (runs.new_segment > 0)
+        new = (runs.then == ALLOC) & (runs.new_segment > 0) & runs.allocators
         if not new.any():
             return None
         asked = runs.before[new] + runs.new_segment[new]
@@ -180,23 +197,39 @@ class Record:
             " least reserved memory at which the collector ran or the allocator refused"
         )
 
+    def release_kinds(self, capacity: int, gc_threshold: float) -> I8:
+        """Per run, whose release it was on a device of ``capacity`` (:mod:`nsysfrag.releases`
+        codes): the failing malloc's before its oom, or its OOM retry; the collector's; the
+        program's empty_cache() where nothing needed the release or the cache could have
+        served what came next; else unknown (a new segment the device had room for)."""
+        runs = self.runs
+        new = (runs.then == ALLOC) & (runs.new_segment > 0) & runs.allocators
+        refused = new & (runs.before + runs.new_segment > capacity)
+        collected = new & (runs.before > gc_threshold * capacity) if gc_threshold > 0 else False
+        kinds = np.where(new, UNKNOWN, EMPTY_CACHE)
+        kinds = np.where(collected, COLLECTED, kinds)
+        kinds = np.where(refused | (runs.then == FAILED_ALLOC), OOM_RETRY, kinds)
+        return kinds.astype(np.int8)
+
     def program_releases(self, capacity: int, gc_threshold: float) -> I64:
         """Trace indices where the program released memory itself (empty_cache()): the
         releases the allocator would not have made on a device of ``capacity``."""
-        runs = self.runs
-        refused = runs.before + runs.new_segment > capacity
-        collected = (runs.before > gc_threshold * capacity) if gc_threshold > 0 else False
-        # The failing malloc's own release; the malloc's OOM retry or garbage collection.
-        allocator = (runs.then == FAILED_ALLOC) | (
-            (runs.then == ALLOC) & (runs.new_segment > 0) & (refused | collected)
-        )
-        return np.asarray(runs.first[~allocator], dtype=np.int64)
+        kinds = self.release_kinds(capacity, gc_threshold)
+        program = (kinds == EMPTY_CACHE) | (kinds == UNKNOWN)
+        return np.asarray(self.runs.first[program], dtype=np.int64)
 
 
-def read_record(action: I8, size: I64, device_free: I64 | None, initial: int) -> Record:
+def read_record(
+    action: I8, size: I64, device_free: I64 | None, initial: int,
+    stream: I64 | None = None, address: I64 | None = None,
+    max_split_size: int = UNLIMITED_SPLIT, divisions: bool = True,
+) -> Record:  # fmt: skip
     """The reserved bytes after every entry of a device's history (its event kinds ``action``
     and ``size``s, from ``initial``), its runs of releases, and what its oom entries imply
-    (``device_free``: per entry, what the oom recorded free on the device, -1 for none)."""
+    (``device_free``: per entry, what the oom recorded free on the device, -1 for none).
+    With each entry's ``stream`` and ``address`` (and the run's ``max_split_size``; whether it
+    set roundup_power2_divisions), which runs released a segment the next allocation could have
+    taken (:mod:`nsysfrag.releases`)."""
     if device_free is None:
         device_free = np.full(len(action), -1, dtype=np.int64)
     n = len(action)
@@ -219,7 +252,11 @@ def read_record(action: I8, size: I64, device_free: I64 | None, initial: int) ->
         new_segment=np.where(then_at > past, padded_size[past], 0).astype(np.int64),
         then=padded_action[then_at],
         unmapped=action[first] == SEGMENT_UNMAP,
-    )
+        served=None if stream is None or address is None else served_from_cache(
+            action, size, stream, address.view(np.int64), first, past, then_at,
+            np.where(then_at > past, padded_size[past], 0), max_split_size, divisions,
+        ),
+    )  # fmt: skip
     said = np.flatnonzero((action == FAILED_ALLOC) & (device_free >= 0))
     implied = (reserved[said] + device_free[said]).astype(np.int64)
     return Record(initial, reserved, runs, implied)

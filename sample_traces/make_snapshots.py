@@ -951,6 +951,60 @@ def generation_under_pressure(variant: str) -> dict[str, Any]:
         a.tick(rng.uniform(1e4, 3e4))
 
 
+def offloaded_inference() -> dict[str, Any]:
+    """A 32-layer, 7B-class model whose layers live in host memory, run on a 24 GiB GPU (512
+    MiB taken by the CUDA context) that other processes share: the embeddings, the LM head and
+    each request's K/V cache stay on the GPU; each layer's nine weight tensors are copied in
+    before it runs and dropped after it, and the program then calls
+    ``torch.cuda.empty_cache()`` so that the other processes can use the memory. Every layer
+    allocates its segments again (about a dozen, each layer the same shapes), and every burst of
+    ``segment_free`` is followed by a ``segment_alloc`` for the next layer's first weight, which
+    one of the released segments could have held: no OOM, no retry, only the program's own
+    releases. Prompts of 128 to 2048 tokens, a few decoded tokens each."""
+    rng = random.Random(20250617)
+    a = CachingAllocator(24 * GiB, 512 * MiB, expandable=False, va_base=0x7F60_0000_0000,
+                         faithful=True)  # fmt: skip
+    st = Stacks("/srv/offload")
+    layers, h, inter, vocab = 32, 4096, 11008, 32000
+    load = st.py(("offload.py", 48, "fetch_layer"), ("generate.py", 30, "run_layer"),
+                 torch_frames=(("nn/modules/module.py", 1355, "to"),))  # fmt: skip
+    at = lambda line, name: st.py(("model.py", line, name), ("generate.py", 31, "run_layer"),
+                                  torch_frames=LINEAR)  # fmt: skip
+    resident = st.py(("generate.py", 12, "main"))
+    a.malloc(vocab * h * 2, resident)  # embeddings
+    a.malloc(vocab * h * 2, resident)  # LM head
+    shapes = [h * 2, h * h * 2, h * h * 2, h * h * 2, h * h * 2, h * 2,
+              h * inter * 2, h * inter * 2, inter * h * 2]  # fmt: skip
+    while True:
+        prompt = rng.randint(128, 2048)
+        kv = [a.malloc(prompt * h * 2, at(60, "allocate_cache")) for _ in range(2 * layers)]
+        for tokens in [prompt] + [1] * rng.randint(1, 3):  # the prefill, then decoding
+            hidden = a.malloc(tokens * h * 2, at(20, "embed"))
+            for _ in range(layers):
+                weights = [a.malloc(n, load) for n in shapes]
+                qkv = a.malloc(3 * tokens * h * 2, at(71, "attention"))
+                attn = a.malloc(tokens * h * 2, at(74, "attention"))
+                a.free(qkv)
+                gate = a.malloc(tokens * inter * 2, at(80, "mlp"))
+                up = a.malloc(tokens * inter * 2, at(81, "mlp"))
+                out = a.malloc(tokens * h * 2, at(82, "mlp"))
+                for b in (gate, up, attn, hidden):
+                    a.free(b)
+                hidden = out
+                a.tick(rng.uniform(800, 3000) * (tokens / 512 + 0.2))
+                for b in weights:
+                    a.free(b)
+                a.empty_cache()  # give the layer's memory back to the other processes
+                a.tick(200)
+            a.free(hidden)
+            if len(a.trace) >= 12_000:
+                return a.snapshot("")
+        for b in kv:
+            a.free(b)
+        a.empty_cache()
+        a.tick(rng.uniform(1e4, 3e4))
+
+
 SAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "training_snapshot.pickle": training_loop,
     "inference_snapshot.pickle": lambda: inference_loop(expandable=False),
@@ -958,6 +1012,7 @@ SAMPLES: dict[str, Callable[[], dict[str, Any]]] = {
     "pressure_snapshot.pickle": lambda: generation_under_pressure("native"),
     "pressure_gc_snapshot.pickle": lambda: generation_under_pressure("gc"),
     "pressure_expandable_snapshot.pickle": lambda: generation_under_pressure("expandable"),
+    "empty_cache_snapshot.pickle": offloaded_inference,
 }
 
 

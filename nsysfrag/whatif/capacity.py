@@ -19,6 +19,7 @@ from nsysfrag.inputs.torch_snapshot.reader import segments_by_device
 from nsysfrag.inputs.torch_snapshot.spaces import columns_events
 from nsysfrag.models.segments.compiled import WindowLayout, window_start
 from nsysfrag.models.segments.rules import AllocatorSettings
+from nsysfrag.releases import UNLIMITED_SPLIT
 
 __all__ = ["Record", "RecordedDevice", "recorded_devices", "replay_capacity"]
 
@@ -58,7 +59,11 @@ def recorded_devices(columns: SnapshotColumns) -> list[RecordedDevice]:
         events = columns_events(columns, device)[0]
         window = window_start(events, final, settings)
         initial = int((window.segment_end - window.segment_start).sum())
-        record = capacity_record(events.kind, events.bytes, events.device_free_bytes, initial)
+        record = capacity_record(
+            events.kind, events.bytes, events.device_free_bytes, initial, events.stream,
+            events.address, settings.max_split_size or UNLIMITED_SPLIT,
+            any(settings.roundup_power2_divisions.values()),
+        )  # fmt: skip
         out.append(RecordedDevice(device, history, window, record))
     return out
 

@@ -50,6 +50,7 @@ from nsysfrag.models.segments.requests import (
     segment_of,
     snapshot_requests,
 )
+from nsysfrag.releases import KIND_NAMES
 from nsysfrag.whatif.capacity import Record, RecordedDevice, recorded_devices, replay_capacity
 from nsysfrag.whatif.layout import ES_VA_VALIDATION, StartLayout, start_layout
 from nsysfrag.whatif.streams import snapshot_config, stream_names
@@ -79,6 +80,14 @@ class DeviceValidation:
     # garbage_collection_threshold set: whether the replay kept ran the collector (the record
     # read as a run under a memory fraction); None when the threshold is not set
     collector: bool | None = None
+    # Each recorded burst of segment frees / unmaps by whose it was, in the order of
+    # nsysfrag.releases.KIND_NAMES: empty_cache(), OOM retry, garbage collection, unknown.
+    release_bursts: tuple[int, ...] = (0, 0, 0, 0)
+
+    @property
+    def release_counts(self) -> dict[str, int]:
+        """The bursts by kind, with the JSON's names."""
+        return dict(zip(KIND_NAMES, self.release_bursts, strict=True))
 
     @property
     def segment_alloc_match(self) -> float | None:
@@ -245,6 +254,7 @@ def _replay(
     window, record, history = d.window, d.record, d.history
     layout = start.layout
     empty_at = record.program_releases(cap, config.garbage_collection_threshold)
+    kinds = record.release_kinds(cap, config.garbage_collection_threshold)
     k = start.placed
     placed_size = layout.block_size[layout.block_state == 1]
     requested = window.block_requested[k]
@@ -293,6 +303,7 @@ def _replay(
         simulated_oom_paths=simulated_oom_paths,
         empty_cache_calls=len(empty_at),
         note=note,
+        release_bursts=tuple(np.bincount(kinds, minlength=len(KIND_NAMES)).tolist()),
     )
 
 

@@ -49,6 +49,7 @@ from nsysfrag.models.series import (
     StrandedSegment,
     from_replay,
 )
+from nsysfrag.releases import UNLIMITED_SPLIT
 
 if TYPE_CHECKING:
     from nsysfrag.inputs import RecordedSpace
@@ -136,7 +137,7 @@ class SegmentsModel:
         if len(r.time_ns) == 0:
             empty = Capacity(0, RESERVED_PEAK, "")
             return SegmentsRun(self, space, r, _series(r, 0), empty, warnings, compiled)
-        capacity = _capacity(r, space, self.device_bytes, warnings)
+        capacity = _capacity(r, space, self.device_bytes, warnings, self.settings)
         series = _series(r, capacity.bytes)
         device = space.device
         if r.conflicts:
@@ -254,13 +255,17 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
 
 
 def _capacity(
-    r: DeviceReplay, space: RecordedSpace, device_bytes: int | None, warnings: list[str]
-) -> Capacity:
+    r: DeviceReplay, space: RecordedSpace, device_bytes: int | None, warnings: list[str],
+    settings: AllocatorSettings | None = None,
+) -> Capacity:  # fmt: skip
     """C from the device's record (nsysfrag.capacity: what every command rates it against)."""
     events = space.events
     record = read_record(
-        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes
-    )
+        events.kind, events.bytes, events.device_free_bytes, r.initial_reserved_bytes,
+        events.stream, events.address,
+        (settings.max_split_size if settings else None) or UNLIMITED_SPLIT,
+        any(settings.roundup_power2_divisions.values()) if settings else True,
+    )  # fmt: skip
     capacity = snapshot_capacity(record, space.capacity_bytes, device_bytes)
     device = space.device
     if capacity.source == OVERRIDE and r.max_reserved_bytes > capacity.bytes:

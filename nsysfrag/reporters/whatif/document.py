@@ -184,6 +184,7 @@ def validation_document(v: Validation) -> dict[str, Any]:
                 "recorded_oom_paths": d.recorded_oom_paths,
                 "simulated_oom_paths": d.simulated_oom_paths,
                 "empty_cache_calls": d.empty_cache_calls,
+                "release_bursts": d.release_counts,
                 "note": d.note,
             }
             for d in v.devices

@@ -240,6 +240,7 @@ def _html_validation(v: Validation) -> str:
         f" which {verdict} the target (≥ {VALIDATION_TARGET_MATCH:.0%},"
         f" within {VALIDATION_TARGET_PEAK:.0%}).</p>"
         + table([c.replace("\n", " ") for c in words.VALIDATION_COLUMNS], rows)
+        + "".join(f"<p>{esc(t)}</p>" for d in v.devices if (t := words.release_bursts_text(d)))
     )
 
 

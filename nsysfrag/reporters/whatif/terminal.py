@@ -27,6 +27,7 @@ from nsysfrag.reporters.whatif.words import (
     ratio,
     recommendation_text,
     reference_text,
+    release_bursts_text,
     space_meta,
     space_title,
     when,
@@ -205,3 +206,7 @@ def _terminal_validation(v: Validation, console: Console) -> None:
         f" (≥ {VALIDATION_TARGET_MATCH:.0%} reproduced, peak within {VALIDATION_TARGET_PEAK:.0%})",
     )
     console.print(Prose(verdict_line))
+    for d in v.devices:
+        said = release_bursts_text(d)
+        if said:
+            console.print(Prose(Text(said, style="dim")))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
+from nsysfrag.whatif.validate import DeviceValidation
 from nsysfrag.whatif.recommend import (
     FEWER_OOMS,
     MIN_SAVING,
@@ -299,3 +300,18 @@ def match(x: float | None) -> str:
 
 def error(x: float | None) -> str:
     return "n/a" if x is None else f"{x:+.2%}"
+
+
+def release_bursts_text(d: DeviceValidation) -> str | None:
+    """Whose each recorded burst of segment releases was, in a sentence (None: no burst)."""
+    total = sum(d.release_bursts)
+    if not total:
+        return None
+    program, retry, collected, unknown = d.release_bursts
+    return (
+        f"Segment releases, device {d.device}: {total} burst(s) of segment frees / unmaps:"
+        f" {program} the program's empty_cache(), {retry} the allocator's before a retry,"
+        f" {collected} garbage collection, {unknown} unknown (a new segment the device had room"
+        " for followed; replayed as the program's). Every policy gives memory back at the"
+        " program's, by its own rules; the retries come from each policy's own capacity."
+    )
