@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
+from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
 from nsysfrag.allocators.torch import split_options
 from nsysfrag.analysis.tried_settings import (
@@ -31,6 +32,13 @@ from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.models.segments.requests import snapshot_requests
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
+from nsysfrag.whatif.driver import (
+    PROGRAM_DRIVER,
+    PROGRAM_PYTORCH,
+    PROGRAM_SEGMENTS,
+    Recorded,
+    recorded_baseline,
+)
 from nsysfrag.whatif.recommend import STATE, TRACE
 
 
@@ -53,6 +61,8 @@ class RequestSource:
     timestamps: bool = True  # False: times are trace entry numbers (snapshots before 2.1)
     # The torch settings a whatif without --policy tries on top of the baseline's.
     tried: tuple[Setting, ...] = ()
+    program: str = PROGRAM_PYTORCH  # which kind of program recorded it (whatif.driver)
+    recorded: Recorded | None = None  # nsys: the baseline is the recorded run, not a replay
 
 
 def stream_names(values: I64) -> tuple[str, ...]:
@@ -146,7 +156,8 @@ def as_run_policy(config: TorchConfig) -> Policy:
 
 def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource], list[str]]:
     """One request stream per (process, device) of an nsys export: its driver-level
-    allocations and frees (the observed model's lifetimes: a free, or an overlapping allocation)."""
+    allocations and frees (the observed model's lifetimes: a free, or an overlapping
+    allocation), with the recorded run as its baseline (``driver``)."""
     from nsysfrag.analysis import analyze
     from nsysfrag.inputs import InputOptions
     from nsysfrag.inputs.nsys import read_export
@@ -155,12 +166,13 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
     notes = [
         (
             "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"
-            " cuMemAlloc, …): tensors only when the run used PYTORCH_NO_CUDA_MEMORY_CACHING=1;"
-            " nsys memory events carry no CUDA stream here, so all requests share one stream"
+            " cuMemAlloc, …), and the baseline is what the driver did with them, as analyze"
+            " reports it; nsys memory events carry no CUDA stream here, so all requests share"
+            " one stream"
         ),
         *analysis.warnings,
     ]
-    baseline = parse_policy("torch")
+    baseline = parse_policy(DRIVER)
     sources = []
     for s in analysis.spaces:
         tl = s.timeline
@@ -175,17 +187,19 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
         req = np.concatenate([np.arange(len(allocs)), np.flatnonzero(freed)])
         kind = np.concatenate([np.full(len(allocs), ALLOC), np.full(int(freed.sum()), FREE)])
         order = np.lexsort((order_key, position))
+        points = position[order]
         stream = RequestStream.build(
-            kind[order], req[order], tl.time_ns[position[order]], tl.bytes[allocs],
+            kind[order], req[order], tl.time_ns[points], tl.bytes[allocs],
             stream_names=("driver",),
         )  # fmt: skip
         warnings = []
         if s.caching_allocator_suspected:
             warnings.append(
                 "every allocation is a multiple of 2 MiB and at least 2 MiB: these look like a"
-                " caching allocator's segments, not tensors, so a what-if is meaningless; record"
-                " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (nsysfrag profile --torch-tensors) or"
-                " use a PyTorch memory snapshot"
+                " caching allocator's segments (a PyTorch program), not tensors, so a what-if"
+                " of other allocators is meaningless here; take a PyTorch memory snapshot"
+                " (nsysfrag record -- python train.py) and run whatif on it, or record with"
+                " PYTORCH_NO_CUDA_MEMORY_CACHING=1 (nsysfrag profile --torch-tensors)"
             )
         process = f" ({s.process_name})" if s.process_name else ""
         sources.append(
@@ -201,7 +215,8 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 recorded_peak_reserved_bytes=None,
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
-                tried=tried_settings(RunSettings(), tl.bytes[allocs]),
+                program=PROGRAM_SEGMENTS if s.caching_allocator_suspected else PROGRAM_DRIVER,
+                recorded=recorded_baseline(s, points, stream),
             )
         )
     return sources, notes
