@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nsysfrag.allocators import DEFAULT_POLICIES, DRIVER_REMEDIES, Policy, parse_policy
+from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
 from nsysfrag.whatif.capacity import recorded_devices
@@ -23,13 +24,19 @@ def whatif(
     capacity: int | None = None,
     validate: bool = False,
 ) -> WhatifReport:
-    """Replay the input's request streams through ``policies`` (default: all)."""
+    """Replay the input's request streams through ``policies`` (default: what suits the kind
+    of program that recorded it, :func:`default_policies`)."""
     from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
     named = [parse_policy(text) for text in policies]
     if capacity is not None and capacity < 1:
         raise InputError("--capacity must be a positive number of bytes")
     snapshot = is_snapshot(path) if path.exists() else path.suffix.lower() in (".pickle", ".pkl")
+    if snapshot and any(p.family == DRIVER for p in named):
+        raise InputError(
+            f"{path}: --policy {DRIVER} is what an nsys trace recorded of the driver; a snapshot"
+            " records PyTorch's allocator instead: leave it out"
+        )
     checked: Validation | None = None  # the model's own error on this input
     if validate and not snapshot:
         raise InputError(
@@ -59,6 +66,9 @@ def whatif(
     if not sources:
         if validation is not None:
             return WhatifReport(str(path), kind, level, [], notes, validation)
+        if kind == NSYS:  # as analyze says of it: a valid trace of a program with nothing to place
+            said = "no device-memory allocation in this trace: nothing to replay"
+            return WhatifReport(str(path), kind, level, [], [*notes, said])
         raise InputError(
             f"{path}: no allocation to replay (no alloc in the trace and no live block);"
             " record a trace of the run's allocations"

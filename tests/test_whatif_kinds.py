@@ -1,0 +1,297 @@
+"""``whatif`` of an nsys trace: each kind of program gets its own baseline and its own choices.
+
+A program that calls cudaMalloc directly: the baseline is the recorded driver behaviour (the
+observed model, analyze's own figures), the alternatives are the remedies analyze names (a
+stream-ordered pool, per-size free lists, one arena up front), never a PYTORCH_CUDA_ALLOC_CONF.
+A PyTorch program seen from the driver (a caching allocator's segments): said so, and pointed
+to a memory snapshot. Genuine exports run too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nsysfrag.allocators import DRIVER_REMEDIES, parse_policy
+from nsysfrag.allocators.arena import peak_need
+from nsysfrag.allocators.base import ALLOC, FREE, RequestStream
+from nsysfrag.analysis import analyze
+from nsysfrag.analysis.advice import advise
+from nsysfrag.inputs.nsys import read_export
+from nsysfrag.reporters.whatif.document import document
+from nsysfrag.reporters.whatif.words import recommendation_text
+from nsysfrag.testing.nsys_export import ApiRow, Gpu, MemoryRow
+from nsysfrag.whatif import whatif
+from nsysfrag.whatif.driver import PROGRAM_DRIVER, PROGRAM_SEGMENTS
+from nsysfrag.whatif.remedies import FEWER_OOMS, REMEDY, SAVING
+from nsysfrag.whatif.streams import nsys_streams
+from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
+
+SERVING = SAMPLES / "inference_serving.sqlite"
+GENUINE = sorted((REPO.parent / "shared" / "real_memory_traces").glob("*.sqlite"))
+PAGE = 2 * MiB
+KiB = 1 << 10
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nsysfrag", *args], capture_output=True,
+                          text=True, check=False, timeout=600)  # fmt: skip
+
+
+def _same_as_analyze(path: Path) -> None:
+    """Every space's baseline row is the recorded driver behaviour with analyze's figures."""
+    analysis = analyze(read_export(path))
+    by_space = {(s.pid, s.device): s for s in analysis.spaces}
+    report = whatif(path)
+    assert report.spaces or not any(s.counts.allocations for s in analysis.spaces)
+    for compared in report.spaces:
+        space = by_space[(compared.pid, compared.device)]
+        base = compared.baseline
+        assert base is not None and base.name == "driver" and base.policy.family == "driver"
+        # analyze's figures, moment by moment
+        assert (base.peak, base.final) == (space.peak, space.final)
+        assert (base.max_global_frag, base.max_local_frag, base.max_free_blocks) == (
+            space.max_global_frag, space.max_local_frag, space.max_free_blocks)  # fmt: skip
+        assert base.health == space.health and base.max_live_bytes == space.max_live_bytes
+        # ... and what the replay of the record gives: its peak reserved is analyze's memory
+        # peak, its failures the failed calls, its requests analyze's allocations
+        assert space.memory_peak is not None and space.memory_peak.pool is not None
+        assert base.peak_reserved_bytes == space.memory_peak.pool.reserved_bytes
+        assert base.simulated_ooms == space.counts.failed_allocations
+        assert base.peak_requested_bytes == space.max_live_bytes
+        assert compared.requests == space.counts.allocations
+        if space.ooms:
+            assert base.first_oom_time_ns == space.ooms[0].state.time_ns
+        assert compared.recommendation.model_error is None  # the record is no simulation
+
+
+def test_the_serving_samples_baseline_is_analyzes_figures() -> None:
+    _same_as_analyze(SERVING)
+
+
+def test_the_serving_sample_gets_the_remedies_and_no_pytorch_settings() -> None:
+    report = whatif(SERVING)
+    (space,) = report.spaces
+    names = sorted(o.name for o in space.outcomes)
+    assert names == sorted(["driver", *DRIVER_REMEDIES])
+    d = space.recommendation.driver
+    assert d is not None and d.program == PROGRAM_DRIVER and d.failures == 22
+    doc = document(report)
+    text = json.dumps(doc) + recommendation_text(space.recommendation)
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in text and "expandable_segments" not in text
+    (sd,) = doc["spaces"]
+    assert all(p["alloc_conf"] is None for p in sd["policies"])
+    assert sd["recommendation"] is None  # no remedy's model is validated on this program
+    # every remedy has its row and its figures against the record
+    rows = {p["policy"]: p for p in sd["policies"]}
+    remedies = {r["policy"]: r for r in sd["driver"]["remedies"]}
+    assert set(remedies) == set(DRIVER_REMEDIES)
+    driver_peak = rows["driver"]["peak_reserved_bytes"]
+    for name, r in remedies.items():
+        row = rows[name]
+        assert row["peak_reserved_bytes"] == r["peak_reserved_bytes"] > 0
+        assert r["saving_bytes"] == driver_peak - row["peak_reserved_bytes"]
+        assert r["new_failures"] == row["simulated_ooms"]
+        assert 0 <= r["roomier_at_failures"] <= 22 and r["room_at_failures"] is not None
+    room = sd["driver"]["driver_room_at_failures"]
+    analysis = analyze(read_export(SERVING))
+    usable = [f.state.largest_free_bytes for f in analysis.spaces[0].ooms]
+    assert (room["min_bytes"], room["max_bytes"]) == (min(usable), max(usable))
+
+
+def test_the_terminal_report_of_the_serving_sample_speaks_of_the_driver() -> None:
+    done = _run("whatif", str(SERVING))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in out and "Keep torch" not in out
+    assert "driver: 22 failed allocation(s) recorded" in out
+    assert "22 failed allocation(s) in the driver" in out
+    for name in DRIVER_REMEDIES:
+        assert f" {name} " in out
+
+
+def test_analyzes_remedies_are_the_ones_whatif_replays() -> None:
+    (space,) = analyze(read_export(SERVING)).spaces
+    (line,) = [x for x in advise(space) if "a pool of their own" in x]
+    assert "`nsysfrag whatif` on this trace replays each remedy" in line
+    # cudaMallocAsync with a memory pool, a per-size free list, one arena allocated up-front
+    named = {"cuda-async": "cudaMallocAsync", "slab": "per-size free list", "arena": "one arena"}
+    assert all(words in line for words in named.values())
+    (compared,) = whatif(SERVING).spaces
+    assert {o.name for o in compared.outcomes if not o.baseline} == set(named)
+
+
+# ------------------------------------------------------------------ synthetic driver programs
+
+
+def _small_blocks_one_per_page(n: int, size: int, failed: int = 0) -> tuple[list, list]:
+    """``n`` blocks of ``size`` bytes, each at the start of a page of its own (the driver's
+    placement keeps them apart), then ``failed`` cudaMalloc calls that fail."""
+    rows = [MemoryRow(10 + i, 1, 0, BASE + i * PAGE, size, correlation_id=1 + i) for i in range(n)]
+    api = [ApiRow(9 + i, 11 + i, 1, 7, "cudaMalloc_v3020", 1 + i) for i in range(n)]
+    api += [ApiRow(1000 + j, 1001 + j, 1, 7, "cudaMalloc_v3020", 5000 + j, return_value=2)
+            for j in range(failed)]  # fmt: skip
+    return rows, api
+
+
+def test_a_remedy_that_packs_what_the_driver_strands_is_worth_trying(make_trace: MakeTrace) -> None:
+    # 40 blocks of 64 KiB, one per 2 MiB page: the driver holds 80 MiB for 2.5 MiB live.
+    rows, api = _small_blocks_one_per_page(40, 64 * KiB)
+    path = make_trace(rows, api=api, gpus=[Gpu(0, total_memory=1024 * MiB)])
+    (space,) = whatif(path).spaces
+    rec = space.recommendation
+    assert rec.verdict == REMEDY and rec.chosen is None  # worth trying, never validated
+    d = rec.driver
+    assert d is not None and d.reason == SAVING and d.pick is not None
+    assert d.pick.new_failures == 0 and d.pick.saving_ratio > 0.5
+    assert rec.worth_trying is not None and rec.worth_trying.alloc_conf is None
+    assert space.baseline is not None and space.baseline.peak_reserved_bytes == 80 * MiB
+    text = recommendation_text(rec)
+    assert text.startswith("Worth trying, not validated:") and "PYTORCH_CUDA_ALLOC_CONF" not in text
+
+
+def test_a_run_that_failed_is_answered_with_room_at_its_failures(make_trace: MakeTrace) -> None:
+    # 30 blocks of 1 MiB, one per page, on a 64 MiB device: the driver holds 60 MiB, so a
+    # request of more than 4 MiB fails; packed, the same blocks leave 34 MiB.
+    rows, api = _small_blocks_one_per_page(30, MiB, failed=1)
+    path = make_trace(rows, api=api, gpus=[Gpu(0, total_memory=64 * MiB)])
+    (space,) = whatif(path).spaces
+    rec = space.recommendation
+    d = rec.driver
+    assert d is not None and d.failures == 1 and d.driver_room_bytes == (4 * MiB, 4 * MiB)
+    assert rec.verdict == REMEDY and d.reason == FEWER_OOMS and d.pick is not None
+    assert d.pick.roomier == 1 and d.pick.new_failures == 0
+    low, high = d.pick.room_bytes or (0, 0)
+    assert low == high and low > 4 * MiB
+    # the pick is the roomiest, then the cheapest: no other remedy beats it
+    for r in d.remedies:
+        if r.new_failures == 0 and r.roomier:
+            assert (r.roomier, -r.peak_reserved_bytes) <= (d.pick.roomier, -d.pick.peak_reserved_bytes)
+    text = recommendation_text(rec)
+    assert "Keep" not in text and "1 failed allocation(s) in the driver" in text
+    assert rec.fewer_ooms is not None and rec.fewer_ooms.policy == d.pick.policy
+
+
+def test_a_run_that_failed_beyond_any_remedy_is_never_told_to_keep(make_trace: MakeTrace) -> None:
+    # One 59.5 MiB block on a 64 MiB device, then a failure: every remedy holds the same pages.
+    rows = [MemoryRow(10, 1, 0, BASE, 60 * MiB - 512 * KiB, correlation_id=1)]
+    api = [ApiRow(9, 11, 1, 7, "cudaMalloc_v3020", 1),
+           ApiRow(20, 21, 1, 7, "cudaMalloc_v3020", 2, return_value=2)]  # fmt: skip
+    (space,) = whatif(make_trace(rows, api=api, gpus=[Gpu(0, total_memory=64 * MiB)])).spaces
+    rec = space.recommendation
+    assert rec.driver is not None and rec.driver.pick is None and rec.worth_trying is None
+    text = recommendation_text(rec)
+    assert "Keep" not in text and "No remedy tried leaves more room" in text
+
+
+def test_a_pytorch_program_seen_from_the_driver_points_to_a_snapshot(make_trace: MakeTrace) -> None:
+    # PyTorch's caching allocator as nsys sees it: 2 MiB small-pool segments, 20 MiB segments
+    # for 1-10 MiB requests, larger requests rounded up to 2 MiB; freed only by empty_cache.
+    sizes = [2 * MiB, 20 * MiB, 20 * MiB, 2 * MiB, 64 * MiB, 20 * MiB, 128 * MiB]
+    rows, at = [], BASE
+    for i, size in enumerate(sizes):
+        rows.append(MemoryRow(10 + i, 1, 0, at, size))
+        at += size
+    rows += [MemoryRow(100 + i, 1, 0, r.address, 0, op=1) for i, r in enumerate(rows[:4])]
+    path = make_trace(rows, gpus=[Gpu(0, total_memory=1024 * MiB)])
+    sources, _ = nsys_streams(path, None)
+    assert [s.program for s in sources] == [PROGRAM_SEGMENTS]
+    report = whatif(path)
+    (space,) = report.spaces
+    # the record alone: a replay of segments through other allocators says nothing
+    assert [o.name for o in space.outcomes] == ["driver"]
+    rec = space.recommendation
+    assert rec.chosen is None and rec.worth_trying is None
+    text = recommendation_text(rec)
+    assert "caching allocator's segments" in text and "nsysfrag record" in text
+    assert "memory snapshot" in text and "PYTORCH_CUDA_ALLOC_CONF" not in text
+    assert document(report)["spaces"][0]["driver"]["program"] == PROGRAM_SEGMENTS
+
+
+def test_a_policy_asked_for_replaces_the_remedies_and_the_record_stays(make_trace: MakeTrace) -> None:
+    rows, api = _small_blocks_one_per_page(4, 64 * KiB)
+    path = make_trace(rows, api=api)
+    (space,) = whatif(path, ["best-fit"]).spaces
+    assert sorted(o.name for o in space.outcomes) == ["best-fit", "driver"]
+    (again,) = whatif(path, ["driver", "slab"]).spaces  # the baseline named: still the record
+    assert sorted(o.name for o in again.outcomes) == ["driver", "slab"]
+
+
+def test_the_driver_policy_cannot_replay_a_snapshot(tmp_path: Path) -> None:
+    done = _run("whatif", str(SAMPLES / "inference_snapshot.pickle"), "--policy", "driver")
+    assert done.returncode == 2 and "--policy driver" in done.stderr and "snapshot" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+# ---------------------------------------------------------------------------- the arena
+
+
+def _stream(events: list[tuple[int, int]], sizes: list[int]) -> RequestStream:
+    kind = [k for k, _ in events]
+    req = [r for _, r in events]
+    return RequestStream.build(kind, req, np.arange(len(events)), sizes)
+
+
+def test_the_arena_is_the_programs_peak_need_reserved_from_the_start() -> None:
+    # 3 MiB and 1 MiB live, the 3 MiB freed, then 5 MiB: at most 6 MiB live at once...
+    s = _stream([(ALLOC, 0), (ALLOC, 1), (FREE, 0), (ALLOC, 2)], [3 * MiB, MiB, 5 * MiB])
+    assert peak_need(s) == 6 * MiB
+    r = parse_policy("arena").simulate(s, 64 * MiB)
+    assert (r.reserved_bytes == 6 * MiB).all()
+    # ...but the 1 MiB block splits the arena's 6 MiB into 3 + 2: the 5 MiB request fails there
+    assert r.oom_event.tolist() == [3] and r.oom_largest_free_bytes.tolist() == [3 * MiB]
+    assert r.free_bytes.tolist() == [3 * MiB, 2 * MiB, 5 * MiB, 5 * MiB]
+    # an arena with 5 MiB above the 1 MiB block holds it (8 MiB leaves 4), and the size is
+    # capped by the device
+    assert len(parse_policy("arena:size=8MiB").simulate(s, 64 * MiB).oom_event) == 1
+    big = parse_policy("arena:size=9MiB").simulate(s, 64 * MiB)
+    assert len(big.oom_event) == 0 and (big.reserved_bytes == 10 * MiB).all()  # whole pages
+    capped = parse_policy("arena:size=1GiB").simulate(s, 64 * MiB)
+    assert (capped.reserved_bytes == 64 * MiB).all()
+
+
+def test_the_arena_keeps_its_books_on_a_random_stream() -> None:
+    rng = np.random.default_rng(5)
+    n = 300
+    sizes = np.where(rng.random(n) < 0.6, rng.integers(1, MiB, n), rng.integers(MiB, 48 * MiB, n))
+    life = rng.geometric(0.05, n)
+    times = np.concatenate([np.arange(n) * 2, np.arange(n) * 2 + 2 * life + 1])
+    kind = np.concatenate([np.full(n, ALLOC), np.full(n, FREE)])
+    req = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.argsort(times, kind="stable")
+    s = RequestStream.build(kind[order], req[order], times[order], sizes)
+    for policy in ("arena", "arena:size=300MiB"):
+        r = parse_policy(policy).simulate(s, 700 * MiB)
+        assert (r.free_bytes >= 0).all() and (r.largest_free_bytes <= r.free_bytes).all()
+        # everything the arena holds is handed out or free in it, and it never changes size
+        assert (r.reserved_bytes == r.free_bytes + r.allocated_bytes).all()
+        assert len(set(r.reserved_bytes.tolist())) == 1 and r.reserved_bytes[0] <= 700 * MiB
+        assert r.live_bytes[-1] == 0 and r.allocated_bytes[-1] == 0
+
+
+@pytest.mark.parametrize("text", ["arena:size=", "arena:room=1GiB", "arena:size=lots"])
+def test_bad_arena_options_are_one_line(text: str) -> None:
+    done = _run("whatif", str(SERVING), "--policy", text)
+    assert done.returncode == 2 and "arena" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------------ genuine exports
+
+
+@pytest.mark.skipif(not GENUINE, reason="../shared/real_memory_traces is not here")
+@pytest.mark.parametrize("path", GENUINE, ids=lambda p: p.name[-40:])
+def test_genuine_exports_run_with_the_record_as_baseline(path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "w.json"
+    done = _run("whatif", str(path), "--json", str(out), "-q")
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in text
+    for s in json.loads(text)["spaces"]:
+        assert s["baseline"] == "driver" and s["driver"]["program"] == PROGRAM_DRIVER
+    _same_as_analyze(path)
