@@ -212,7 +212,12 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 capacity_source=s.capacity_source,
                 capacity_basis=s.capacity_basis,
                 baseline=baseline,
-                recorded_peak_reserved_bytes=None,
+                # the baseline is the record: the driver's pages at the memory peak
+                recorded_peak_reserved_bytes=(
+                    s.memory_peak.pool.reserved_bytes
+                    if s.memory_peak is not None and s.memory_peak.pool is not None
+                    else None
+                ),
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
                 program=PROGRAM_SEGMENTS if s.caching_allocator_suspected else PROGRAM_DRIVER,
