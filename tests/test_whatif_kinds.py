@@ -92,16 +92,26 @@ def test_the_serving_sample_gets_the_remedies_and_no_pytorch_settings() -> None:
     remedies = {r["policy"]: r for r in sd["driver"]["remedies"]}
     assert set(remedies) == set(DRIVER_REMEDIES)
     driver_peak = rows["driver"]["peak_reserved_bytes"]
+    stream = _serving_stream()
     for name, r in remedies.items():
         row = rows[name]
         assert row["peak_reserved_bytes"] == r["peak_reserved_bytes"] > 0
         assert r["saving_bytes"] == driver_peak - row["peak_reserved_bytes"]
-        assert r["new_failures"] == row["simulated_ooms"]
         assert 0 <= r["roomier_at_failures"] <= 22 and r["room_at_failures"] is not None
+        # its OOMs: the served allocations it cannot place, and the recorded failures at which
+        # it has no more room than the driver (the failed request cannot fit there either)
+        assert row["simulated_ooms"] == r["new_failures"] + 22 - r["roomier_at_failures"]
+        own = parse_policy(name).simulate(stream, sd["capacity_bytes"])
+        assert r["new_failures"] == len(own.oom_event)
     room = sd["driver"]["driver_room_at_failures"]
     analysis = analyze(read_export(SERVING))
     usable = [f.state.largest_free_bytes for f in analysis.spaces[0].ooms]
     assert (room["min_bytes"], room["max_bytes"]) == (min(usable), max(usable))
+
+
+def _serving_stream() -> RequestStream:
+    (source,) = nsys_streams(SERVING, None)[0]
+    return source.stream
 
 
 def test_the_terminal_report_of_the_serving_sample_speaks_of_the_driver() -> None:

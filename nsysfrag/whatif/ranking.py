@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from nsysfrag.allocators import Policy
 from nsysfrag.allocators.base import FREE, SimResult
 from nsysfrag.whatif.recommend import model_error, recommend
-from nsysfrag.whatif.remedies import recommend_remedy
+from nsysfrag.whatif.remedies import recommend_remedy, with_repeats
 from nsysfrag.whatif.results import SpaceComparison, rank_key
 from nsysfrag.whatif.streams import RequestSource
 from nsysfrag.whatif.summary import summarize
@@ -36,8 +36,11 @@ def rank_policies(
         else:
             r = p.simulate(source.stream, source.capacity_bytes)
             seconds = time.perf_counter() - started
+            replays[p.name] = r
+            if record is not None:  # the recorded failures it certainly repeats are its OOMs too
+                r = with_repeats(r, record, source.capacity_bytes, p.family)
             outcome = summarize(p, r, source.stream, source.capacity_bytes, p is baseline, seconds)
-        replays[p.name] = r
+        replays.setdefault(p.name, r)
         outcomes.append(outcome)
     outcomes.sort(key=rank_key)
     stream = source.stream

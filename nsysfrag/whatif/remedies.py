@@ -27,7 +27,7 @@ the what-if of such a program belongs to its memory snapshot.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -79,6 +79,22 @@ def room_at(r: SimResult, events: np.ndarray, capacity: int, family: str) -> np.
     return np.maximum(largest, np.maximum(capacity - r.reserved_bytes[at], 0))
 
 
+def with_repeats(r: SimResult, recorded: Recorded, capacity: int, family: str) -> SimResult:
+    """``r`` with the recorded failures it certainly repeats among its OOMs: those at which it
+    leaves no more room than the driver had, where the failed request (larger than that) cannot
+    fit either. Its OOMs are then at least what it would have had on the whole program's
+    requests, failed ones included (a failure where it has more room is not counted)."""
+    events = recorded.result.oom_event
+    room = room_at(r, events, capacity, family)
+    repeated = events[room <= recorded.result.oom_largest_free_bytes]
+    if not len(repeated):
+        return r
+    at = np.concatenate([r.oom_event, repeated])
+    largest = np.concatenate([r.oom_largest_free_bytes, r.largest_free_bytes[repeated]])
+    order = np.argsort(at, kind="stable")
+    return replace(r, oom_event=at[order], oom_largest_free_bytes=largest[order])
+
+
 def recommend_remedy(
     outcomes: Sequence[PolicyOutcome],
     replays: Mapping[str, SimResult],
@@ -86,7 +102,8 @@ def recommend_remedy(
     program: str,
     capacity: int,
 ) -> Recommendation:
-    """The recommendation of one space of an nsys trace, against its recorded baseline."""
+    """The recommendation of one space of an nsys trace, against its recorded baseline;
+    ``replays`` are each policy's own replay of the requests the driver served."""
     base = next(o for o in outcomes if o.baseline)
     events = recorded.result.oom_event
     driver_room = recorded.result.oom_largest_free_bytes
@@ -94,12 +111,13 @@ def recommend_remedy(
     for o in outcomes:
         if o.baseline or program == PROGRAM_SEGMENTS:
             continue
-        room = room_at(replays[o.name], events, capacity, o.policy.family)
+        replayed = replays[o.name]  # its own replay: the requests the driver served
+        room = room_at(replayed, events, capacity, o.policy.family)
         saving = base.peak_reserved_bytes - o.peak_reserved_bytes
         remedies.append(Remedy(
             o.name, o.policy.description, o.peak_reserved_bytes, saving,
             saving / base.peak_reserved_bytes if base.peak_reserved_bytes else 0.0,
-            o.simulated_ooms, int((room > driver_room).sum()),
+            len(replayed.oom_event), int((room > driver_room).sum()),
             (int(room.min()), int(room.max())) if len(room) else None,
         ))  # fmt: skip
     pick, reason = _pick(remedies, recorded.failures)

@@ -68,7 +68,8 @@ def driver_recommendation_text(rec: Recommendation) -> str:
         f"The run had {d.failures} failed allocation(s) in the driver, each larger than the"
         f" largest request the driver could serve then ({_span(d.driver_room_bytes)}); nsys"
         " records no size for a failed call, so no replay can show one avoided, only where a"
-        " remedy leaves room for a larger request."
+        " remedy leaves room for a larger request (a remedy's simulated OOMs count the failures"
+        " where it has no more room than the driver)."
         if d.failures
         else ""
     )
