@@ -129,8 +129,10 @@ def test_analyzes_remedies_are_the_ones_whatif_replays() -> None:
     (space,) = analyze(read_export(SERVING)).spaces
     (line,) = [x for x in advise(space) if "a pool of their own" in x]
     assert "`nsysfrag whatif` on this trace replays each remedy" in line
-    # cudaMallocAsync with a memory pool, a per-size free list, one arena allocated up-front
-    named = {"cuda-async": "cudaMallocAsync", "slab": "per-size free list", "arena": "one arena"}
+    # a pool of their own for the small buffers: cudaMallocAsync with a memory pool, a per-size
+    # free list, one arena allocated up-front (each also replayed for every request)
+    named = {"small-pool": "a pool of their own", "cuda-async": "cudaMallocAsync",
+             "slab": "per-size free list", "arena": "one arena"}  # fmt: skip
     assert all(words in line for words in named.values())
     (compared,) = whatif(SERVING).spaces
     assert {o.name for o in compared.outcomes if not o.baseline} == set(named)
@@ -265,7 +267,36 @@ def test_the_arena_is_the_programs_peak_need_reserved_from_the_start() -> None:
     assert (capped.reserved_bytes == 64 * MiB).all()
 
 
-def test_the_arena_keeps_its_books_on_a_random_stream() -> None:
+def test_the_serving_samples_small_buffers_in_a_pool_of_their_own_leave_room() -> None:
+    """analyze's advice, replayed: with the buffers under a page in their own pool, every
+    allocation the driver served is placed and every recorded failure has more room."""
+    (space,) = whatif(SERVING).spaces
+    d = space.recommendation.driver
+    assert d is not None and d.pick is not None and d.pick.policy == "small-pool"
+    assert d.reason == FEWER_OOMS and d.pick.new_failures == 0 and d.pick.roomier == 22
+    assert d.driver_room_bytes is not None and d.pick.room_bytes is not None
+    assert d.pick.room_bytes[0] > d.driver_room_bytes[0]
+
+
+def test_the_small_pool_keeps_large_requests_on_pages_and_shares_the_device() -> None:
+    # two small buffers share the pool's first page; a 3 MiB request takes two pages of its own
+    s = _stream([(ALLOC, 0), (ALLOC, 1), (ALLOC, 2), (FREE, 0), (ALLOC, 3)],
+                [64 * KiB, 64 * KiB, 3 * MiB, 5 * MiB])  # fmt: skip
+    r = parse_policy("small-pool").simulate(s, 6 * MiB)
+    assert r.reserved_bytes[:3].tolist() == [PAGE, PAGE, 3 * PAGE]
+    assert r.free_bytes[:3].tolist() == [PAGE - 64 * KiB, PAGE - 128 * KiB, PAGE - 128 * KiB]
+    # the 5 MiB request needs three more pages: the device (6 MiB) has none
+    assert r.oom_event.tolist() == [4]
+    # the pool may not grow into the pages large requests hold
+    full = _stream([(ALLOC, 0), (ALLOC, 1), (ALLOC, 2)], [4 * MiB, MiB, MiB + 512 * KiB])
+    f = parse_policy("small-pool").simulate(full, 6 * MiB)
+    assert f.oom_event.tolist() == [2] and f.reserved_bytes.tolist() == [4 * MiB, 6 * MiB, 6 * MiB]
+
+
+@pytest.mark.parametrize("policy", ["arena", "small-pool"])
+def test_the_new_models_keep_their_books_on_a_random_stream(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(5)
     n = 300
     sizes = np.where(rng.random(n) < 0.6, rng.integers(1, MiB, n), rng.integers(MiB, 48 * MiB, n))
@@ -275,13 +306,20 @@ def test_the_arena_keeps_its_books_on_a_random_stream() -> None:
     req = np.concatenate([np.arange(n), np.arange(n)])
     order = np.argsort(times, kind="stable")
     s = RequestStream.build(kind[order], req[order], times[order], sizes)
-    for policy in ("arena", "arena:size=300MiB"):
-        r = parse_policy(policy).simulate(s, 700 * MiB)
-        assert (r.free_bytes >= 0).all() and (r.largest_free_bytes <= r.free_bytes).all()
-        # everything the arena holds is handed out or free in it, and it never changes size
-        assert (r.reserved_bytes == r.free_bytes + r.allocated_bytes).all()
-        assert len(set(r.reserved_bytes.tolist())) == 1 and r.reserved_bytes[0] <= 700 * MiB
-        assert r.live_bytes[-1] == 0 and r.allocated_bytes[-1] == 0
+    r = parse_policy(policy).simulate(s, 700 * MiB)
+    assert (r.free_bytes >= 0).all() and (r.largest_free_bytes <= r.free_bytes).all()
+    assert (r.allocated_bytes >= r.live_bytes).all() and (r.reserved_bytes <= 700 * MiB).all()
+    # everything reserved is handed out or free
+    assert (r.reserved_bytes == r.free_bytes + r.allocated_bytes).all()
+    assert r.live_bytes[-1] == 0 and r.allocated_bytes[-1] == 0
+    if policy == "arena":  # reserved once, never resized
+        assert len(set(r.reserved_bytes.tolist())) == 1
+    # compiled and interpreted, the same figures
+    for mode in ("compiled", "interpreted"):
+        monkeypatch.setenv("NSYSFRAG_KERNELS", mode)
+        again = parse_policy(policy).simulate(s, 700 * MiB)
+        assert (again.free_bytes == r.free_bytes).all() and (again.oom_event == r.oom_event).all()
+        assert (again.reserved_bytes == r.reserved_bytes).all()
 
 
 @pytest.mark.parametrize("text", ["arena:size=", "arena:room=1GiB", "arena:size=lots"])
