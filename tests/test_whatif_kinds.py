@@ -20,7 +20,7 @@ import pytest
 from nsysfrag.allocators import DRIVER_REMEDIES, parse_policy
 from nsysfrag.allocators.arena import peak_need
 from nsysfrag.allocators.base import ALLOC, FREE, RequestStream
-from nsysfrag.analysis import analyze
+from nsysfrag.analysis import SpaceAnalysis, analyze
 from nsysfrag.analysis.advice import advise
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.reporters.whatif.document import document
@@ -46,7 +46,9 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def _same_as_analyze(path: Path) -> None:
     """Every space's baseline row is the recorded driver behaviour with analyze's figures."""
     analysis = analyze(read_export(path))
-    by_space = {(s.pid, s.device): s for s in analysis.spaces}
+    by_space: dict[tuple[int | None, int], SpaceAnalysis] = {
+        (s.pid, s.device): s for s in analysis.spaces
+    }
     report = whatif(path)
     assert report.spaces or not any(s.counts.allocations for s in analysis.spaces)
     for compared in report.spaces:
@@ -141,7 +143,9 @@ def test_analyzes_remedies_are_the_ones_whatif_replays() -> None:
 # ------------------------------------------------------------------ synthetic driver programs
 
 
-def _small_blocks_one_per_page(n: int, size: int, failed: int = 0) -> tuple[list, list]:
+def _small_blocks_one_per_page(
+    n: int, size: int, failed: int = 0
+) -> tuple[list[MemoryRow], list[ApiRow]]:
     """``n`` blocks of ``size`` bytes, each at the start of a page of its own (the driver's
     placement keeps them apart), then ``failed`` cudaMalloc calls that fail."""
     rows = [MemoryRow(10 + i, 1, 0, BASE + i * PAGE, size, correlation_id=1 + i) for i in range(n)]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nsysfrag.allocators.base import SimResult
+from nsysfrag.allocators.base import I64, SimResult
 from nsysfrag.whatif.driver import PROGRAM_SEGMENTS, Recorded
 from nsysfrag.whatif.recommend import KEEP, MIN_SAVING, SEGMENTS, Candidate, Recommendation
 from nsysfrag.whatif.results import PolicyOutcome
@@ -69,14 +69,15 @@ class DriverVerdict:
     reason: str | None  # FEWER_OOMS or SAVING with a pick
 
 
-def room_at(r: SimResult, events: np.ndarray, capacity: int, family: str) -> np.ndarray:
+def room_at(r: SimResult, events: I64, capacity: int, family: str) -> I64:
     """The largest request ``r``'s policy could serve right after each of ``events``: its
     largest free block, or the device's memory it has not reserved where it can still grow."""
     at = np.maximum(events, 0)
-    largest = r.largest_free_bytes[at]
+    largest: I64 = r.largest_free_bytes[at]
     if family in _FIXED:
         return largest
-    return np.maximum(largest, np.maximum(capacity - r.reserved_bytes[at], 0))
+    room: I64 = np.maximum(largest, np.maximum(capacity - r.reserved_bytes[at], 0))
+    return room
 
 
 def with_repeats(r: SimResult, recorded: Recorded, capacity: int, family: str) -> SimResult:
@@ -118,7 +119,7 @@ def recommend_remedy(
             o.name, o.policy.description, o.peak_reserved_bytes, saving,
             saving / base.peak_reserved_bytes if base.peak_reserved_bytes else 0.0,
             len(replayed.oom_event), int((room > driver_room).sum()),
-            (int(room.min()), int(room.max())) if len(room) else None,
+            _span(room),
         ))  # fmt: skip
     pick, reason = _pick(remedies, recorded.failures)
     verdict = SEGMENTS if program == PROGRAM_SEGMENTS else (REMEDY if pick else KEEP)
@@ -139,11 +140,18 @@ def recommend_remedy(
         fewer_ooms=candidate if reason == FEWER_OOMS else None,
         worth_trying=candidate,
         driver=DriverVerdict(
-            program, recorded.failures,
-            (int(driver_room.min()), int(driver_room.max())) if len(driver_room) else None,
-            tuple(remedies), pick, reason,
-        ),  # fmt: skip
+            program=program,
+            failures=recorded.failures,
+            driver_room_bytes=_span(driver_room),
+            remedies=tuple(remedies),
+            pick=pick,
+            reason=reason,
+        ),
     )
+
+
+def _span(values: I64) -> tuple[int, int] | None:
+    return (int(values.min()), int(values.max())) if len(values) else None
 
 
 def _pick(remedies: list[Remedy], failures: int) -> tuple[Remedy | None, str | None]:

@@ -11,8 +11,8 @@ from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
 from nsysfrag.whatif.capacity import recorded_devices
-from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.driver import PROGRAM_DRIVER, PROGRAM_SEGMENTS
+from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
 from nsysfrag.whatif.streams import RequestSource, nsys_streams, snapshot_streams, tried_policy
 from nsysfrag.whatif.validate import Validation, validate_snapshot
@@ -67,8 +67,8 @@ def whatif(
         if validation is not None:
             return WhatifReport(str(path), kind, level, [], notes, validation)
         if kind == NSYS:  # as analyze says of it: a valid trace of a program with nothing to place
-            said = "no device-memory allocation in this trace: nothing to replay"
-            return WhatifReport(str(path), kind, level, [], [*notes, said])
+            nothing = "no device-memory allocation in this trace: nothing to replay"
+            return WhatifReport(str(path), kind, level, [], [*notes, nothing])
         raise InputError(
             f"{path}: no allocation to replay (no alloc in the trace and no live block);"
             " record a trace of the run's allocations"

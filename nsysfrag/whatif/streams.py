@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
-from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
+from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.allocators.torch import split_options
 from nsysfrag.analysis.tried_settings import (
     RunSettings,
