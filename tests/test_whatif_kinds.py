@@ -23,6 +23,7 @@ from nsysfrag.allocators.base import ALLOC, FREE, RequestStream
 from nsysfrag.analysis import SpaceAnalysis, analyze
 from nsysfrag.analysis.advice import advise
 from nsysfrag.inputs.nsys import read_export
+from nsysfrag.reporters.whatif import render_html
 from nsysfrag.reporters.whatif.document import document
 from nsysfrag.reporters.whatif.words import recommendation_text
 from nsysfrag.testing.nsys_export import ApiRow, Gpu, MemoryRow
@@ -84,7 +85,7 @@ def test_the_serving_sample_gets_the_remedies_and_no_pytorch_settings() -> None:
     d = space.recommendation.driver
     assert d is not None and d.program == PROGRAM_DRIVER and d.failures == 22
     doc = document(report)
-    text = json.dumps(doc) + recommendation_text(space.recommendation)
+    text = json.dumps(doc) + recommendation_text(space.recommendation) + render_html(report)
     assert "PYTORCH_CUDA_ALLOC_CONF" not in text and "expandable_segments" not in text
     (sd,) = doc["spaces"]
     assert all(p["alloc_conf"] is None for p in sd["policies"])
@@ -236,6 +237,15 @@ def test_a_policy_asked_for_replaces_the_remedies_and_the_record_stays(make_trac
     assert sorted(o.name for o in space.outcomes) == ["best-fit", "driver"]
     (again,) = whatif(path, ["driver", "slab"]).spaces  # the baseline named: still the record
     assert sorted(o.name for o in again.outcomes) == ["driver", "slab"]
+
+
+def test_a_snapshot_keeps_its_own_baseline_and_has_no_driver_section() -> None:
+    report = whatif(SAMPLES / "torch_fragmentation_snapshot.pickle")
+    (space,) = report.spaces
+    assert space.baseline is not None and space.baseline.policy.family == "torch"
+    assert space.recommendation.driver is None
+    (sd,) = document(report)["spaces"]
+    assert sd["driver"] is None and "driver" not in sd["ranking"]
 
 
 def test_the_driver_policy_cannot_replay_a_snapshot(tmp_path: Path) -> None:
