@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nsysfrag.allocators import DRIVER_REMEDIES, parse_policy
 from nsysfrag.allocators.arena import peak_need
@@ -31,7 +33,7 @@ from nsysfrag.whatif import whatif
 from nsysfrag.whatif.driver import PROGRAM_DRIVER, PROGRAM_SEGMENTS
 from nsysfrag.whatif.remedies import FEWER_OOMS, REMEDY, SAVING, room_at
 from nsysfrag.whatif.streams import nsys_streams
-from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB
+from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB, fuzz_examples
 
 SERVING = SAMPLES / "inference_serving.sqlite"
 GENUINE = sorted((REPO.parent / "shared" / "real_memory_traces").glob("*.sqlite"))
@@ -409,3 +411,68 @@ def test_genuine_exports_run_with_the_record_as_baseline(path: Path, tmp_path: P
     for s in json.loads(text)["spaces"]:
         assert s["baseline"] == "driver" and s["driver"]["program"] == PROGRAM_DRIVER
     _same_as_analyze(path)
+
+
+# ------------------------------------------------------------------ random driver programs
+
+
+@st.composite
+def _driver_traces(draw: st.DrawFn) -> tuple[list[MemoryRow], list[ApiRow]]:
+    """Allocations on a grid of half pages (blocks share pages, overlap, leave holes), frees of
+    live and unknown blocks, and failed calls between them."""
+    rows: list[MemoryRow] = []
+    api: list[ApiRow] = []
+    live: list[int] = []
+    for i in range(draw(st.integers(1, 40))):
+        t, corr = 1000 * (i + 1), i + 1
+        pick = draw(st.integers(0, 9))
+        if live and pick < 4:
+            address = live.pop(draw(st.integers(0, len(live) - 1)))
+            rows.append(MemoryRow(t, 1, 0, address, 0, op=1, correlation_id=corr))
+            api.append(ApiRow(t - 10, t + 10, 1, 7, "cudaFree_v3020", corr))
+        elif pick == 4:
+            api.append(ApiRow(t - 10, t + 10, 1, 7, "cudaMalloc_v3020", corr, return_value=2))
+        else:
+            address = BASE + MiB * draw(st.integers(0, 24))
+            size = draw(st.sampled_from([512, 3000, 64 * KiB, MiB - 512, MiB, 3 * MiB + 512]))
+            rows.append(MemoryRow(t, 1, 0, address, size, correlation_id=corr))
+            api.append(ApiRow(t - 10, t + 10, 1, 7, "cudaMalloc_v3020", corr))
+            live.append(address)
+    return rows, api
+
+
+@settings(max_examples=fuzz_examples(), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(trace=_driver_traces(), capacity=st.sampled_from([16 * MiB, 40 * MiB, 1024 * MiB]))
+def test_random_driver_programs_keep_analyzes_figures(
+    make_trace: MakeTrace, trace: tuple[list[MemoryRow], list[ApiRow]], capacity: int
+) -> None:
+    rows, api = trace
+    path = make_trace(rows, api=api, gpus=[Gpu(0, total_memory=capacity)])
+    by_space = {s.device: s for s in analyze(read_export(path)).spaces}
+    for source in nsys_streams(path, None)[0]:
+        space, record = by_space[source.device], source.recorded
+        assert record is not None and space.memory_peak is not None
+        r = record.result
+        # the record's replay, after every request: the driver's own books
+        assert (r.free_bytes >= r.largest_free_bytes).all() and (r.largest_free_bytes >= 0).all()
+        assert ((r.free_blocks == 0) == (r.free_bytes == 0)).all()
+        assert int(r.live_bytes.max()) == space.max_live_bytes
+        assert space.memory_peak.pool is not None
+        assert int(r.reserved_bytes.max()) == space.memory_peak.pool.reserved_bytes
+        assert len(r.oom_event) == space.counts.failed_allocations == record.failures
+        assert (np.diff(r.oom_event) >= 0).all() and (r.oom_event < source.stream.n_events).all()
+    for compared in whatif(path).spaces:
+        d = compared.recommendation.driver
+        assert d is not None
+        rows_by_name = {o.name: o for o in compared.outcomes}
+        for remedy in d.remedies:
+            assert 0 <= remedy.roomier <= d.failures
+            ooms = rows_by_name[remedy.policy].simulated_ooms
+            assert ooms == remedy.new_failures + d.failures - remedy.roomier
+        if d.pick is not None:  # OOM first: never a remedy that fails what the driver served
+            assert d.pick.new_failures == 0
+            assert (d.reason == FEWER_OOMS) == (d.failures > 0)
+        text = recommendation_text(compared.recommendation)
+        assert "PYTORCH_CUDA_ALLOC_CONF" not in text
+        assert not (d.failures and text.startswith("Keep"))
