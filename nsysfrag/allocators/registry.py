@@ -7,7 +7,7 @@ Adding a policy: write its model as a module that defines a
 
 from __future__ import annotations
 
-from nsysfrag.allocators import buddy, cuda_async, heap, slab, torch
+from nsysfrag.allocators import arena, buddy, cuda_async, driver, heap, slab, small_pool, torch
 from nsysfrag.allocators.family import PolicyFamily
 
 FAMILIES: tuple[PolicyFamily, ...] = (
@@ -17,6 +17,9 @@ FAMILIES: tuple[PolicyFamily, ...] = (
     heap.FIRST_FIT_FAMILY,
     buddy.FAMILY,
     slab.FAMILY,
+    arena.FAMILY,
+    small_pool.FAMILY,
+    driver.FAMILY,
 )
 
 # What runs without --policy: every family (whatif adds the torch settings each input
@@ -29,6 +32,12 @@ DEFAULT_POLICIES = (
     "buddy",
     "slab",
 )
+
+# What runs without --policy on an nsys trace of a program that calls the driver directly: the
+# remedies analyze's advice names for such a program (a stream-ordered pool, per-size free
+# lists, one arena up front, each for every request; and a pool of their own for the buffers
+# under a page, the advice itself), against the recorded driver behaviour (``driver``).
+DRIVER_REMEDIES = ("cuda-async", "slab", "arena", "small-pool")
 
 _BY_NAME = {f.name: f for f in FAMILIES}
 _BY_SPELLING = {spelling.lower(): f for f in FAMILIES for spelling in (f.name, *f.aliases)}

@@ -19,6 +19,10 @@ CAPACITY_REMEDY = (
 
 
 WHATIF_TRIES = "`nsysfrag whatif` on this snapshot evaluates"
+# analyze runs no allocator model (whatif's remedies for a program on the driver's pages: a
+# stream-ordered pool, per-size free lists, one arena up front), so it names the command that
+# replays each and quotes its figures.
+WHATIF_REPLAYS = "`nsysfrag whatif` on this trace replays each remedy"
 # The settings advice may name against fragmentation, in the order it names them.
 _AGAINST_HOLES = ("expandable_segments", "max_split_size_mb")
 
@@ -105,7 +109,7 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
                 f" stranded when freed, because blocks from {pins} keep their pages resident:"
                 " give such small, short-lived buffers a pool of their own (cudaMallocAsync with"
                 " a memory pool, a per-size free list, or one arena allocated up-front) so they"
-                " stop sharing pages with long-lived ones."
+                f" stop sharing pages with long-lived ones ({WHATIF_REPLAYS})."
             )
     if s.counts.unmatched_frees:
         lines.append(

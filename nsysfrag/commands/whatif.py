@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from nsysfrag import interpreted
-from nsysfrag.allocators import DEFAULT_POLICIES, parse_policy
+from nsysfrag.allocators import DEFAULT_POLICIES, DRIVER_REMEDIES, parse_policy
 from nsysfrag.commands.feedback import feedback, say
 from nsysfrag.commands.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.commands.params import ByteSize
@@ -18,13 +18,17 @@ from nsysfrag.inputs.nsys import is_report
 @click.command("whatif")
 @click.argument("source", metavar="INPUT", type=click.Path(path_type=Path))
 @click.option("--policy", "policies", multiple=True, metavar="POLICY",
-              help="A policy to replay (repeatable; default: all of "
+              help="A policy to replay (repeatable). Default for a snapshot: all of "
               + ", ".join(DEFAULT_POLICIES) + ", and torch with each setting the input"
               " suggests added to the run's own: expandable_segments, max_split_size_mb at"
               " the sizes of its large blocks, garbage_collection_threshold,"
-              " roundup_power2_divisions, unless the run set it or it conflicts). torch takes"
+              " roundup_power2_divisions, unless the run set it or it conflicts. Default for"
+              " an nsys trace of a program calling cudaMalloc directly: the remedies "
+              + ", ".join(DRIVER_REMEDIES) + " against the recorded driver behaviour (driver);"
+              " of a caching allocator's segments, the record alone. torch takes"
               " PYTORCH_CUDA_ALLOC_CONF options:"
-              " torch:expandable_segments=True,max_split_size_mb=128.")  # fmt: skip
+              " torch:expandable_segments=True,max_split_size_mb=128; arena takes"
+              " size=BYTES.")  # fmt: skip
 @click.option("--capacity", type=ByteSize(), default=None,
               help="Device memory to simulate (e.g. 80GiB). Default: the trace's GPU; for a"
               " snapshot, what its recorded OOM implies, else 80 GiB.")  # fmt: skip
@@ -51,7 +55,8 @@ def whatif_command(
     free_completed entries, with their streams) or an nsys export (.sqlite, or .nsys-rep, which
     nsys exports first): every policy replays the same requests on a device of --capacity
     bytes, and the report ranks them by simulated OOMs and peak reserved memory and says what
-    to set.
+    to set. A snapshot's baseline is its recorded allocator settings; an nsys trace's is what
+    the driver did, as analyze reports it.
 
     Examples:
 

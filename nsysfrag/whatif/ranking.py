@@ -7,8 +7,9 @@ import time
 from collections.abc import Sequence
 
 from nsysfrag.allocators import Policy
-from nsysfrag.allocators.base import FREE
+from nsysfrag.allocators.base import FREE, SimResult
 from nsysfrag.whatif.recommend import model_error, recommend
+from nsysfrag.whatif.remedies import recommend_remedy, with_repeats
 from nsysfrag.whatif.results import SpaceComparison, rank_key
 from nsysfrag.whatif.streams import RequestSource
 from nsysfrag.whatif.summary import summarize
@@ -22,15 +23,26 @@ def rank_policies(
     outcomes = []
     todo = list(policies)
     baseline = next((p for p in todo if p.same_settings(source.baseline)), None)
-    if baseline is None and not source.segments_suspected:
+    record = source.recorded  # an nsys trace: the baseline is the record, not a replay
+    if baseline is None and (not source.segments_suspected or record is not None):
         baseline = source.baseline
         todo.insert(0, baseline)
+    replays: dict[str, SimResult] = {}
     for p in todo:
         started = time.perf_counter()
-        r = p.simulate(source.stream, source.capacity_bytes)
-        seconds = time.perf_counter() - started
-        outcomes.append(summarize(p, r, source.stream, source.capacity_bytes, p is baseline,
-                                  seconds, source.timestamps))  # fmt: skip
+        if p is baseline and record is not None:
+            r = record.result
+            outcome = record.outcome(p, source.stream, source.capacity_bytes, 0.0)
+        else:
+            r = p.simulate(source.stream, source.capacity_bytes)
+            seconds = time.perf_counter() - started
+            replays[p.name] = r
+            if record is not None:  # the recorded failures it certainly repeats are its OOMs too
+                r = with_repeats(r, record, source.capacity_bytes, p.family)
+            outcome = summarize(p, r, source.stream, source.capacity_bytes, p is baseline,
+                                seconds, source.timestamps)  # fmt: skip
+        replays.setdefault(p.name, r)
+        outcomes.append(outcome)
     outcomes.sort(key=rank_key)
     stream = source.stream
     base = next((o for o in outcomes if o.baseline), None)
@@ -55,7 +67,9 @@ def rank_policies(
         recommendation=recommend(
             outcomes, source.capacity_bytes, source.segments_suspected, recorded, error,
             source.error_basis, source.counts.failed_allocations, source.peak_requested_bytes,
-        ),
+        )
+        if record is None
+        else recommend_remedy(outcomes, replays, record, source.program, source.capacity_bytes),
         warnings=source.warnings,
         timestamps=source.timestamps,
     )

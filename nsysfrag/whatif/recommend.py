@@ -29,8 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nsysfrag.whatif.results import PolicyOutcome, rank_key
+
+if TYPE_CHECKING:
+    from nsysfrag.whatif.remedies import DriverVerdict
 
 MIN_SAVING = 0.01  # below this a saving is noise whatever the model's error
 NEAR_EQUAL = 0.01  # peaks within 1 % of each other are a tie among recommendable policies
@@ -94,6 +98,9 @@ class Recommendation:
     # more than ``chosen``) with no more simulated OOMs: worth trying, never the recommendation.
     worth_trying: Candidate | None = None
     recorded_failures: int = 0  # the failed allocations the run itself recorded
+    # An nsys trace: its kind of program and each remedy against the recorded driver behaviour
+    # (whatif.remedies); None for a snapshot.
+    driver: DriverVerdict | None = None
 
     @property
     def policy(self) -> str | None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from nsysfrag.allocators import Policy, TorchConfig, parse_policy
 from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
+from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.allocators.torch import split_options
 from nsysfrag.analysis.results import Counts
 from nsysfrag.analysis.tried_settings import (
@@ -36,6 +37,13 @@ from nsysfrag.inputs.torch_snapshot.spaces import history_times
 from nsysfrag.models.segments.requests import SnapshotRequests, snapshot_requests
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
+from nsysfrag.whatif.driver import (
+    PROGRAM_DRIVER,
+    PROGRAM_PYTORCH,
+    PROGRAM_SEGMENTS,
+    Recorded,
+    recorded_baseline,
+)
 from nsysfrag.whatif.recommend import STATE, TRACE
 
 
@@ -64,6 +72,8 @@ class RequestSource:
     counts: Counts = Counts()
     peak_requested_bytes: int = 0
     origin_ns: int = 0
+    program: str = PROGRAM_PYTORCH  # which kind of program recorded it (whatif.driver)
+    recorded: Recorded | None = None  # nsys: the baseline is the recorded run, not a replay
 
 
 def stream_names(values: I64) -> tuple[str, ...]:
@@ -204,7 +214,8 @@ def as_run_policy(config: TorchConfig) -> Policy:
 
 def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource], list[str]]:
     """One request stream per (process, device) of an nsys export: its driver-level
-    allocations and frees (the observed model's lifetimes: a free, or an overlapping allocation)."""
+    allocations and frees (the observed model's lifetimes: a free, or an overlapping
+    allocation), with the recorded run as its baseline (``driver``)."""
     from nsysfrag.analysis import analyze
     from nsysfrag.inputs import InputOptions
     from nsysfrag.inputs.nsys import read_export
@@ -213,12 +224,13 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
     notes = [
         (
             "the request stream is the driver-level allocations nsys recorded (cudaMalloc,"
-            " cuMemAlloc, …): tensors only when the run used PYTORCH_NO_CUDA_MEMORY_CACHING=1;"
-            " nsys memory events carry no CUDA stream here, so all requests share one stream"
+            " cuMemAlloc, …), and the baseline is what the driver did with them, as analyze"
+            " reports it; nsys memory events carry no CUDA stream here, so all requests share"
+            " one stream"
         ),
         *analysis.warnings,
     ]
-    baseline = parse_policy("torch")
+    baseline = parse_policy(DRIVER)
     sources = []
     for s in analysis.spaces:
         tl = s.timeline
@@ -233,17 +245,19 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
         req = np.concatenate([np.arange(len(allocs)), np.flatnonzero(freed)])
         kind = np.concatenate([np.full(len(allocs), ALLOC), np.full(int(freed.sum()), FREE)])
         order = np.lexsort((order_key, position))
+        points = position[order]
         stream = RequestStream.build(
-            kind[order], req[order], tl.time_ns[position[order]], tl.bytes[allocs],
+            kind[order], req[order], tl.time_ns[points], tl.bytes[allocs],
             stream_names=("driver",),
         )  # fmt: skip
         warnings = []
         if s.caching_allocator_suspected:
             warnings.append(
                 "every allocation is a multiple of 2 MiB and at least 2 MiB: these look like a"
-                " caching allocator's segments, not tensors, so a what-if is meaningless; record"
-                " with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (nsysfrag profile --torch-tensors) or"
-                " use a PyTorch memory snapshot"
+                " caching allocator's segments (a PyTorch program), not tensors, so a what-if"
+                " of other allocators is meaningless here; take a PyTorch memory snapshot"
+                " (nsysfrag record -- python train.py) and run whatif on it, or record with"
+                " PYTORCH_NO_CUDA_MEMORY_CACHING=1 (nsysfrag profile --torch-tensors)"
             )
         process = f" ({s.process_name})" if s.process_name else ""
         sources.append(
@@ -256,13 +270,19 @@ def nsys_streams(path: Path, capacity: int | None) -> tuple[list[RequestSource],
                 capacity_source=s.capacity_source,
                 capacity_basis=s.capacity_basis,
                 baseline=baseline,
-                recorded_peak_reserved_bytes=None,
+                # the baseline is the record: the driver's pages at the memory peak
+                recorded_peak_reserved_bytes=(
+                    s.memory_peak.pool.reserved_bytes
+                    if s.memory_peak is not None and s.memory_peak.pool is not None
+                    else None
+                ),
                 warnings=warnings,
                 segments_suspected=s.caching_allocator_suspected,
-                tried=tried_settings(RunSettings(), tl.bytes[allocs]),
                 counts=s.counts,
                 peak_requested_bytes=s.max_live_bytes,
                 origin_ns=analysis.source.first_event_ns,
+                program=PROGRAM_SEGMENTS if s.caching_allocator_suspected else PROGRAM_DRIVER,
+                recorded=recorded_baseline(s, points, stream),
             )
         )
     return sources, notes

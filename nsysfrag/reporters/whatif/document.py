@@ -8,6 +8,7 @@ from typing import Any
 
 from nsysfrag.allocators.base import UNLIMITED
 from nsysfrag.reporters.json_report import state_document
+from nsysfrag.reporters.whatif.driver_document import driver_document
 from nsysfrag.reporters.whatif.words import recommendation_text, reference_text
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
@@ -22,13 +23,15 @@ from nsysfrag.whatif import (
 SCHEMA = "nsysfrag-whatif/1"
 
 
-def policy_document(o: PolicyOutcome, rank: int) -> dict[str, Any]:
+def policy_document(o: PolicyOutcome, rank: int, pytorch: bool = True) -> dict[str, Any]:
+    """One policy's row; ``pytorch=False`` for a program that does not run PyTorch's allocator
+    (no PYTORCH_CUDA_ALLOC_CONF selects anything there)."""
     return {
         "policy": o.name,
         "family": o.policy.family,
         "description": o.policy.description,
         "options": o.policy.option_summary,
-        "alloc_conf": o.policy.alloc_conf(),
+        "alloc_conf": o.policy.alloc_conf() if pytorch else None,
         "rank": rank,
         "baseline": o.baseline,
         "model": o.name,
@@ -90,7 +93,10 @@ def space_document(s: SpaceComparison) -> dict[str, Any]:
             "threshold": rec.threshold,
             "reference": reference_text(rec),
         },
-        "policies": [policy_document(o, i + 1) for i, o in enumerate(s.outcomes)],
+        "driver": driver_document(rec.driver),
+        "policies": [
+            policy_document(o, i + 1, rec.driver is None) for i, o in enumerate(s.outcomes)
+        ],
     }
 
 

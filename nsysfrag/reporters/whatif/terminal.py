@@ -18,6 +18,7 @@ from nsysfrag.analysis.metrics import (
 )
 from nsysfrag.printable import printable
 from nsysfrag.reporters.layout import Prose, outside
+from nsysfrag.reporters.whatif.driver_words import failures_phrase
 from nsysfrag.reporters.whatif.words import (
     VALIDATION_COLUMNS,
     change,
@@ -130,8 +131,8 @@ def _terminal_space(s: SpaceComparison, console: Console) -> None:
             console.print(
                 Prose(
                     outside(
-                        f"{o.name}: {o.simulated_ooms} simulated OOM(s), the first at"
-                        f" {when(o.first_oom_time_ns, s)}; largest free block at each:"
+                        f"{o.name}: {o.simulated_ooms} {failures_phrase(o)[0]}, the first at"
+                        f" {when(o.first_oom_time_ns, s)}; {failures_phrase(o)[1]}:"
                         f" {oom_list(o.largest_free_at_oom_bytes, 4)}",
                         style="dim",
                     )

@@ -4,6 +4,7 @@ the recommendation in a sentence, the reference models for scale, and the small 
 from __future__ import annotations
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.reporters.whatif.driver_words import driver_baseline_text, driver_recommendation_text
 from nsysfrag.whatif import PolicyOutcome, Recommendation, SpaceComparison
 from nsysfrag.whatif.validate import DeviceValidation
 from nsysfrag.whatif.recommend import (
@@ -92,6 +93,8 @@ def _checked(rec: Recommendation) -> str:
 
 def recommendation_text(rec: Recommendation) -> str:
     """Plain words that follow from the numbers."""
+    if rec.driver is not None:  # an nsys trace: the recorded driver behaviour and its remedies
+        return driver_recommendation_text(rec)
     if rec.verdict == SEGMENTS:
         return (
             "No recommendation: the requests look like caching-allocator segments (every size a"
@@ -213,6 +216,8 @@ def _worth_trying(rec: Recommendation) -> str:
 
 def baseline_text(rec: Recommendation) -> str:
     """The baseline, simulated, with the recorded figure beside it."""
+    if rec.driver is not None:
+        return driver_baseline_text(rec)
     sim = format_bytes(rec.baseline_peak_reserved_bytes)
     if rec.recorded_peak_reserved_bytes is None:
         return f"{rec.baseline}: {sim} peak reserved simulated (nothing recorded to compare)"
