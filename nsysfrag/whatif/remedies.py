@@ -135,10 +135,12 @@ def recommend_remedy(
         threshold=MIN_SAVING,
         capacity_bytes=capacity,
         chosen=None,
+        reason=None,  # nothing is recommended (SWITCH); the pick's reason is the driver's
         best_other=None,
         scale=None,
         fewer_ooms=candidate if reason == FEWER_OOMS else None,
         worth_trying=candidate,
+        recorded_failures=recorded.failures,
         driver=DriverVerdict(
             program=program,
             failures=recorded.failures,
