@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.inputs.nsys import sqlite_pages as pages
+from tests.hostile.child_fuzz import fuzz_in_child
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "150"))
 
@@ -193,21 +194,8 @@ REAL_MEMORY_TRACES = REPO.parent / "shared" / "real_memory_traces"
 
 
 def _fuzz(sources: list[Path], seed: int) -> None:
-    """tests/hostile/page_fuzz.py in a process of its own: a crash by signal fails this test
-    (with the case it died on) instead of ending the test run."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.hostile.page_fuzz", "--cases", str(PAGE_FUZZ_CASES),
-         "--seed", str(seed), *map(str, sources)],
-        cwd=REPO, env=dict(os.environ, NSYSFRAG_KERNELS="compiled"), capture_output=True,
-        text=True, timeout=600 + PAGE_FUZZ_CASES, check=False,
-    )  # fmt: skip
-    lines = proc.stdout.splitlines() or ["(nothing)"]
-    if proc.returncode < 0:
-        pytest.fail(f"the decoder died of signal {-proc.returncode} at case {lines[-1]} (seed {seed})")
-    assert proc.returncode == 0, f"{lines[-1]}\n{proc.stderr[-2000:]}"
-    assert lines[-1].startswith("equal="), lines[-1]
-    outcomes = dict(kv.split("=") for kv in lines[-1].split())
-    assert int(outcomes["equal"]) > 0, "no mutation left a table SQLite and the decoder both read"
+    outcomes = fuzz_in_child("tests.hostile.page_fuzz", sources, PAGE_FUZZ_CASES, seed)
+    assert outcomes["equal"] > 0, "no mutation left a table SQLite and the decoder both read"
 
 
 def test_mutated_pages_of_generated_exports_read_as_sqlite_reads_them(tmp_path: Path) -> None:
