@@ -92,7 +92,7 @@ def read_trace(
         with closing(connect()) as con:
             return _read(connect, con, path, uri, require_memory_events, progress)
     except export_file.SQLITE_ERRORS as err:
-        refused = budget.failure(path, err)
+        refused = budget.failure(path, err) or export_file.hot_journal(path, err)
         if refused is not None:
             raise InputError(refused) from None
         raise InputError(
