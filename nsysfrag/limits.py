@@ -103,6 +103,10 @@ HISTORY_SECONDS = Limit(
     "seconds of SQLite work on the history database per statement", 10, "10 s",
     "NSYSFRAG_HISTORY_SECONDS", integer=False,
 )
+HISTORY_LOCK_SECONDS = Limit(
+    "seconds to wait for another writer of the history database", 30, "30 s",
+    "NSYSFRAG_HISTORY_LOCK_SECONDS", integer=False,
+)
 HISTORY_VALUE_BYTES = Limit(
     "bytes of one value stored in the history database", 1 << 20, "1 MiB",
     "NSYSFRAG_HISTORY_VALUE_BYTES",
@@ -127,6 +131,7 @@ LIMITS: tuple[Limit, ...] = (
     MAX_SPACES,
     PICKLE_NESTING,
     HISTORY_SECONDS,
+    HISTORY_LOCK_SECONDS,
     HISTORY_VALUE_BYTES,
     JSON_BYTES,
 )

@@ -34,6 +34,7 @@ from nsysfrag.history.connection import (
     engine_for,
     explain,
     first_line,
+    is_locked,
     location,
     read_only_engine,
     sqlite_file_missing,
@@ -365,9 +366,11 @@ class HistoryStore:
                 with engine.connect() as connection, connection.begin():
                     check_database(connection, self.location)
                     version = current_version(connection)
-            except exc.OperationalError:
+            except exc.OperationalError as err:
                 engine.dispose()
-                if immutable:
+                # Locked is not read-only storage: read as immutable, the file would show the
+                # other writer's uncommitted pages. Its wait was the busy timeout; say so.
+                if immutable or is_locked(first_line(err.orig if err.orig is not None else err)):
                     raise
                 continue
             if immutable and not idle_wal:

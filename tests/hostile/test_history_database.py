@@ -173,3 +173,27 @@ def test_reading_a_wal_history_leaves_no_file_beside_it(db: Path) -> None:
     for argv in HISTORY_COMMANDS:
         run_nsysfrag([*argv, "--db", db], inputs=[db], allowed_codes=(0, 1))
         assert sorted(p.name for p in db.parent.iterdir()) == ["history.sqlite"], argv
+
+
+# ---------------------------------------------------------------- a writer holding the lock
+
+
+def test_a_locked_history_waits_then_says_so_and_never_shows_uncommitted_values(db: Path) -> None:
+    # main: waited 30 s, called the file "on read-only storage", opened it immutable and listed
+    # the other writer's uncommitted values.
+    _sql(db, "PRAGMA journal_mode = DELETE")
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA cache_size = 1")  # its changes reach the file before it commits
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("UPDATE run_spaces SET health = 'critical'")
+        writer.execute("UPDATE run_space_values SET value = 987654.0")
+        for argv in (["history"], ["history", "--json", "-"], ["history", "--trend", "global_frag"]):
+            out = run_nsysfrag([*argv, "--db", db], env={"NSYSFRAG_HISTORY_LOCK_SECONDS": "1"})
+            assert out.returncode == 2, (argv, out.stdout[-500:])
+            assert "locked by another writer" in out.stderr and "try again" in out.stderr
+            assert "987654" not in out.stdout and "critical" not in out.stdout
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert run_nsysfrag(["history", "--db", db]).returncode == 0
