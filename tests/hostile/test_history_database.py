@@ -197,3 +197,54 @@ def test_a_locked_history_waits_then_says_so_and_never_shows_uncommitted_values(
         writer.execute("ROLLBACK")
         writer.close()
     assert run_nsysfrag(["history", "--db", db]).returncode == 0
+
+
+# ------------------------------------------------- clauses that run code or cost, edited in
+
+COSTLY = "length(hex(zeroblob(400000000))) > 0"  # an 800 MB string on every row written
+
+
+def _edit_schema(db: Path, name: str, old: str, new: str) -> None:
+    con = sqlite3.connect(db)
+    try:
+        con.execute("PRAGMA writable_schema = ON")
+        con.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (old, new, name))
+        con.commit()
+    finally:
+        con.close()
+
+
+def test_a_check_constraint_edited_into_the_values_is_refused(db: Path) -> None:
+    # main: analyze --record ran 16 s to 3.5 GB and ended in MemoryError
+    _edit_schema(db, "run_space_values", "value DOUBLE NOT NULL", f"value DOUBLE NOT NULL CHECK ({COSTLY})")
+    _every_command(db, "its table 'run_space_values' has a CHECK clause")
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "said"),
+    [
+        ("run_tags", "value VARCHAR NOT NULL", "value VARCHAR NOT NULL DEFAULT (hex(zeroblob(400000000)))",
+         "its table 'run_tags' has a DEFAULT clause"),
+        ("runs", "label VARCHAR", "label VARCHAR COLLATE NOCASE", "its table 'runs' has a COLLATE clause"),
+        ("runs", "host VARCHAR", "host VARCHAR /* a comment */ CONSTRAINT c CHECK (1)",
+         "its table 'runs' has a CHECK clause"),
+        ("ix_runs_recorded_at", "(recorded_at)", f"(recorded_at) WHERE {COSTLY}",
+         "its index 'ix_runs_recorded_at' is not the one nsysfrag creates"),
+        ("ix_runs_recorded_at", "(recorded_at)", "(hex(zeroblob(400000000)))",
+         "its index 'ix_runs_recorded_at' is not the one nsysfrag creates"),
+    ],
+)  # fmt: skip
+def test_a_clause_that_runs_code_or_compares_otherwise_is_refused(
+    db: Path, name: str, old: str, new: str, said: str
+) -> None:
+    _edit_schema(db, name, old, new)
+    for argv in (["history", "--db", db], ["analyze", SAMPLES / "churn_anomalies.sqlite", "-q", "--record", "--db", db]):
+        out = run_nsysfrag(argv, inputs=[db])
+        assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+
+
+def test_names_that_only_spell_a_clause_are_not_clauses() -> None:
+    from nsysfrag.history.integrity import sql_tokens
+
+    tokens = sql_tokens('CREATE TABLE t ("check" INT, [default] INT, `as` INT) -- CHECK (x)\n/* COLLATE */')
+    assert not {"CHECK", "DEFAULT", "AS", "COLLATE"} & set(tokens)
