@@ -118,6 +118,18 @@ JSON_BYTES = Limit(
     "bytes of a JSON document read back (a baseline, a compare input, a scheduler file)",
     256 << 20, "256 MiB", "NSYSFRAG_JSON_BYTES",
 )
+DOCUMENT_SITE_CHARS = Limit(
+    "characters of one site's text in a JSON document read back (a longer one is cut, with …)",
+    4096, "4,096", "NSYSFRAG_DOCUMENT_SITE_CHARS",
+)
+DOCUMENT_SITES = Limit(
+    "sites (hotspots, sites at the memory peak) in a JSON document read back", 100_000,
+    "100,000", "NSYSFRAG_DOCUMENT_SITES",
+)
+DOCUMENT_SITE_BYTES = Limit(
+    "bytes of all site texts of a JSON document read back, once cut", 16 << 20, "16 MiB",
+    "NSYSFRAG_DOCUMENT_SITE_BYTES",
+)
 MAX_COLUMNS = 1000  # $COLUMNS above this is taken as this (a terminal report wider than that is no use)
 MAX_RANK = 2**31 - 1  # a job's rank number; PostgreSQL's INTEGER column holds no more
 
@@ -134,6 +146,9 @@ LIMITS: tuple[Limit, ...] = (
     HISTORY_LOCK_SECONDS,
     HISTORY_VALUE_BYTES,
     JSON_BYTES,
+    DOCUMENT_SITE_CHARS,
+    DOCUMENT_SITES,
+    DOCUMENT_SITE_BYTES,
 )
 
 
