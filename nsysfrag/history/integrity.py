@@ -115,12 +115,13 @@ def check_schema(connection: Connection, where: str) -> None:
             raise _refuse(where, f"it has an index {shown}")
         if kind == "index" and not _index_matches(str(name), str(sql or "")):
             raise _refuse(where, f"its index {shown} is not the one nsysfrag creates")
-        if kind == "table" and (clause := _clause(str(sql or ""))) is not None:
-            raise _refuse(where, f"its table {shown} has a {clause} clause")
     for table in TABLES:
         for column in connection.exec_driver_sql(f'PRAGMA table_xinfo("{table}")').all():
             if column[-1] in (2, 3):  # hidden: 2 a virtual generated column, 3 a stored one
                 raise _refuse(where, f"its table {table} has a generated column {column[1]!r}")
+    for kind, name, _, sql in rows:
+        if kind == "table" and (clause := _clause(str(sql or ""))) is not None:
+            raise _refuse(where, f"its table {describe_value(str(name))} has a {clause} clause")
 
 
 def check_database(connection: Connection, where: str) -> None:
