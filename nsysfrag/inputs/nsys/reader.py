@@ -136,7 +136,7 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri, path))
+        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri))
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
         )
