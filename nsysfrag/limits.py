@@ -103,6 +103,10 @@ HISTORY_SECONDS = Limit(
     "seconds of SQLite work on the history database per statement", 10, "10 s",
     "NSYSFRAG_HISTORY_SECONDS", integer=False,
 )
+HISTORY_LOCK_SECONDS = Limit(
+    "seconds to wait for another writer of the history database", 30, "30 s",
+    "NSYSFRAG_HISTORY_LOCK_SECONDS", integer=False,
+)
 HISTORY_VALUE_BYTES = Limit(
     "bytes of one value stored in the history database", 1 << 20, "1 MiB",
     "NSYSFRAG_HISTORY_VALUE_BYTES",
@@ -121,6 +125,18 @@ JSON_BYTES = Limit(
     "bytes of a JSON document read back (a baseline, a compare input, a scheduler file)",
     256 << 20, "256 MiB", "NSYSFRAG_JSON_BYTES",
 )
+DOCUMENT_SITE_CHARS = Limit(
+    "characters of one site's text in a JSON document read back (a longer one is cut, with …)",
+    4096, "4,096", "NSYSFRAG_DOCUMENT_SITE_CHARS",
+)
+DOCUMENT_SITES = Limit(
+    "sites (hotspots, sites at the memory peak) in a JSON document read back", 100_000,
+    "100,000", "NSYSFRAG_DOCUMENT_SITES",
+)
+DOCUMENT_SITE_BYTES = Limit(
+    "bytes of all site texts of a JSON document read back, once cut", 16 << 20, "16 MiB",
+    "NSYSFRAG_DOCUMENT_SITE_BYTES",
+)
 MAX_COLUMNS = 1000  # $COLUMNS above this is taken as this (a terminal report wider than that is no use)
 MAX_RANK = 2**31 - 1  # a job's rank number; PostgreSQL's INTEGER column holds no more
 
@@ -134,9 +150,13 @@ LIMITS: tuple[Limit, ...] = (
     MAX_SPACES,
     PICKLE_NESTING,
     HISTORY_SECONDS,
+    HISTORY_LOCK_SECONDS,
     HISTORY_VALUE_BYTES,
     TRY_GRACE_S,
     JSON_BYTES,
+    DOCUMENT_SITE_CHARS,
+    DOCUMENT_SITES,
+    DOCUMENT_SITE_BYTES,
 )
 
 

@@ -6,6 +6,8 @@ decode."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import sqlite3
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nsysfrag.inputs.nsys import sqlite_pages as pages
+from tests.hostile.child_fuzz import fuzz_in_child
 
 EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "150"))
 
@@ -180,3 +183,110 @@ def test_damaged_bytes_never_crash_and_never_read_other_values(
         return  # SQLite refuses the file: the reader reports that, whatever the decoder did
     if got is not None:
         assert [tuple(int(v) for v in row) for row in zip(got[0], got[1])] == expected
+
+
+# --- memory safety: every read checked against its page, the file read, never mapped ---------
+
+PAGE_FUZZ_CASES = int(os.environ.get("NSYSFRAG_PAGE_FUZZ_CASES", "400"))
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "sample_traces"
+REAL_MEMORY_TRACES = REPO.parent / "shared" / "real_memory_traces"
+
+
+def _fuzz(sources: list[Path], seed: int) -> None:
+    outcomes = fuzz_in_child("tests.hostile.page_fuzz", sources, PAGE_FUZZ_CASES, seed)
+    assert outcomes["equal"] > 0, "no mutation left a table SQLite and the decoder both read"
+
+
+def test_mutated_pages_of_generated_exports_read_as_sqlite_reads_them(tmp_path: Path) -> None:
+    generated = _table(tmp_path, [(i, -i, i * 3 if i % 7 else None, i % 5) for i in range(3000)], 512)
+    _fuzz([generated, *sorted(SAMPLES.glob("*.sqlite"))], seed=1)
+
+
+@pytest.mark.skipif(not REAL_MEMORY_TRACES.is_dir(), reason="the genuine exports are not beside the repository")
+def test_mutated_pages_of_genuine_exports_read_as_sqlite_reads_them() -> None:
+    _fuzz(sorted(REAL_MEMORY_TRACES.glob("*.sqlite")), seed=2)
+
+
+def test_column_sizes_that_overflow_when_summed_are_declined(tmp_path: Path) -> None:
+    # Three columns claim 2^62-byte texts each (9-byte serial types, each below 2^63) before a
+    # column that is read: summed in 64 bits the offsets wrap negative, and a check of the
+    # total alone lets the read land 2^62 bytes before the buffer (SIGSEGV). In a child, so
+    # that a crash fails this test rather than ending the run.
+    path = _table(tmp_path, [(i, i, "x" * 40, i) for i in range(3000)], 512)
+    data = bytearray(path.read_bytes())
+    # Row 1500's record: payload 51, rowid 1500, header [5, 2, 2, 93, 2] (two 2-byte integers,
+    # a 40-byte text, a 2-byte integer).
+    rowid = bytes([0x80 | (1500 >> 7), 1500 & 0x7F])
+    at = data.index(bytes([51]) + rowid + bytes([5, 2, 2, 93, 2]))
+    huge = bytes([0xBF] + [0xFF] * 7 + [0xFE])
+    data[at + 3 : at + 3 + 29] = bytes([29]) + huge * 3 + bytes([2])  # 3 x 2^62, then d
+    path.write_bytes(bytes(data))
+    code = (
+        "import sqlite3, sys; from pathlib import Path;"
+        " from nsysfrag.inputs.nsys import sqlite_pages as p;"
+        f" con = sqlite3.connect('file:{path}?mode=ro', uri=True);"
+        " n = con.execute('SELECT count(*) FROM t').fetchone()[0];"
+        f" got = p.read_columns(Path('{path}'), con, 't', [p.Column(3)], n);"
+        " sys.exit(0 if got is None else 3)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, NSYSFRAG_KERNELS="compiled"), timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, f"exit {proc.returncode} (negative: a signal); {proc.stderr[-500:]}"
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        _query(path, "SELECT a, b, c, d FROM t ORDER BY rowid")
+
+
+def test_a_file_that_shrinks_while_it_is_read_is_declined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _table(tmp_path, [(i, i, i, i) for i in range(60_000)], 512)
+    read = pages._PageFile.read
+    calls = []
+
+    def shrinking(self: pages._PageFile, numbers: np.ndarray, into: np.ndarray) -> np.ndarray:
+        calls.append(len(numbers))
+        if len(calls) == 3:  # a re-export or a cleanup truncates it mid-read
+            os.truncate(path, os.path.getsize(path) // 2)
+        return read(self, numbers, into)
+
+    monkeypatch.setattr(pages._PageFile, "read", shrinking)
+    monkeypatch.setattr(pages, "BATCH_BYTES", 512 * 64)
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        assert pages.read_columns(path, con, "t", [pages.Column(0)], 60_000) is None
+    assert len(calls) >= 3
+
+
+def test_a_read_needs_a_bounded_buffer_not_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Filtered, the rows kept size the output; the pages pass through one buffer of BATCH_BYTES.
+    path = _table(tmp_path, [(i, i % 1000, i, i) for i in range(60_000)], 4096)
+    sizes = []
+    read = pages._PageFile.read
+    monkeypatch.setattr(pages._PageFile, "read", lambda self, n, into: sizes.append(len(n) * self.page_size) or read(self, n, into))
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        got = pages.read_columns(path, con, "t", [pages.Column(0)], 60_000, where_in=(1, [7]))
+    assert got is not None and list(got[0]) == list(range(7, 60_000, 1000))
+    assert max(sizes) <= pages.BATCH_BYTES < os.path.getsize(path)
+
+
+@pytest.mark.parametrize(
+    ("declared", "read_as_stored"),
+    [("REAL", False), ("DOUBLE PRECISION", False), ("FLOAT", False), ("TEXT", False),
+     ("VARCHAR(10)", False), ("INTEGER", True), ("BIGINT", True), ("NUMERIC", True),
+     ("DECIMAL(10,5)", True), ("", True), ("BLOB", True), ("POINT", True)],
+)  # fmt: skip
+def test_declared_types_are_read_as_sqlite_reads_them(tmp_path: Path, declared: str, read_as_stored: bool) -> None:
+    # REAL affinity stores integral values as integers and gives them back as floats; TEXT
+    # affinity compares them with numbers as text. Either way the decoder leaves them to SQLite.
+    path = tmp_path / "t.sqlite"
+    with sqlite3.connect(path) as con:
+        con.execute(f"CREATE TABLE t (a {declared}, b INTEGER)")
+        con.execute("PRAGMA writable_schema = ON")
+        con.executemany("INSERT INTO t VALUES (?, ?)", [(i, i) for i in range(30_000)])
+    stored = _query(path, "SELECT typeof(a) FROM t LIMIT 1")[0][0]
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        got = pages.read_columns(path, con, "t", [pages.Column(1)], 30_000, where_in=(0, [5]))
+        plain = pages.read_columns(path, con, "t", [pages.Column(0)], 30_000)
+    if read_as_stored:
+        assert stored == "integer" and got is not None and list(got[0]) == [5]
+        assert plain is not None and list(plain[0]) == list(range(30_000))
+    else:
+        assert got is None and plain is None

@@ -7,7 +7,11 @@ line naming the file, the place in it (``spaces[2].health``) and what was there:
 10^400 (JSON says nothing of ranges; Python reads it as ``inf``), a 5,000-digit integer (which
 Python refuses to read at all), a health that is not a level, a list where a number belongs.
 The file is read only up to ``limits.JSON_BYTES``, and must be a regular file (a FIFO would
-block). Hand-written rather than a schema library: the schema is a few dozen paths, each check
+block). What its sites cost to show is bounded too: each site's text is cut to
+``limits.DOCUMENT_SITE_CHARS`` (a 1 MB site took 40 s and 550 MB to lay out), and the sites of a
+document are at most ``limits.DOCUMENT_SITES``, their texts at most ``limits.DOCUMENT_SITE_BYTES``
+together; a lone surrogate (``"\ud800"``, which JSON can spell but no UTF-8 output can hold)
+reads as U+FFFD. Hand-written rather than a schema library: the schema is a few dozen paths, each check
 one line, and the messages name the option and the fix in the words of the rest of nsysfrag.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -42,6 +47,29 @@ def _integer(text: str) -> int:
     return int(text)
 
 
+# A JSON escape of a UTF-16 surrogate: the only way a document's text can hold a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_lone_surrogates(doc: Any) -> Any:
+    """``doc`` with every lone surrogate in its texts (keys too) as U+FFFD."""
+
+    def clean(text: str) -> str:
+        return _SURROGATE.sub("\ufffd", text)
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, str):
+            return clean(node)
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, dict):
+            return {clean(k): walk(v) for k, v in node.items()}
+        return node
+
+    return walk(doc)
+
+
 def read_json(path: Path, *, what: str = "JSON written by `nsysfrag analyze --json`") -> Any:
     """The JSON in ``path`` (a regular file of at most ``limits.JSON_BYTES``); InputError with
     a fix when there is none. ``what`` says what to pass instead."""
@@ -64,7 +92,9 @@ def read_json(path: Path, *, what: str = "JSON written by `nsysfrag analyze --js
             f" {what} (or raise {limits.JSON_BYTES.env})"
         )
     try:
-        return json.loads(data.decode("utf-8"), parse_int=_integer)
+        text = data.decode("utf-8")
+        doc = json.loads(text, parse_int=_integer)
+        return _without_lone_surrogates(doc) if _SURROGATE_ESCAPE.search(text) else doc
     except RecursionError:  # nesting deeper than any document nsysfrag writes
         raise InputError(f"{shown}: JSON nested too deeply to be an nsysfrag document") from None
     except _TooLong as err:
@@ -98,13 +128,38 @@ class Checker:
 
     def __init__(self, path: Path, fix: str) -> None:
         self.path, self.fix = path, fix
+        self.sites = 0
+        self.site_bytes = 0
+        self.site_chars = int(limits.DOCUMENT_SITE_CHARS.value())
+
+    def site(self, node: dict[str, Any], where: str) -> None:
+        """``node["site"]``, a text, cut to ``limits.DOCUMENT_SITE_CHARS`` in place (with
+        '…'), counted against the document's bounds on sites."""
+        text = self.text(self.at(node, "site", where), f"{where}.site")
+        if len(text) > self.site_chars:
+            text = node["site"] = text[: self.site_chars - 1] + "…"
+        self.sites += 1
+        self.site_bytes += len(text.encode("utf-8", "surrogatepass"))
+        most, most_bytes = limits.DOCUMENT_SITES.value(), limits.DOCUMENT_SITE_BYTES.value()
+        if self.sites > most:
+            raise InputError(
+                f"{display_path(self.path)}: more than {most:,.0f} sites (hotspots and sites at"
+                f" the memory peak), more than nsysfrag writes for any trace; {self.fix} (or"
+                f" raise {limits.DOCUMENT_SITES.env})"
+            )
+        if self.site_bytes > most_bytes:
+            raise InputError(
+                f"{display_path(self.path)}: its sites' texts hold more than {most_bytes:,.0f}"
+                f" bytes, more than nsysfrag writes for any trace; {self.fix} (or raise"
+                f" {limits.DOCUMENT_SITE_BYTES.env})"
+            )
 
     def fail(self, where: str, value: Any, expected: str) -> InputError:
         return InputError(
             f"{display_path(self.path)}: {where} is {describe_value(value)}, not {expected}; {self.fix}"
         )
 
-    def mapping(self, value: Any, where: str) -> Mapping[str, Any]:
+    def mapping(self, value: Any, where: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(where, value, "an object")
         return value
@@ -119,11 +174,13 @@ class Checker:
             raise self.fail(where, value, f"an integer from {lo:,} to {hi:,}")
         return value
 
-    def number(self, value: Any, where: str) -> float:
+    def number(self, value: Any, where: str, *, negative: bool = True) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(where, value, "a number")
         if not math.isfinite(value) or abs(value) >= UINT64_END:
             raise self.fail(where, value, "a finite number below 2^64")
+        if not negative and value < 0:
+            raise self.fail(where, value, "a number of at least 0 (a size or a count)")
         return float(value)
 
     def text(self, value: Any, where: str) -> str:
@@ -152,12 +209,15 @@ ANALYSIS_FIX = "re-run `nsysfrag analyze --json` to write it again"
 
 
 def check_analysis(
-    doc: Any, path: Path, numbers: Iterable[str], schema: str, where: str = ""
+    doc: Any, path: Path, numbers: Iterable[str], schema: str, where: str = "",
+    check: Checker | None = None,
 ) -> dict[str, Any]:
     """``doc`` when it is an analysis document (``schema``) whose spaces hold every value the
-    comparison reads: pid and device (64-bit integers), health (a level) and each path in
-    ``numbers`` (a finite number)."""
-    check = Checker(path, ANALYSIS_FIX)
+    comparison reads: pid and device (64-bit integers), health (a level), each path in
+    ``numbers`` (a finite number), the capacity (a positive integer) and the counts (integers
+    of at least 0). ``check``: the checker of the document this analysis is part of (a job's),
+    whose bounds on sites it shares."""
+    check = check or Checker(path, ANALYSIS_FIX)
     prefix = f"{where}." if where else ""
     if not isinstance(doc, dict) or doc.get("schema") != schema or not isinstance(doc.get("spaces"), list):
         raise InputError(
@@ -173,6 +233,11 @@ def check_analysis(
         check.integer(check.at(node, "pid", at), f"{at}.pid", *INT64)
         check.integer(check.at(node, "device", at), f"{at}.device", *INT64)
         check.level(check.at(node, "health", at), f"{at}.health")
+        if "capacity_bytes" in node:
+            check.integer(node["capacity_bytes"], f"{at}.capacity_bytes", 1, INT64[1])
+        if "counts" in node:
+            for name, value in check.mapping(node["counts"], f"{at}.counts").items():
+                check.integer(value, f"{at}.counts.{name}", 0, INT64[1])
         for dotted in paths:
             check.number(check.at(node, dotted, at), f"{at}.{dotted}")
         _check_compared_parts(check, node, at, origin)
@@ -207,8 +272,9 @@ def _check_compared_parts(check: Checker, space: Mapping[str, Any], at: str, ori
         for name, value in state.items():
             if name == "time_ns":
                 check.integer(value, f"{at}.{key}.time_ns", *INT64)
-            else:
-                check.number(value, f"{at}.{key}.{name}")
+            else:  # sizes and counts are never negative; a fraction's sign is its own
+                size = name.endswith("_bytes") or name.endswith("_blocks")
+                check.number(value, f"{at}.{key}.{name}", negative=not size)
     if "memory_peak_sites" in space:
         sites_at = f"{at}.memory_peak_sites"
         sites = check.mapping(space["memory_peak_sites"], sites_at)
@@ -233,7 +299,7 @@ def _check_compared_parts(check: Checker, space: Mapping[str, Any], at: str, ori
 
 def _site_entry(check: Checker, entry: Any, at: str, figure: str) -> None:
     node = check.mapping(entry, at)
-    check.text(check.at(node, "site", at), f"{at}.site")
+    check.site(node, at)
     check.integer(check.at(node, figure, at), f"{at}.{figure}", *INT64)
 
 
@@ -254,7 +320,7 @@ def check_job(
             raise check.fail(f"{at}.rank", rank, "a rank no other entry has")
         seen.add(rank)
         if "analysis" in node:
-            check_analysis(node["analysis"], path, paths, analysis_schema, f"{at}.analysis")
+            check_analysis(node["analysis"], path, paths, analysis_schema, f"{at}.analysis", check)
         else:
             check.text(node.get("error", "not analyzed"), f"{at}.error")
     return doc

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from nsysfrag.commands.feedback import say
-from nsysfrag.commands.outputs import Output, check_destinations, report_console, write_text
+from nsysfrag.commands.outputs import Output, check_destinations, report_console, write_with
 from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
-from nsysfrag.history.render import dumps, json_document, render_runs, trend_lines
+from nsysfrag.history.render import render_runs, trend_lines, write_json
 from nsysfrag.history.trends import DEFAULT_METRIC, check, resolve_metric, series
 
 TABLE_RUNS = 20
@@ -131,8 +131,8 @@ def history_command(
         if store.note is not None:
             _note(store.note)
         if json_path is not None:
-            text = dumps(json_document(store.runs(_limited(query, limit)), where))
-            write_text(outputs[0], text)
+            runs = store.iter_runs(_limited(query, limit))
+            write_with(outputs[0], lambda out: write_json(runs, where, out))
         if trend is not None:
             runs = store.runs(_limited(query, limit or TREND_RUNS))[::-1]
             all_series = series(runs, trend)

@@ -25,9 +25,18 @@ from nsysfrag.errors import InputError
 from nsysfrag.history.migrations import migrate
 
 ENV_VAR = "NSYSFRAG_DB"
-BUSY_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
 WRITE = "nsysfrag_write"  # the execution option that makes a transaction a writing one
+
+
+def busy_timeout_s() -> float:
+    """How long a statement waits for another writer's lock (``limits.HISTORY_LOCK_SECONDS``)."""
+    return limits.HISTORY_LOCK_SECONDS.value()
+
+
+def is_locked(message: str) -> bool:
+    lowered = message.lower()
+    return "locked" in lowered or "busy" in lowered
 
 
 def default_path(environ: Mapping[str, str] = os.environ) -> Path:
@@ -162,7 +171,7 @@ def make_parent(path: Path) -> None:
 def engine_for(url: URL) -> Engine:
     backend = url.get_backend_name()
     if backend == "sqlite":
-        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": BUSY_TIMEOUT_S})
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": busy_timeout_s()})
         return _sqlite_events(engine)
     args: dict[str, Any] = {}
     if backend == "postgresql" and "connect_timeout" not in url.query:
@@ -235,7 +244,7 @@ def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s() * 1000)}")
         cursor.execute("PRAGMA foreign_keys = ON")
     finally:
         cursor.close()
@@ -258,7 +267,7 @@ def read_only_engine(file: Path, *, immutable: bool) -> Engine:
     uri = f"file:{quote(str(file.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
 
     def connect() -> sqlite3.Connection:
-        return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s())
 
     return _sqlite_events(create_engine("sqlite://", creator=connect, poolclass=NullPool))
 
@@ -308,10 +317,10 @@ def explain(where: str, message: str, err: Exception, *, server: bool) -> str:
             f"{where}: not a readable history database ({message}); move the file away or"
             " point --db (or NSYSFRAG_DB) at another one"
         )
-    if "locked" in lowered or "busy" in lowered:
+    if is_locked(message):
         return (
-            f"{where}: {message} (another process held it for more than {BUSY_TIMEOUT_S:g} s);"
-            " try again"
+            f"{where}: locked by another writer (for more than {busy_timeout_s():g} s,"
+            f" {limits.HISTORY_LOCK_SECONDS.env}); try again"
         )
     if "unable to open" in lowered or "readonly" in lowered or "read-only" in lowered:
         return f"{where}: cannot open it for writing ({message}); check the path and permissions"

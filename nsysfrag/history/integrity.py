@@ -5,7 +5,11 @@ A history file may come from anywhere (a shared CI cache, a hand edit), so befor
 - its schema holds only nsysfrag's tables and indexes (:func:`check_schema`): no view (``runs``
   redefined as a recursive view hung every ``history`` command), no trigger (an AFTER INSERT
   trigger with an endless query hung ``--record`` while it held the write lock), no virtual
-  table, no generated column; its schema versions are the steps nsysfrag applies (1, 2, …);
+  table, no generated column, and no clause in a table's definition that runs an expression
+  or changes how values compare (a CHECK constraint that builds a 1 GB string on every insert
+  ended ``--record`` in MemoryError; a DEFAULT, a COLLATE, a conflict clause); its indexes
+  are nsysfrag's two, on its columns; its schema versions are the steps nsysfrag applies
+  (1, 2, …);
 - every value read back is checked against the column it came from (:func:`run_values`,
   :func:`space_values`, :func:`tag_values`): a time that is a time, a count that is a 64-bit
   integer, a ratio that is a finite number, a health that is a level, no NULL where nsysfrag
@@ -34,6 +38,49 @@ INT64 = (-(2**63), 2**63 - 1)
 # The indexes nsysfrag's migrations create, and SQLite's own tables and automatic indexes.
 INDEXES = frozenset({"ix_runs_recorded_at", "ix_run_tags_key_value"})
 _SQLITE_OWN = re.compile(r"^sqlite_(autoindex_.*|sequence|stat\d)$")
+# The index definitions nsysfrag writes, as tokens (identifiers unquoted, keywords upper-case).
+INDEX_TOKENS = {
+    "ix_runs_recorded_at": ["CREATE", "INDEX", "ix_runs_recorded_at", "ON", "runs", "(", "recorded_at", ")"],
+    "ix_run_tags_key_value": ["CREATE", "INDEX", "ix_run_tags_key_value", "ON", "run_tags", "(", "key", ",", "value", ")"],
+}  # fmt: skip
+# Words of a table's definition that nsysfrag's never holds: each runs an expression when a
+# row is written (CHECK, DEFAULT, GENERATED ... AS) or changes what a statement does (COLLATE,
+# ON CONFLICT, WITHOUT ROWID, STRICT's type checks).
+_CLAUSES = ("CHECK", "DEFAULT", "GENERATED", "AS", "COLLATE", "CONFLICT", "WITHOUT", "STRICT")
+# Comments, quoted texts and identifiers, words, anything else: SQLite's own tokens, enough
+# to tell a keyword from a name that only spells one.
+_TOKEN = re.compile(
+    r"--[^\n]*|/\*.*?(?:\*/|$)|'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`(?:[^`]|``)*`|\[[^\]]*\]"
+    r"|[A-Za-z_][A-Za-z0-9_$]*|\S",
+    re.DOTALL,
+)
+
+
+def sql_tokens(sql: str) -> list[str]:
+    """``sql`` as tokens: comments dropped, quoted identifiers unquoted (marked by a leading
+    NUL so that none reads as a keyword), words upper-cased."""
+    tokens = []
+    for token in _TOKEN.findall(sql):
+        if token.startswith(("--", "/*")):
+            continue
+        if token[0] in "\"`[":
+            tokens.append("\0" + token[1:-1])
+        elif token[0] == "'":
+            tokens.append(token)
+        else:
+            tokens.append(token.upper() if token[0].isalpha() or token[0] == "_" else token)
+    return tokens
+
+
+def _clause(sql: str) -> str | None:
+    """The first clause in a table's definition that nsysfrag never writes, or None."""
+    return next((t for t in sql_tokens(sql) if t in _CLAUSES), None)
+
+
+def _index_matches(name: str, sql: str) -> bool:
+    expected = INDEX_TOKENS.get(name)
+    got = [t.lstrip("\0").lower() for t in sql_tokens(sql)]
+    return expected is not None and got == [t.lower() for t in expected]
 
 
 class NotOurs(InputError):
@@ -66,10 +113,15 @@ def check_schema(connection: Connection, where: str) -> None:
             raise _refuse(where, f"its table {shown} is a virtual table")
         if kind == "index" and (name not in INDEXES or table not in TABLES):
             raise _refuse(where, f"it has an index {shown}")
+        if kind == "index" and not _index_matches(str(name), str(sql or "")):
+            raise _refuse(where, f"its index {shown} is not the one nsysfrag creates")
     for table in TABLES:
         for column in connection.exec_driver_sql(f'PRAGMA table_xinfo("{table}")').all():
             if column[-1] in (2, 3):  # hidden: 2 a virtual generated column, 3 a stored one
                 raise _refuse(where, f"its table {table} has a generated column {column[1]!r}")
+    for kind, name, _, sql in rows:
+        if kind == "table" and (clause := _clause(str(sql or ""))) is not None:
+            raise _refuse(where, f"its table {describe_value(str(name))} has a {clause} clause")
 
 
 def check_database(connection: Connection, where: str) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -128,3 +128,19 @@ def json_document(runs: Sequence[StoredRun], where: str) -> dict[str, Any]:
 
 def dumps(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def write_json(runs: Iterable[StoredRun], where: str, out: TextIO) -> None:
+    """``dumps(json_document(runs, where))``, byte for byte, written one run at a time: the
+    document of 200,000 runs is never one string (nor its runs one list) in memory."""
+    head = dumps({"schema": JSON_SCHEMA, "database": where, "runs": []})
+    opening, closing = head.rsplit('"runs": []', 1)
+    out.write(opening + '"runs": [')
+    first = True
+    for run in runs:
+        text = json.dumps(run.document(), indent=2, ensure_ascii=False)
+        # One level deeper: JSON text holds no raw newline inside a string, so every line
+        # of the run's text is a line of the document.
+        out.write(("\n" if first else ",\n") + "    " + text.replace("\n", "\n    "))
+        first = False
+    out.write(("]" if first else "\n  ]") + closing)

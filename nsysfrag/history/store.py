@@ -34,6 +34,7 @@ from nsysfrag.history.connection import (
     engine_for,
     explain,
     first_line,
+    is_locked,
     location,
     read_only_engine,
     sqlite_file_missing,
@@ -365,9 +366,11 @@ class HistoryStore:
                 with engine.connect() as connection, connection.begin():
                     check_database(connection, self.location)
                     version = current_version(connection)
-            except exc.OperationalError:
+            except exc.OperationalError as err:
                 engine.dispose()
-                if immutable:
+                # Locked is not read-only storage: read as immutable, the file would show the
+                # other writer's uncommitted pages. Its wait was the busy timeout; say so.
+                if immutable or is_locked(first_line(err.orig if err.orig is not None else err)):
                     raise
                 continue
             if immutable and not idle_wal:
@@ -421,10 +424,17 @@ class HistoryStore:
 
     def runs(self, query: RunQuery = RunQuery()) -> list[StoredRun]:
         """The runs that match ``query``, newest first."""
+        return list(self.iter_runs(query))
+
+    def iter_runs(self, query: RunQuery = RunQuery(), chunk: int = 500) -> Iterator[StoredRun]:
+        """:meth:`runs` one at a time, read ``chunk`` runs at a time in one read transaction:
+        a history of 200,000 runs (10 M values) streams in the memory of one chunk."""
         if self._engine is None:
-            return []
+            return
         with self._errors(), self._connect(write=False) as connection, connection.begin():
-            stmt = select(*_raw(runs)).order_by(runs.c.recorded_at.desc(), runs.c.id.desc())
+            stmt = select(type_coerce(runs.c.id, NullType()).label("id")).order_by(
+                runs.c.recorded_at.desc(), runs.c.id.desc()
+            )
             for key, value in query.tags:
                 stmt = stmt.where(
                     runs.c.id.in_(
@@ -441,34 +451,41 @@ class HistoryStore:
                 stmt = stmt.where(runs.c.recorded_at < _naive_utc(query.until))
             if query.limit is not None:
                 stmt = stmt.limit(query.limit)
-            rows = [
-                run_values(row, self.location) for row in connection.execute(stmt).mappings()
-            ]
-            ids = [row["id"] for row in rows]
-            tags: dict[int, dict[str, str]] = {i: {} for i in ids}
-            spaces: dict[int, list[StoredSpace]] = {i: [] for i in ids}
-            extra: dict[tuple[int, int, int, str], dict[str, float]] = {}
-            for chunk in _chunks(ids, 500):
-                for v in connection.execute(
-                    select(*_raw(run_space_values)).where(run_space_values.c.run_id.in_(chunk))
-                ).mappings():
-                    owner, path, value = extra_value(v, self.location)
-                    extra.setdefault(owner, {})[path] = value
-                for t in connection.execute(
-                    select(*_raw(run_tags))
-                    .where(run_tags.c.run_id.in_(chunk))
-                    .order_by(run_tags.c.key)
-                ).mappings():
-                    run_id, key, value = tag_values(t, self.location)
-                    tags[run_id][key] = value
-                for s in connection.execute(
-                    select(*_raw(run_spaces))
-                    .where(run_spaces.c.run_id.in_(chunk))
-                    .order_by(run_spaces.c.pid, run_spaces.c.device, run_spaces.c.model)
-                ).mappings():
-                    owner = (s["run_id"], s["pid"], s["device"], s["model"])
-                    values = space_row_values(s, self.location)
-                    spaces[s["run_id"]].append(StoredSpace(values, extra.get(owner, {})))
+            ids = [row[0] for row in connection.execute(stmt)]
+            for part in _chunks(ids, chunk):
+                yield from self._chunk_of_runs(connection, part)
+
+    def _chunk_of_runs(self, connection: Connection, ids: list[int]) -> list[StoredRun]:
+        """The runs ``ids``, in that order, with their tags, spaces and values."""
+        found = {
+            row["id"]: row
+            for row in (
+                run_values(r, self.location)
+                for r in connection.execute(select(*_raw(runs)).where(runs.c.id.in_(ids))).mappings()
+            )
+        }
+        rows = [found[i] for i in ids if i in found]
+        tags: dict[int, dict[str, str]] = {r["id"]: {} for r in rows}
+        spaces: dict[int, list[StoredSpace]] = {r["id"]: [] for r in rows}
+        extra: dict[tuple[int, int, int, str], dict[str, float]] = {}
+        for v in connection.execute(
+            select(*_raw(run_space_values)).where(run_space_values.c.run_id.in_(ids))
+        ).mappings():
+            owner, path, value = extra_value(v, self.location)
+            extra.setdefault(owner, {})[path] = value
+        for t in connection.execute(
+            select(*_raw(run_tags)).where(run_tags.c.run_id.in_(ids)).order_by(run_tags.c.key)
+        ).mappings():
+            run_id, key, value = tag_values(t, self.location)
+            tags[run_id][key] = value
+        for s in connection.execute(
+            select(*_raw(run_spaces))
+            .where(run_spaces.c.run_id.in_(ids))
+            .order_by(run_spaces.c.pid, run_spaces.c.device, run_spaces.c.model)
+        ).mappings():
+            owner = (s["run_id"], s["pid"], s["device"], s["model"])
+            values = space_row_values(s, self.location)
+            spaces[s["run_id"]].append(StoredSpace(values, extra.get(owner, {})))
         return [
             StoredRun(
                 id=row["id"],

@@ -50,12 +50,20 @@ class Site:
         the first line of ``after``; the innermost part alone when none does."""
         name = printable(self.name)
         parts = name.split("/")
-        tail = cell_len(self.after.plain.split("\n")[0])
-        for k in range(len(parts), 0, -1):
-            text = "/".join(parts[-k:]) if k == len(parts) else "…/" + "/".join(parts[-k:])
-            if cell_len(text) + tail <= width:
-                return text
-        return name if len(parts) == 1 else "…/" + parts[-1]
+        room = width - cell_len(self.after.plain.split("\n", 1)[0])
+        if cell_len(name) <= room:
+            return name
+        # The right-hand parts, grown one at a time with their widths summed: linear in the
+        # name, however many parts it has (joining every suffix anew was quadratic).
+        used = cell_len("…")  # "…/" + k parts joined by "/": 1 + sum of (1 + width of part)
+        k = 0
+        while k < len(parts) - 1:
+            step = 1 + cell_len(parts[-1 - k])
+            if used + step > room and k > 0:
+                break
+            used += step
+            k += 1
+        return name if len(parts) == 1 else "…/" + "/".join(parts[-max(k, 1):])
 
     def fitted(self, width: int) -> Text:
         text = Text(self.shortened(width)) + self.after
@@ -101,11 +109,21 @@ def _pieces(word: str, width: int, name: bool) -> list[str]:
     allows, anything else (and a part still too long) is folded."""
     parts = name_parts(word) if name else [word]
     pieces: list[str] = []
+    current: list[str] = []  # the last piece, in parts: joined once, not grown by copies
+    used = 0
     for part in parts:
-        if pieces and cell_len(pieces[-1]) + cell_len(part) <= width:
-            pieces[-1] += part
-        else:
-            pieces.extend(chop_cells(part, width))
+        size = cell_len(part)
+        if current and used + size <= width:
+            current.append(part)
+            used += size
+            continue
+        if current:
+            pieces.append("".join(current))
+        chopped = chop_cells(part, width) or [""]
+        pieces.extend(chopped[:-1])
+        current, used = [chopped[-1]], cell_len(chopped[-1])
+    if current:
+        pieces.append("".join(current))
     return pieces
 
 

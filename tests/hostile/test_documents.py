@@ -182,3 +182,99 @@ def test_an_unreachable_scheduler_fails_within_the_connect_limit(tmp_path: Path)
     took = time.monotonic() - started
     assert out.returncode == 2 and "cannot reach the Dask scheduler" in out.stderr
     assert took < 15, took
+
+
+# ------------------------------------------------ documents that cost: sites bounded, cut
+
+
+def _with_sites(doc: dict[str, Any], sites: list[str]) -> dict[str, Any]:
+    copy = json.loads(json.dumps(doc))
+    live = copy["spaces"][0]["memory_peak_sites"]["live"]
+    live["sites"] = [{"site": s, "bytes": 1000 + i} for i, s in enumerate(sites)]
+    return copy
+
+
+@pytest.mark.parametrize("output", ["--json", "--html"])
+def test_a_lone_surrogate_in_a_site_reads_as_a_replacement_character(
+    document: dict[str, Any], tmp_path: Path, output: str
+) -> None:
+    # main: UnicodeEncodeError, an internal error, writing --json or --html
+    base = _write(tmp_path / "base.json", document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_with_sites(document, ["\ud800", "x\udfffy"])))  # ASCII: escapes
+    assert "\\ud800" in bad.read_text()
+    report = tmp_path / f"report{output.replace('--', '.')}"
+    for argv in (["compare", base, bad, output, report], ["analyze", SAMPLE, "-q", "--baseline", bad, output, report]):
+        out = run_nsysfrag(argv, inputs=[bad, base])
+        assert out.returncode == 0, out.stderr
+        if argv[0] == "compare":
+            assert "\ufffd" in report.read_text(encoding="utf-8")
+
+
+def test_a_megabyte_site_is_cut_and_shows_at_once(document: dict[str, Any], tmp_path: Path) -> None:
+    # main: a 1 MB site text took 40 s and 550 MB to lay out, 5 MB more than 120 s and 2.3 GB
+    from nsysfrag import limits
+
+    base = _write(tmp_path / "base.json", document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_with_sites(document, ["torch/" * 200_000 + "end.py:1"])))
+    out = run_nsysfrag(["compare", base, bad, "--json", "-"], inputs=[bad, base])
+    doc = json.loads(out.stdout)
+    sites = [c["site"] for part in doc["spaces"][0]["sites"].values() for c in part["changes"]]
+    longest = max(sites, key=len)
+    assert len(longest) == limits.DOCUMENT_SITE_CHARS.value() and longest.endswith("…")
+    assert longest.startswith("torch/torch/")
+    run_nsysfrag(["compare", base, bad], inputs=[bad, base], env={"COLUMNS": "80"})
+
+
+def test_too_many_sites_or_too_much_site_text_is_one_line(document: dict[str, Any], tmp_path: Path) -> None:
+    # main: two million sites in a 60 MB document took 33 s (> 60 s and 2.2 GB the other way)
+    base = _write(tmp_path / "base.json", document)
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps(_with_sites(document, [f"s{i}" for i in range(100_001)])))
+    wide = tmp_path / "wide.json"
+    wide.write_text(json.dumps(_with_sites(document, [f"{i}" + "x" * 5000 for i in range(4200)])))
+    for bad, said in ((many, "more than 100,000 sites"), (wide, "more than 16,777,216 bytes")):
+        for argv in (["compare", base, bad], ["compare", bad, base], ["analyze", SAMPLE, "-q", "--baseline", bad]):
+            out = run_nsysfrag(argv, inputs=[bad, base])
+            assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda s: s["counts"].update(allocations=True), "counts.allocations is true, not an integer"),
+        (lambda s: s["counts"].update(frees=-1), "counts.frees is -1, not an integer from 0"),
+        (lambda s: s["peak"].update(live_bytes=-5), "peak.live_bytes is -5, not a number of at least 0"),
+        (lambda s: s["final"].update(free_blocks=-1), "final.free_blocks is -1, not a number of at least 0"),
+        (lambda s: s.update(capacity_bytes=0), "capacity_bytes is 0, not an integer from 1"),
+        (lambda s: s.update(capacity_bytes=True), "capacity_bytes is true, not an integer from 1"),
+    ],
+)  # fmt: skip
+def test_values_nsysfrag_never_writes_are_named(
+    document: dict[str, Any], tmp_path: Path, edit: Any, said: str
+) -> None:
+    # main: read as counts and sizes (true as 1, a negative size, a device of no memory)
+    base = _write(tmp_path / "base.json", document)
+    copy = json.loads(json.dumps(document))
+    edit(copy["spaces"][0])
+    bad = _write(tmp_path / "bad.json", copy)
+    for argv in (["compare", base, bad], ["analyze", SAMPLE, "-q", "--baseline", bad]):
+        out = run_nsysfrag(argv, inputs=[bad, base])
+        assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+
+
+def test_laying_out_a_megabyte_name_is_linear() -> None:
+    # main: Site.shortened joined every suffix anew and _pieces grew a string by copies: a
+    # 100 kB name took more than 120 s; 1 MB now takes well under a second.
+    import time
+
+    from rich.text import Text
+
+    from nsysfrag.reporters.layout import Site, wrap_lines
+
+    started = time.monotonic()
+    assert Site("ab/" * 333_333 + "end").shortened(40) == "…/ab/ab/ab/ab/ab/ab/ab/ab/ab/ab/ab/end"
+    lines = wrap_lines(Text("x_" * 500_000), 40, name=True)
+    assert len(lines) == 25_000 and all(len(line) == 40 for line in lines)
+    assert time.monotonic() - started < 20

@@ -173,3 +173,99 @@ def test_reading_a_wal_history_leaves_no_file_beside_it(db: Path) -> None:
     for argv in HISTORY_COMMANDS:
         run_nsysfrag([*argv, "--db", db], inputs=[db], allowed_codes=(0, 1))
         assert sorted(p.name for p in db.parent.iterdir()) == ["history.sqlite"], argv
+
+
+# ---------------------------------------------------------------- a writer holding the lock
+
+
+def test_a_locked_history_waits_then_says_so_and_never_shows_uncommitted_values(db: Path) -> None:
+    # main: waited 30 s, called the file "on read-only storage", opened it immutable and listed
+    # the other writer's uncommitted values.
+    _sql(db, "PRAGMA journal_mode = DELETE")
+    writer = sqlite3.connect(db, isolation_level=None)
+    try:
+        writer.execute("PRAGMA cache_size = 1")  # its changes reach the file before it commits
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("UPDATE run_spaces SET health = 'critical'")
+        writer.execute("UPDATE run_space_values SET value = 987654.0")
+        for argv in (["history"], ["history", "--json", "-"], ["history", "--trend", "global_frag"]):
+            out = run_nsysfrag([*argv, "--db", db], env={"NSYSFRAG_HISTORY_LOCK_SECONDS": "1"})
+            assert out.returncode == 2, (argv, out.stdout[-500:])
+            assert "locked by another writer" in out.stderr and "try again" in out.stderr
+            assert "987654" not in out.stdout and "critical" not in out.stdout
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert run_nsysfrag(["history", "--db", db]).returncode == 0
+
+
+# ------------------------------------------------- clauses that run code or cost, edited in
+
+COSTLY = "length(hex(zeroblob(400000000))) > 0"  # an 800 MB string on every row written
+
+
+def _edit_schema(db: Path, name: str, old: str, new: str) -> None:
+    con = sqlite3.connect(db)
+    try:
+        con.execute("PRAGMA writable_schema = ON")
+        con.execute("UPDATE sqlite_master SET sql = replace(sql, ?, ?) WHERE name = ?", (old, new, name))
+        con.commit()
+    finally:
+        con.close()
+
+
+def test_a_check_constraint_edited_into_the_values_is_refused(db: Path) -> None:
+    # main: analyze --record ran 16 s to 3.5 GB and ended in MemoryError
+    _edit_schema(db, "run_space_values", "value DOUBLE NOT NULL", f"value DOUBLE NOT NULL CHECK ({COSTLY})")
+    _every_command(db, "its table 'run_space_values' has a CHECK clause")
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "said"),
+    [
+        ("run_tags", "value VARCHAR NOT NULL", "value VARCHAR NOT NULL DEFAULT (hex(zeroblob(400000000)))",
+         "its table 'run_tags' has a DEFAULT clause"),
+        ("runs", "label VARCHAR", "label VARCHAR COLLATE NOCASE", "its table 'runs' has a COLLATE clause"),
+        ("runs", "host VARCHAR", "host VARCHAR /* a comment */ CONSTRAINT c CHECK (1)",
+         "its table 'runs' has a CHECK clause"),
+        ("ix_runs_recorded_at", "(recorded_at)", f"(recorded_at) WHERE {COSTLY}",
+         "its index 'ix_runs_recorded_at' is not the one nsysfrag creates"),
+        ("ix_runs_recorded_at", "(recorded_at)", "(hex(zeroblob(400000000)))",
+         "its index 'ix_runs_recorded_at' is not the one nsysfrag creates"),
+    ],
+)  # fmt: skip
+def test_a_clause_that_runs_code_or_compares_otherwise_is_refused(
+    db: Path, name: str, old: str, new: str, said: str
+) -> None:
+    _edit_schema(db, name, old, new)
+    for argv in (["history", "--db", db], ["analyze", SAMPLES / "churn_anomalies.sqlite", "-q", "--record", "--db", db]):
+        out = run_nsysfrag(argv, inputs=[db])
+        assert out.returncode == 2 and said in out.stderr, (argv, out.stderr)
+
+
+def test_names_that_only_spell_a_clause_are_not_clauses() -> None:
+    from nsysfrag.history.integrity import sql_tokens
+
+    tokens = sql_tokens('CREATE TABLE t ("check" INT, [default] INT, `as` INT) -- CHECK (x)\n/* COLLATE */')
+    assert not {"CHECK", "DEFAULT", "AS", "COLLATE"} & set(tokens)
+
+
+def test_history_json_streams_the_same_bytes(db: Path) -> None:
+    # main: the document of 200,000 runs was built whole (> 120 s, 1.7 GB); now one chunk of
+    # runs at a time, written as it is read.
+    import io
+
+    from nsysfrag.history import open_store
+    from nsysfrag.history.render import dumps, json_document, write_json
+
+    with open_store(str(db), create=False) as store:
+        whole = dumps(json_document(store.runs(), store.location))
+        assert '"runs": [\n    {' in whole
+        for chunk in (1, 2, 500):
+            out = io.StringIO()
+            write_json(store.iter_runs(chunk=chunk), store.location, out)
+            assert out.getvalue() == whole
+    out = io.StringIO()
+    write_json([], "nowhere", out)
+    assert out.getvalue() == dumps(json_document([], "nowhere"))
+    assert run_nsysfrag(["history", "--json", "-", "--db", db]).stdout == whole

@@ -99,7 +99,9 @@ def test_a_declared_rowid_column_does_not_hide_the_row_order(tmp_path: Path) -> 
     assert memory_rows(path) == want
 
 
-def test_a_without_rowid_table_reads_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("without", ["WITHOUT ROWID", "WITHOUT /*c*/ ROWID", "without\n\t rowid", "WITHOUT--c\nROWID"])
+def test_a_without_rowid_table_reads_too(tmp_path: Path, without: str) -> None:
+    # main: a comment between the words was "corrupt or truncated (no such column: rowid)"
     path = cases.small_trace(tmp_path / "t.sqlite")
     want = memory_rows(path)
     cases.sql(
@@ -108,11 +110,62 @@ def test_a_without_rowid_table_reads_too(tmp_path: Path) -> None:
         f"CREATE TABLE {cases.MEMORY} (start INTEGER, globalPid INTEGER, deviceId INTEGER,"
         " contextId INTEGER, address INTEGER, pc INTEGER, bytes INTEGER, memKind INTEGER,"
         " memoryOperationType INTEGER, correlationId INTEGER,"
-        " PRIMARY KEY (start, address, memoryOperationType)) WITHOUT ROWID",
+        f" PRIMARY KEY (start, address, memoryOperationType)) {without}",
         f"INSERT INTO {cases.MEMORY} SELECT start, globalPid, deviceId, contextId, address, pc,"
         " bytes, memKind, memoryOperationType, correlationId FROM old",
     )
     assert memory_rows(path) == want
+
+
+def test_a_hot_journal_is_named_and_left_alone(tmp_path: Path) -> None:
+    # main: "corrupt or truncated (attempt to write a readonly database)"
+    import shutil
+
+    writer = cases.sample_copy(tmp_path)
+    copied = tmp_path / "copied"
+    copied.mkdir()
+    con = sqlite3.connect(writer, isolation_level=None)
+    con.execute("PRAGMA journal_mode = DELETE")
+    con.execute("PRAGMA cache_size = 1")  # the change spills: the journal is synced, hot
+    con.execute("BEGIN")
+    con.execute(f"UPDATE {cases.MEMORY} SET bytes = bytes + 1")
+    path = Path(shutil.copy(writer, copied / writer.name))
+    journal = Path(shutil.copy(f"{writer}-journal", copied / f"{writer.name}-journal"))
+    con.execute("ROLLBACK")
+    con.close()
+    outcome = run_nsysfrag(["analyze", path, "-q"], inputs=[path, journal])
+    assert outcome.returncode == 2
+    assert f"{journal.name} beside it holds a transaction that a writer did not finish" in outcome.stderr
+
+
+@pytest.mark.parametrize("declared", ["REAL", "FLOAT", "DOUBLE"])
+def test_a_bytes_column_declared_real_reads_one_way(
+    tmp_path: Path, declared: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # main: SQLite gives REAL columns' integers back as floats (every row skipped), the page
+    # decoder read the stored integers (no row skipped): which ran depended on size and cache.
+    path = cases.small_trace(tmp_path / "t.sqlite")
+    cases.sql(
+        path,
+        f"ALTER TABLE {cases.MEMORY} RENAME TO old",
+        f"CREATE TABLE {cases.MEMORY} (start INTEGER, globalPid INTEGER, deviceId INTEGER,"
+        f" contextId INTEGER, address INTEGER, pc INTEGER, bytes {declared}, memKind INTEGER,"
+        " memoryOperationType INTEGER, correlationId INTEGER)",
+        f"INSERT INTO {cases.MEMORY} SELECT start, globalPid, deviceId, contextId, address, pc,"
+        " bytes, memKind, memoryOperationType, correlationId FROM old",
+        "DROP TABLE old",
+    )
+    skipped = set()
+    for mode in ("compiled", "interpreted"):
+        monkeypatch.setenv("NSYSFRAG_KERNELS", mode)
+        trace = read_trace(path, require_memory_events=False)
+        skipped.add((trace.skipped_rows, len(trace.memory)))
+    assert skipped == {(len(memory_rows_of(path)), 0)}
+
+
+def memory_rows_of(path: Path) -> list[tuple[int, ...]]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as con:
+        return con.execute(f"SELECT * FROM {cases.MEMORY}").fetchall()
 
 
 # ---------------------------------------------------------------------------------- views

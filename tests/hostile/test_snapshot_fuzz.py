@@ -156,3 +156,19 @@ def test_structure_mutants_keep_the_contract(
     else:
         path.write_bytes(pickle.dumps(data, protocol=4))
     _check(path)
+
+
+SCAN_FUZZ_CASES = int(os.environ.get("NSYSFRAG_SCAN_FUZZ_CASES", "300"))
+
+
+def test_the_opcode_pass_agrees_with_itself_and_with_pickle_on_mutants() -> None:
+    """tests/hostile/pickle_scan_fuzz.py in a child: compiled and interpreted find the same,
+    and where the pass calls a pickle whole, pickle's own reader ends it at the same byte;
+    NSYSFRAG_SCAN_FUZZ_CASES=100000 for a local campaign."""
+    from tests.hostile.child_fuzz import fuzz_in_child
+
+    small = sorted(SAMPLES.glob("torch_*_snapshot.pickle"))
+    counts = fuzz_in_child(
+        "tests.hostile.pickle_scan_fuzz", [*small, SAMPLES / "training_snapshot.pickle"], SCAN_FUZZ_CASES, seed=3
+    )
+    assert counts.get("ok", 0) > 0 and counts.get("left", 0) > 0, counts

@@ -198,6 +198,28 @@ class WorkBudget:
         return None
 
 
+def hot_journal(path: Path, err: BaseException) -> str | None:
+    """The one line for a rollback journal left beside the file by a writer that did not
+    finish (a "hot" journal): SQLite must play it back into the database before reading it,
+    which a read-only connection cannot do; else None."""
+    journal = path.resolve().with_name(path.resolve().name + "-journal")
+    if "readonly" not in error_text(err).lower() or _file_bytes(journal) == 0:
+        return None
+    return (
+        f"{path}: {journal.name} beside it holds a transaction that a writer did not finish,"
+        " which SQLite must roll back into the file before reading it, and nsysfrag never"
+        " writes to an input; let the writer finish (or roll it back: open the file once"
+        f" with `sqlite3 {path} 'PRAGMA quick_check'`), or export the trace again"
+    )
+
+
+def _file_bytes(path: Path) -> int:
+    try:
+        return path.stat().st_size if path.is_file() else 0
+    except OSError:
+        return 0
+
+
 def is_too_big(err: BaseException) -> bool:
     return "too big" in error_text(err).lower()
 

@@ -92,7 +92,7 @@ def read_trace(
         with closing(connect()) as con:
             return _read(connect, con, path, uri, require_memory_events, progress)
     except export_file.SQLITE_ERRORS as err:
-        refused = budget.failure(path, err)
+        refused = budget.failure(path, err) or export_file.hot_journal(path, err)
         if refused is not None:
             raise InputError(refused) from None
         raise InputError(
@@ -136,7 +136,7 @@ def _read(
     # small tables.
     names = _api_names(con, tables)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri, path))
+        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri))
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
         )

@@ -3,16 +3,26 @@
 Even through SQLite's C API (``sqlite_columns``) a row costs two library calls per value, three
 times what SQLite itself needs to scan the table. A table's rows are cells of its B-tree's leaf
 pages, in rowid order, each a record of varints and big-endian integers (the file format of
-sqlite.org/fileformat.html): a numba loop walks the tree from the table's root page over the
-file mapped read-only and decodes only the columns asked for. It reads nothing it is not sure
-of: a page that is not a table B-tree page, a pointer or cell outside its page, a row that
-spills onto overflow pages, a record shorter than the columns read, a value that is not an
-integer, rowids out of order, or another row count than SQLite's own ``count(*)`` all return
-None, and the caller reads through SQLite as before (which also makes the error messages).
+sqlite.org/fileformat.html): the tree is walked level by level from the table's root page, each
+level's pages read with ``pread`` into a buffer of bounded size that this process owns (never a
+map of the file: a file that shrinks while it is read is a short read here, not a signal that
+ends the process, and the file's pages never count in the process's memory), and a numba loop
+decodes only the columns asked for.
+
+It reads nothing it is not sure of, and every read is checked against the page it lies in: a
+page that is not a table B-tree page, a pointer or cell outside its page, a row that spills
+onto overflow pages, a record whose column sizes do not add up to its payload exactly (summed
+without overflow: each size is checked against the bytes left before it is added), a record
+shorter than the columns read, a value that is not an integer, a column whose declared type
+SQLite reads or compares differently (REAL affinity turns stored integers into floats, TEXT
+affinity compares them as text), rowids out of order, a tree deeper than SQLite follows, a short
+read, or another row count than SQLite's own ``count(*)`` all return None, and the caller reads
+through SQLite as before (which also makes the error messages).
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -34,8 +44,11 @@ CALL_FLAGS = 3
 
 _INTERIOR_TABLE = 5
 _LEAF_TABLE = 13
-_MAX_DEPTH = 64  # a B-tree of 64 levels would hold more rows than any file can
+# SQLite's cursor stops at 20 levels (BTCURSOR_MAX_DEPTH) and calls a deeper tree corrupt.
+MAX_LEVELS = 19
 _FAILED = -1
+# Bytes read at once: the buffer, not the table, sets the memory a read needs.
+BATCH_BYTES = 1 << 20
 
 
 class Column:
@@ -43,6 +56,10 @@ class Column:
 
     def __init__(self, index: int, mode: int = INTEGER, other: int = 0) -> None:
         self.index, self.mode, self.other = index, mode, other
+
+
+class _Declined(Exception):
+    """Something the decoder is not sure of: SQLite reads the table instead."""
 
 
 def read_columns(
@@ -58,29 +75,24 @@ def read_columns(
     ``rows`` is SQLite's count of the table's rows. With ``where_in`` (a record column and
     integers) only the rows whose column is one of them: ``WHERE column IN (...)``."""
     # A small table is read sooner through SQLite itself than the decoder compiles.
-    if rows == 0 or interpreted.interpret(rows, _scan):
+    if rows == 0 or interpreted.interpret(rows, _leaves):
         return None
     root = _root_page(con, table)
     if root is None:
         return None
     column, values = where_in if where_in is not None else (-1, [])
+    read = {c.index for c in columns} | {c.other for c in columns if c.mode in (FLAGGED, CALL_FLAGS)}
+    if not _integer_reads(con, table, read | ({column} if column >= 0 else set())):
+        return None
     ids = np.unique(np.asarray(values, dtype=np.int64))
-    try:
-        # Mapped, not read: only the table's pages are touched, and unmapped when dropped.
-        data = np.memmap(path, dtype=np.uint8, mode="r")
-        page_size, usable, pages = _geometry(data)
-    except (OSError, ValueError):
-        return None
-    if not 1 <= root <= pages:
-        return None
-    # Pages no row reaches are never touched: a filtered read costs only the rows it keeps.
-    out = np.empty((len(columns), rows), dtype=np.int64)
     spec = np.array([[c.index, c.mode, c.other] for c in columns], dtype=np.int64)
-    kept, seen = _scan(data, page_size, usable, pages, root, spec, column, ids, out)
-    del data
-    if kept < 0 or seen != rows:
+    try:
+        with _PageFile(path) as file:
+            if not 1 <= root <= file.pages:
+                return None
+            return _read_tree(file, root, spec, column, ids, rows)
+    except (OSError, ValueError, _Declined):
         return None
-    return [out[c, :kept] for c in range(len(columns))]
 
 
 def record_columns(con: sqlite3.Connection, table: str) -> dict[str, int] | None:
@@ -97,6 +109,31 @@ def record_columns(con: sqlite3.Connection, table: str) -> dict[str, int] | None
     return index
 
 
+def affinity(declared: object) -> str:
+    """SQLite's column affinity for a declared type (sqlite.org/datatype3.html, 3.1), in its
+    order of rules: INT, then CHAR/CLOB/TEXT, then BLOB or none, then REAL/FLOA/DOUB, else NUMERIC."""
+    text = declared.upper() if isinstance(declared, str) else ""
+    if "INT" in text:
+        return "INTEGER"
+    if any(word in text for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in text or not text:
+        return "BLOB"
+    if any(word in text for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+def _integer_reads(con: sqlite3.Connection, table: str, positions: set[int]) -> bool:
+    """Whether SQLite gives the stored integers of the columns at ``positions`` as they are:
+    not REAL affinity (read back as floats) nor TEXT (compared with numbers as text)."""
+    declared = [row[2] for row in con.execute(f"PRAGMA table_xinfo('{table}')").fetchall()]
+    return all(
+        0 <= p < len(declared) and affinity(declared[p]) in ("INTEGER", "NUMERIC", "BLOB")
+        for p in positions
+    )
+
+
 def _root_page(con: sqlite3.Connection, table: str) -> int | None:
     found = con.execute(
         "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
@@ -104,23 +141,125 @@ def _root_page(con: sqlite3.Connection, table: str) -> int | None:
     return found[0][0] if len(found) == 1 and isinstance(found[0][0], int) else None
 
 
-def _geometry(data: npt.NDArray[np.uint8]) -> tuple[int, int, int]:
+class _PageFile:
+    """The database file read by page numbers with ``pread``: what it reads is a copy, so a
+    file that changes size under it gives a short read (declined), never a fault."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            header = os.pread(self.fd, 100, 0)
+            self.page_size, self.usable, self.pages = _geometry(header, os.fstat(self.fd).st_size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def __enter__(self) -> _PageFile:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def read(self, numbers: I64, into: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+        """Pages ``numbers`` one after another in ``into`` (grown if short); runs of
+        consecutive pages are read in one call."""
+        size = self.page_size
+        need = len(numbers) * size
+        buffer = into if len(into) >= need else np.empty(need, dtype=np.uint8)
+        view = memoryview(buffer)
+        breaks = np.flatnonzero(np.diff(numbers) != 1) + 1
+        for first, stop in zip(
+            [0, *breaks.tolist()], [*breaks.tolist(), len(numbers)], strict=True
+        ):
+            at, end = first * size, stop * size
+            offset = (int(numbers[first]) - 1) * size
+            while at < end:
+                got = os.preadv(self.fd, [view[at:end]], offset)
+                if got <= 0:
+                    raise _Declined("short read: the file shrank")
+                at += got
+                offset += got
+        return buffer
+
+
+def _geometry(header: bytes, file_bytes: int) -> tuple[int, int, int]:
     """Page size, usable bytes per page, and pages in the database."""
-    if len(data) < 100:
+    if len(header) < 100:
         raise ValueError("no header")
-    raw = int(data[16]) << 8 | int(data[17])
+    raw = header[16] << 8 | header[17]
     page_size = 65536 if raw == 1 else raw
     if page_size < 512 or page_size & (page_size - 1):
         raise ValueError("page size")
-    usable = page_size - int(data[20])
+    usable = page_size - header[20]
     if usable < 480:
         raise ValueError("reserved bytes")
-    pages = len(data) // page_size
-    counted = int.from_bytes(bytes(data[28:32]), "big")
+    pages = file_bytes // page_size
+    counted = int.from_bytes(header[28:32], "big")
     # The header's page count holds while its change counter matches (SQLite 3.7.0 on).
-    if counted and bytes(data[24:28]) == bytes(data[92:96]):
+    if counted and header[24:28] == header[92:96]:
         pages = min(pages, counted)
     return page_size, usable, pages
+
+
+def _read_tree(
+    file: _PageFile, root: int, spec: I64, where: int, ids: I64, rows: int
+) -> list[I64]:
+    """The tree under ``root``, one level at a time: interior levels give the next level's
+    page numbers in key order, the last level's leaves the rows."""
+    size, usable = file.page_size, file.usable
+    batch = max(1, BATCH_BYTES // size)
+    buffer = np.empty(batch * size, dtype=np.uint8)
+    level = np.array([root], dtype=np.int64)
+    visited = 1
+    for _ in range(MAX_LEVELS + 1):
+        buffer = file.read(level[:1], buffer)
+        kind = buffer[100 if level[0] == 1 else 0]
+        if kind == _LEAF_TABLE:
+            return _read_leaves(file, level, root, spec, where, ids, rows, buffer)
+        if kind != _INTERIOR_TABLE:
+            raise _Declined("not a table page")
+        found: list[I64] = []
+        # Each cell holds a 4-byte child and a varint: a page has fewer children than this.
+        children = np.empty(batch * (size // 6 + 1), dtype=np.int64)
+        for first in range(0, len(level), batch):
+            numbers = level[first : first + batch]
+            buffer = file.read(numbers, buffer)
+            n = _children(buffer, numbers, size, usable, file.pages, root, children)
+            if n < 0:
+                raise _Declined("damaged interior page")
+            found.append(children[:n].copy())
+        level = np.concatenate(found)
+        visited += len(level)
+        if visited > file.pages:  # a cycle: no tree visits a page twice
+            raise _Declined("cycle")
+    raise _Declined("deeper than SQLite reads")
+
+
+def _read_leaves(
+    file: _PageFile, level: I64, root: int, spec: I64, where: int, ids: I64, rows: int,
+    buffer: npt.NDArray[np.uint8],
+) -> list[I64]:
+    size, usable = file.page_size, file.usable
+    batch = max(1, BATCH_BYTES // size)
+    # A page holds at most (usable - 8) / 2 cell pointers: the rows one batch can add.
+    per_batch = batch * ((usable - 8) // 2)
+    # Every row kept: SQLite's count sizes the output. Filtered: it grows with the rows kept,
+    # never with the rows the table has.
+    out = np.empty((spec.shape[0], rows if where < 0 else min(rows, per_batch)), dtype=np.int64)
+    state = np.zeros(3, dtype=np.int64)  # rows kept, rows seen, last rowid
+    for first in range(0, len(level), batch):
+        numbers = level[first : first + batch]
+        if where >= 0 and out.shape[1] - state[0] < min(per_batch, rows - state[1]):
+            grown = np.empty((out.shape[0], min(rows, max(2 * out.shape[1], state[0] + per_batch))), dtype=np.int64)
+            grown[:, : state[0]] = out[:, : state[0]]
+            out = grown
+        buffer = file.read(numbers, buffer)
+        if _leaves(buffer, numbers, size, usable, root, spec, where, ids, out, state) < 0:
+            raise _Declined("damaged leaf page")
+    kept, seen = int(state[0]), int(state[1])
+    if seen != rows:
+        raise _Declined("another row count than SQLite's")
+    return [out[c, :kept] for c in range(spec.shape[0])]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -190,106 +329,119 @@ def _is_integer(serial):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(data, page_size, usable, pages, root, spec, where, ids, out):  # type: ignore[no-untyped-def]
-    """Rows of the table B-tree at page ``root`` into ``out`` (one row per output column, as
-    ``spec`` says: record column, mode, other column), those whose column ``where`` is one of
-    ``ids`` (sorted) if ``where`` >= 0; (rows kept, rows seen), or (-1, -1)."""
-    last = max(where, 0)
-    for c in range(spec.shape[0]):
-        last = max(last, spec[c, 0], spec[c, 2])
-    sizes = np.array([_value_size(t) for t in range(12)], dtype=np.int64)
-    serials = np.zeros(last + 1, dtype=np.int64)
-    offsets = np.zeros(last + 1, dtype=np.int64)
-    stack_page = np.zeros(_MAX_DEPTH, dtype=np.int64)
-    stack_cell = np.zeros(_MAX_DEPTH, dtype=np.int64)
-    depth = 0
-    stack_page[0] = root
-    stack_cell[0] = 0
-    visited = 1
+def _page_header(data, i, number, page_size, usable, root, pointer_bytes):  # type: ignore[no-untyped-def]
+    """Where page ``i`` of the buffer starts and ends (its usable bytes), where its header is,
+    and its cell count; cells -1 when the count cannot be SQLite's (more than fit its page, or
+    none on a page below the root, which SQLite calls corrupt)."""
+    start = i * page_size
+    header = start + (100 if number == 1 else 0)
+    cells = _u16(data, header + 3)
+    end = start + usable
+    if cells > (page_size - 8) // 6 or header + pointer_bytes + 2 * cells > end:
+        cells = -1
+    elif cells == 0 and number != root:
+        cells = -1
+    return start, end, header, cells
+
+
+@numba.njit(cache=True, nogil=True)
+def _children(data, numbers, page_size, usable, pages, root, out):  # type: ignore[no-untyped-def]
+    """The child page numbers of the interior table pages ``numbers`` (read one after another
+    into ``data``), in key order, into ``out``; their count, or -1."""
     n = 0
-    seen = 0
-    previous_rowid = np.int64(0)
-    max_local = usable - 35  # a table leaf cell's payload beyond this spills onto overflow pages
-    while depth >= 0:
-        page = stack_page[depth]
-        start = (page - 1) * page_size
-        header = start + (100 if page == 1 else 0)
-        kind = data[header]
-        cells = _u16(data, header + 3)
-        if kind == _INTERIOR_TABLE:
-            if header + 12 + 2 * cells > start + usable:  # a cell count past its page's end
-                return _FAILED, _FAILED
-            k = stack_cell[depth]
-            if k > cells:
-                depth -= 1
-                continue
-            stack_cell[depth] = k + 1
+    for i in range(len(numbers)):
+        start, end, header, cells = _page_header(data, i, numbers[i], page_size, usable, root, 12)
+        if data[header] != _INTERIOR_TABLE or cells < 0 or n + cells + 1 > len(out):
+            return _FAILED
+        for k in range(cells + 1):
             if k < cells:
                 pointer = _u16(data, header + 12 + 2 * k)
-                if pointer < 12 or pointer + 4 > usable:
-                    return _FAILED, _FAILED
+                if pointer < 12 or start + pointer + 4 > end:
+                    return _FAILED
                 child = _u32(data, start + pointer)
             else:
                 child = _u32(data, header + 8)
-            if child < 1 or child > pages or depth + 1 >= _MAX_DEPTH:
-                return _FAILED, _FAILED
-            visited += 1
-            if visited > pages:  # a cycle: no tree visits a page twice
-                return _FAILED, _FAILED
-            depth += 1
-            stack_page[depth] = child
-            stack_cell[depth] = 0
-            continue
-        if kind != _LEAF_TABLE or header + 8 + 2 * cells > start + usable:
-            return _FAILED, _FAILED
-        end = start + usable
+            if child < 1 or child > pages:
+                return _FAILED
+            out[n] = child
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _leaves(data, numbers, page_size, usable, root, spec, where, ids, out, state):  # type: ignore[no-untyped-def]
+    """Rows of the leaf table pages ``numbers`` (read one after another into ``data``) into
+    ``out`` from column ``state[0]`` on (one row per output column, as ``spec`` says: record
+    column, mode, other column), those whose column ``where`` is one of ``ids`` (sorted) if
+    ``where`` >= 0. ``state`` is (rows kept, rows seen, last rowid), carried from one call to
+    the next; returns the rows kept, or -1."""
+    last = max(where, 0)
+    for c in range(spec.shape[0]):
+        last = max(last, spec[c, 0], spec[c, 2])
+    serials = np.zeros(last + 1, dtype=np.int64)
+    offsets = np.zeros(last + 1, dtype=np.int64)
+    n = state[0]
+    seen = state[1]
+    previous_rowid = state[2]
+    max_local = usable - 35  # a table leaf cell's payload beyond this spills onto overflow pages
+    for i in range(len(numbers)):
+        start, end, header, cells = _page_header(data, i, numbers[i], page_size, usable, root, 8)
+        if data[header] != _LEAF_TABLE or cells < 0:
+            return _FAILED
         for k in range(cells):
             pointer = _u16(data, header + 8 + 2 * k)
             if pointer < 8 or pointer >= usable:
-                return _FAILED, _FAILED
+                return _FAILED
             p = start + pointer
             payload, p = _varint(data, p, end)
             if p < 0 or payload > max_local:
-                return _FAILED, _FAILED
+                return _FAILED
             rowid, p = _varint(data, p, end)
-            if p < 0 or p + payload > end or (seen > 0 and rowid <= previous_rowid):
-                return _FAILED, _FAILED
+            # Both bounds before the sum: payload <= max_local, so p + payload cannot overflow.
+            if p < 0 or payload > end - p or (seen > 0 and rowid <= previous_rowid):
+                return _FAILED
             previous_rowid = rowid
             record_end = p + payload
             header_bytes, q = _varint(data, p, record_end)
-            if q < 0 or header_bytes > payload:
-                return _FAILED, _FAILED
+            if q < 0 or header_bytes > payload or header_bytes < q - p:
+                return _FAILED
             header_end = p + header_bytes
             body = header_end
-            for j in range(last + 1):
-                if q < header_end and data[q] < 0x80:  # every integer's type: one byte
+            j = 0
+            # Every column's type, as SQLite checks a record it reads to its end: the sizes
+            # must add up to the payload exactly. Each size is compared with what is left
+            # before it is added, so the sum never exceeds the record (nor wraps).
+            while q < header_end:
+                if data[q] < 0x80:  # every integer's type: one byte
                     serial = np.int64(data[q])
                     q += 1
                 else:
                     serial, q = _varint(data, q, header_end)
                     if q < 0:
-                        return _FAILED, _FAILED  # a record shorter than the columns read
-                size = sizes[serial] if serial < 12 else (serial - 12) // 2
-                if size < 0:
-                    return _FAILED, _FAILED
-                serials[j] = serial
-                offsets[j] = body
+                        return _FAILED
+                size = _value_size(serial)
+                if size < 0 or size > record_end - body:
+                    return _FAILED
+                if j <= last:
+                    serials[j] = serial
+                    offsets[j] = body
                 body += size
-            if body > record_end:
-                return _FAILED, _FAILED
+                j += 1
+            if j <= last or body != record_end:
+                return _FAILED  # fewer columns than read (SQLite gives defaults), or bytes over
             seen += 1
             if where >= 0:
                 serial = serials[where]
                 if serial == 0:  # NULL IN (...) is not true
                     continue
                 if not _is_integer(serial):
-                    return _FAILED, _FAILED
+                    return _FAILED
                 value = _integer(data, offsets[where], serial)
                 at = np.searchsorted(ids, value)
                 if at == len(ids) or ids[at] != value:
                     continue
             if n >= out.shape[1]:
-                return _FAILED, _FAILED
+                return _FAILED
             for c in range(spec.shape[0]):
                 j = spec[c, 0]
                 mode = spec[c, 1]
@@ -299,7 +451,7 @@ def _scan(data, page_size, usable, pages, root, spec, where, ids, out):  # type:
                     if (serial != 0 and not _is_integer(serial)) or (
                         other != 0 and not _is_integer(other)
                     ):
-                        return _FAILED, _FAILED
+                        return _FAILED
                     flags = 0
                     if serial != 0 and _integer(data, offsets[j], serial) == 0:
                         flags = 1
@@ -311,11 +463,13 @@ def _scan(data, page_size, usable, pages, root, spec, where, ids, out):  # type:
                     out[c, n] = -1
                     continue
                 if not _is_integer(serial):
-                    return _FAILED, _FAILED
+                    return _FAILED
                 value = _integer(data, offsets[j], serial)
                 if mode == FLAGGED and serials[spec[c, 2]] != 0:
                     value |= np.int64(1) << 62
                 out[c, n] = value
             n += 1
-        depth -= 1
-    return n, seen
+    state[0] = n
+    state[1] = seen
+    state[2] = previous_rowid
+    return n

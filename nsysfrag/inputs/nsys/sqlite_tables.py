@@ -33,15 +33,17 @@ def row_order(con: sqlite3.Connection, table: str) -> str | None:
         return None
     declared = {c.lower() for c in column_names(con, table) if isinstance(c, str)}
     name = next((n for n in ("rowid", "_rowid_", "oid") if n not in declared), None)
-    if name is None or "without rowid" in _table_sql(con, table):
+    if name is None:
         return None
+    # SQLite itself says whether the table has rowids: the schema's text may spell WITHOUT
+    # ROWID with comments or any spacing between the words.
+    try:
+        con.execute(f"SELECT {name} FROM {table} LIMIT 0")
+    except sqlite3.OperationalError as err:
+        if "no such column" in str(err):
+            return None
+        raise
     return name
-
-
-def _table_sql(con: sqlite3.Connection, table: str) -> str:
-    found = query(con, "SELECT sql FROM sqlite_master WHERE name = ?", (table,))
-    sql = found[0][0] if found else None
-    return " ".join(sql.lower().split()) if isinstance(sql, str) else ""
 
 
 def order_by(con: sqlite3.Connection, table: str, alias: str = "") -> str:
