@@ -152,7 +152,9 @@ def test_the_report_holds_the_sampled_timeline(job: tuple[Path, Run, dict[str, A
     assert [o["snapshot"] for o in recorded["ooms"]] == ["oom-1.pickle"]
     assert {a["metric"] for a in recorded["alerts"]} >= {"global_frag"}
     assert "Recorded live (nsysfrag record):" in run.out
-    assert "rank 1 · " in run.out and "snapshots oom-1.pickle" in run.out
+    said = " ".join(run.out.split())
+    assert "rank 1 · " in said and "snapshots oom-1.pickle" in said
+    assert re.search(r"longest pause \d+\.\d ms \(mean \d+\.\d\d ms\)", said)
     assert all(len(line) <= 80 for line in run.out.splitlines())
 
 

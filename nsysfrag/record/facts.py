@@ -35,6 +35,8 @@ class DeviceFacts:
     torch_version: str | None
     time_unix_ns: int | None
     total_memory: dict[int, int] = field(default_factory=dict)  # device index -> bytes
+    named_by: str | None = None  # the rule that named the rank: a launcher variable, "device", "pid"
+    attempt: int = 0  # torchrun's restart count
 
 
 def facts_path(snapshot: Path) -> Path:
@@ -97,6 +99,8 @@ def parse_facts(path: Path, data: Any) -> DeviceFacts | None:
         torch_version=_text(data.get("torch_version")),
         time_unix_ns=_count(data.get("time_unix_ns"), 1 << 63),
         total_memory=totals,
+        named_by=_text(data.get("named_by")),
+        attempt=_count(data.get("attempt"), 1 << 31) or 0,
     )
 
 

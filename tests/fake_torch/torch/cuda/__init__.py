@@ -117,7 +117,7 @@ def get_device_name(device: Any = None) -> str:
 
 
 def get_allocator_backend() -> str:
-    return "native"
+    return "cudaMallocAsync" if _devices.async_backend() else "native"
 
 
 def synchronize(device: Any = None) -> None:
@@ -132,10 +132,12 @@ from torch.cuda.memory import (
     memory_reserved,
     memory_snapshot,
     memory_stats,
+    set_per_process_memory_fraction,
 )
 
 __all__ = [
     "OutOfMemoryError", "current_device", "device_count", "empty_cache", "get_device_properties",
     "init", "is_available", "is_initialized", "mem_get_info", "memory", "memory_allocated",
-    "memory_reserved", "memory_snapshot", "memory_stats", "set_device", "synchronize",
+    "memory_reserved", "memory_snapshot", "memory_stats", "set_device",
+    "set_per_process_memory_fraction", "synchronize",
 ]  # fmt: skip
