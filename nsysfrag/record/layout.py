@@ -90,9 +90,10 @@ def is_record(path: Path | str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, MARKER))
 
 
-def rank_folders(out: Path) -> list[RankFolder]:
+def rank_folders(out: Path, links: str = "refuse") -> list[RankFolder]:
     """Every rank folder of the record, by rank (a rank's attempts in order, its second process
-    after them; processes named by their pid after every named rank)."""
+    after them; processes named by their pid after every named rank). A rank folder that is a
+    link is refused (``links="skip"``: left out, for the code that clears a record)."""
     found = []
     try:
         names = sorted(os.listdir(out))
@@ -104,6 +105,8 @@ def rank_folders(out: Path) -> list[RankFolder]:
         if m is None:
             continue
         if path.is_symlink():
+            if links == "skip":
+                continue
             raise InputError(
                 f"{path}: is a symbolic link; a record's rank folders are never links (remove it,"
                 " or analyze the snapshot it points to by its own path)"
@@ -216,7 +219,7 @@ def _hosts_of(out: Path) -> set[str]:
 def _mine(out: Path, host: str) -> list[RankFolder]:
     """The rank folders this host wrote (a folder that names no host is the first host's)."""
     first = str(read_marker(out).get("host", host))
-    return [r for r in rank_folders(out) if (folder_host(r) or first) == host]
+    return [r for r in rank_folders(out, links="skip") if (folder_host(r) or first) == host]
 
 
 def prepare(out: Path, command: tuple[str, ...], options: dict[str, Any], overwrite: bool) -> None:

@@ -97,12 +97,10 @@ class Recorder:
             used = sorted({device} if device is not None else set(self.devices_in_use()))
             if self.launcher is None and not used:
                 return False  # a process that never held memory has nothing to record
-            rank, names, named_by = folder_names(
-                self.launcher, device_facts.restart_count(), used, self.pid
-            )
+            names = folder_names(self.launcher, device_facts.restart_count(), used, self.pid)
+            name, rank, named_by = make_rank_folder(self.out_dir, names)
             label = f"pid {self.pid}" if rank is None else f"rank {rank} (pid {self.pid})"
-            self.folder = make_rank_folder(self.out_dir, names, label)
-            name = os.path.basename(self.folder.path)
+            self.folder = Folder(os.path.join(self.out_dir, name), label)
             self.who.update(folder=name, rank=rank, named_by=named_by)
             self.claimed = True
         from . import log_process
@@ -212,30 +210,30 @@ class Recorder:
 
 def folder_names(
     launcher: tuple[int, str] | None, attempt: int, used: list[int], pid: int
-) -> tuple[int | None, list[str], str]:
-    """(the rank, the folder names to try in order, the rule that named it): the launcher's
-    rank (a second process of that rank, a helper, gets ``-pid``), else the one device the
-    process used, else its pid."""
+) -> list[tuple[str, int | None, str]]:
+    """The names to try in order, each with the rank it gives and the rule that names it: the
+    launcher's rank (a second process of that rank, a helper, gets ``-pid``), else the one
+    device the process used, else its pid."""
+    by_pid = (f"{PID_PREFIX}{pid}", None, BY_PID)
     if launcher is not None:
         r, variable = launcher
         first = f"{RANK_PREFIX}{r}" + (f"{ATTEMPT_INFIX}{attempt}" if attempt else "")
-        return r, [first, f"{RANK_PREFIX}{r}-{PID_PREFIX}{pid}"], variable
+        return [(first, r, variable), (f"{RANK_PREFIX}{r}-{PID_PREFIX}{pid}", r, variable)]
     if len(used) == 1:
-        return used[0], [f"{RANK_PREFIX}{used[0]}", f"{PID_PREFIX}{pid}"], BY_DEVICE
-    return None, [f"{PID_PREFIX}{pid}"], BY_PID
+        return [(f"{RANK_PREFIX}{used[0]}", used[0], BY_DEVICE), by_pid]
+    return [by_pid]
 
 
-def make_rank_folder(out_dir: str, names: list[str], label: str) -> Folder:
+def make_rank_folder(out_dir: str, names: list[tuple[str, int | None, str]]) -> tuple[str, int | None, str]:
     """The first of ``names`` that is free, made (``mkdir`` fails on a name taken by anything,
     a link planted there included: no folder of ours is ever a link)."""
-    for name in names:
-        path = os.path.join(out_dir, name)
+    for name, rank, named_by in names:
         try:
-            os.mkdir(path)
+            os.mkdir(os.path.join(out_dir, name))
         except FileExistsError:
             continue
-        return Folder(path, label)
-    raise FileExistsError(f"{out_dir}: {', '.join(names)} exist already")
+        return name, rank, named_by
+    raise FileExistsError(f"{out_dir}: {', '.join(n for n, _, _ in names)} exist already")
 
 
 def check_torch(torch: Any) -> None:
