@@ -111,8 +111,13 @@ def test_the_report_rates_against_the_recorded_device_size(
     for rank in (0, 1):
         analysis = rank_doc(doc, rank)
         (space,) = analysis["spaces"]
-        assert space["capacity_bytes"] == DEVICE and space["capacity_source"] == "device"
         assert not any("capacity" in w for w in analysis["trace"]["warnings"])
+        if rank == 0:
+            assert space["capacity_bytes"] == DEVICE and space["capacity_source"] == "device"
+        else:  # its OOM shows what it could reach: all but the CUDA context (the fake's 512 MiB)
+            assert space["capacity_bytes"] == DEVICE - 512 * (1 << 20)
+            assert space["capacity_source"] == "oom"
+            assert "what this process could reach then" in space["capacity_basis"]
     (oom,) = rank_doc(doc, 1)["spaces"][0]["ooms"]
     assert oom["verdict"] == "fragmentation" and oom["requested_bytes"] == 1 * GiB
     assert rank_doc(doc, 1)["spaces"][0]["health"] == "critical"

@@ -124,6 +124,11 @@ def usage(torch: Any, device: int, full_stats: bool) -> dict[str, Any]:
     info = _safe(lambda: torch.cuda.mem_get_info(device))
     if info is not None:
         out["device_free_bytes"], out["device_total_bytes"] = int(info[0]), int(info[1])
+    # set_per_process_memory_fraction: the allocator refuses beyond fraction x total (PyTorch
+    # 2.5 and later can say it; before, the OOM observer's figure tells).
+    fraction = _safe(lambda: torch.cuda.get_per_process_memory_fraction(device))
+    if isinstance(fraction, float):
+        out["memory_fraction"] = fraction
     stats = _safe(lambda: torch.cuda.memory_stats(device)) or {}
     if full_stats:
         out["memory_stats"] = {str(k): v for k, v in stats.items() if isinstance(v, (int, float))}

@@ -127,6 +127,7 @@ def synchronize(device: Any = None) -> None:
 from torch.cuda import memory
 from torch.cuda.memory import (
     empty_cache,
+    get_per_process_memory_fraction,
     mem_get_info,
     memory_allocated,
     memory_reserved,
@@ -137,6 +138,7 @@ from torch.cuda.memory import (
 
 __all__ = [
     "OutOfMemoryError", "current_device", "device_count", "empty_cache", "get_device_properties",
+    "get_per_process_memory_fraction",
     "init", "is_available", "is_initialized", "mem_get_info", "memory", "memory_allocated",
     "memory_reserved", "memory_snapshot", "memory_stats", "set_device",
     "set_per_process_memory_fraction", "synchronize",

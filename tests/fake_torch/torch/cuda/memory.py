@@ -158,6 +158,13 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     _devices.device(torch.cuda._index(device)).set_memory_fraction(fraction)
 
 
+def get_per_process_memory_fraction(device: Any = None) -> float:
+    torch.cuda._lazy_init()
+    d = _devices.device(torch.cuda._index(device))
+    allowed = d.allocator.allowed
+    return allowed / d.capacity if allowed else 1.0
+
+
 # The API of the torch the fake plays (the module's docstring).
 if _devices.version() >= (2, 11):
     memory_snapshot = _memory_snapshot_2_11
