@@ -128,11 +128,12 @@ class Sampler:
         if in_use and self.recorder.no_history is None and (
             force_state or self._state_due(moved or want_state)
         ):
-            refused = None if force_state else self._refused(in_use)
-            if refused is None:
-                state = self._state_snapshot(in_use)
-            else:
+            taken = self._state_snapshot(in_use, force_state)
+            if taken is not None and taken[0] is None:
+                refused = taken[1]
                 self.refused += 1
+            elif taken is not None:
+                state = (str(taken[0]), taken[1])
         if not self.described:
             self.described = self.recorder.describe(in_use)
         pause = cost + (state[1] if state is not None else 0.0)
@@ -168,35 +169,41 @@ class Sampler:
         return max(0, min(self.options.entries, counted))
 
     def _refused(self, in_use: list[int]) -> float | None:
-        """The pause a state snapshot would cause, when it is above ``max_pause_s`` (None: take
-        it). Without ``include_traces`` torch converts the whole history for it."""
-        if self.light:
-            return None
+        """The pause a state snapshot with the whole history would cause, when it is above
+        ``max_pause_s`` (None: take it)."""
         predicted = self.s_per_entry * self.history_entries(in_use)
         return predicted if predicted > self.options.max_pause_s else None
 
-    def _segments(self) -> list[Any]:
-        """``torch.cuda.memory_snapshot()``, without the history where torch can leave it out."""
-        snapshot = self.recorder.torch.cuda.memory_snapshot
-        if self.light is not False:
-            try:
-                segments = snapshot(include_traces=False)
-            except TypeError:  # before PyTorch 2.11: no such argument
-                self.light = False
-            else:
-                self.light = True
-                return list(segments)
-        return list(snapshot())
+    def _light_segments(self) -> list[Any] | None:
+        """``memory_snapshot(include_traces=False)`` where torch has it (2.11 and later; before,
+        Python refuses the keyword before torch does any work); None where it does not."""
+        if self.light is False:
+            return None
+        try:
+            segments = self.recorder.torch.cuda.memory_snapshot(include_traces=False)
+        except TypeError:
+            self.light = False
+            return None
+        self.light = True
+        return list(segments)
 
-    def _state_snapshot(self, in_use: list[int]) -> tuple[str, float] | None:
+    def _state_snapshot(self, in_use: list[int], force: bool) -> tuple[str | None, float] | None:
+        """(its name, its cost), or (None, the predicted pause) when declined, or None when it
+        could not be written."""
         recorder = self.recorder
         torch, folder = recorder.torch, recorder.folder
         started = time.perf_counter()
-        entries = 0 if self.light else self.history_entries(in_use)
-        segments = self._segments()
-        converted = time.perf_counter() - started
-        if not self.light and entries >= LEARN_FROM_ENTRIES:
-            self.s_per_entry = converted / entries
+        segments = self._light_segments()
+        if segments is None:
+            refused = None if force else self._refused(in_use)
+            if refused is not None:
+                return None, refused
+            entries = self.history_entries(in_use)
+            asked = time.perf_counter()
+            segments = list(torch.cuda.memory_snapshot())
+            converted = time.perf_counter() - asked
+            if entries >= LEARN_FROM_ENTRIES:
+                self.s_per_entry = converted / entries
         figures = {d: self.last.get(d, (0, 0)) for d in in_use}
         n = self.states + 1
         name = state_name(n)
