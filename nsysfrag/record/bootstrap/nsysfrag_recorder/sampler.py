@@ -64,6 +64,7 @@ class Sampler:
         self.counted_at_start: int | None = None  # the history counts when recording began
         self.refused = 0  # state snapshots not taken: they would have paused too long
         self.longest_pause = 0.0
+        self.rating_s = 0.0  # the newest state's rating in this process (the Python API)
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # one sample at a time (the thread and step())
         self.thread: threading.Thread | None = None
@@ -144,6 +145,8 @@ class Sampler:
             if state is not None:
                 line["state"] = state[0]
                 line["state_cost_s"] = round(state[1], 7)
+                if self.rating_s:
+                    line["rating_s"] = round(self.rating_s, 7)
             if refused is not None:
                 line["state_refused_s"] = round(refused, 7)
             if not folder.append_line(TIMELINE, line):
@@ -218,9 +221,14 @@ class Sampler:
             folder.remove(facts_name(old))
         self.states, self.since_state = n, 0
         self.at_state = figures
-        if recorder.on_state is not None:  # the Python API rates in this process: its cost too
-            recorder.on_state(segments, about)
         cost = time.perf_counter() - started
-        self.last_state_at, self.last_state_cost = time.monotonic(), cost
+        self.rating_s = 0.0
+        if recorder.on_state is not None:  # the Python API rates in this process, as asked
+            rated = time.perf_counter()
+            recorder.on_state(segments, about)
+            self.rating_s = time.perf_counter() - rated
+        # The budget spreads the rating too; the pause is the snapshot's (the rating is what
+        # the program's step() asked for, and returns).
+        self.last_state_at, self.last_state_cost = time.monotonic(), cost + self.rating_s
         return name, cost
 
