@@ -5,8 +5,13 @@ one input gets one C whatever reads it. An nsys export records the device (``TAR
 a PyTorch snapshot does not, and C comes from the best evidence it has, in this order:
 
 1. ``--capacity``;
-2. the device's total memory, where `nsysfrag record` wrote it beside the snapshot
-   (X.device.json; :data:`DEVICE`; the input hands it over as ``device_bytes``);
+2. the device's memory, where `nsysfrag record` wrote it beside the snapshot (X.device.json;
+   :data:`DEVICE`; the input hands it over as ``device_bytes``): its total, or under
+   ``torch.cuda.set_per_process_memory_fraction`` the allowed maximum (fraction x total: the
+   allocator refuses beyond it, and PyTorch's OOM observer is handed that figure); but where
+   the snapshot holds an OOM that recorded the device's free memory, reserved + free then is
+   what the process could reach, and it wins when smaller: other processes on the GPU, NCCL's
+   buffers and the CUDA context hold the rest (:data:`OOM`, saying so);
 3. the snapshot's ``oom`` entries: the memory the process could reach then, reserved +
    ``device_free`` (the largest over the entries, at least the peak reserved; other processes
    and the CUDA context are not in it, so it is a lower bound);
@@ -78,6 +83,18 @@ PAGE = 2 << 20  # the granularity of a cudaMalloc'd segment
 RELEASES = np.array([SEGMENT_FREE, SEGMENT_UNMAP], dtype=np.int8)
 NEW_SEGMENTS = np.array([SEGMENT_ALLOC, SEGMENT_MAP], dtype=np.int8)
 TRACE_ENDS = -1  # ReleaseRuns.then: nothing follows the run
+
+
+class DeviceBytes(int):
+    """The device's memory as a record wrote it beside a snapshot: the bytes, and the memory
+    fraction that made them the allowed maximum rather than the total (None: the total)."""
+
+    fraction: float | None
+
+    def __new__(cls, value: int, fraction: float | None = None) -> DeviceBytes:
+        made = super().__new__(cls, value)
+        made.fraction = fraction
+        return made
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,9 +285,7 @@ def recorded_capacity(record: Record, device_bytes: int | None = None) -> Capaci
     ``device_bytes``: the device's total memory where `nsysfrag record` wrote it beside the
     snapshot (X.device.json)."""
     if device_bytes is not None:
-        return device_memory(
-            device_bytes, "the device's total memory, recorded beside the snapshot"
-        )
+        return _recorded_device(record, device_bytes)
     if record.oom_capacity is not None:
         # cudaMemGetInfo's free memory: the device's, even under a memory fraction.
         below = (
@@ -302,6 +317,28 @@ def recorded_capacity(record: Record, device_bytes: int | None = None) -> Capaci
             " segment the device refused",
         )
     return None
+
+
+def _recorded_device(record: Record, device_bytes: int) -> Capacity:
+    """C from the device's memory recorded beside the snapshot, unless an OOM of the snapshot
+    shows that less was reachable."""
+    fraction = getattr(device_bytes, "fraction", None)
+    limit = (
+        f"the allowed maximum under set_per_process_memory_fraction({fraction:g}), recorded"
+        " beside the snapshot"
+        if fraction is not None
+        else "the device's total memory, recorded beside the snapshot"
+    )
+    reachable = record.oom_capacity
+    if reachable is not None and max(reachable, record.peak) < device_bytes:
+        return Capacity(
+            max(reachable, record.peak, 1),
+            OOM,
+            "reserved + free device memory at the recorded OOM: what this process could reach"
+            f" then, less than {limit} ({device_bytes} bytes; other processes, NCCL's buffers and"
+            " the CUDA context held the rest)",
+        )
+    return device_memory(int(device_bytes), limit)
 
 
 def snapshot_capacity(

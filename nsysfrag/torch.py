@@ -5,7 +5,7 @@
     with monitor("runs/exp1") as m:       # the same record folder `nsysfrag record` writes
         for step, batch in enumerate(loader):
             train_step(batch)
-            m.step()                       # every 100th call: a state rated now
+            m.step()                       # every 100th call: a state rated, within the budget
 
 The recorder starts when the program initializes CUDA (at once if it has already), records
 the history, a snapshot at each out-of-memory error and at the end (the block's exit, or the
@@ -83,6 +83,8 @@ class monitor:
         entries: int = 100_000,
         stacks: str = "python",
         state_every: int = 12,
+        state_budget: float = 0.01,
+        max_pause: float = 0.05,
         max_oom_snapshots: int = 8,
         alert_command: str | None = None,
         on_alert: Callable[[str], None] | None = None,
@@ -92,7 +94,7 @@ class monitor:
         self.every = max(1, int(every))
         self.options = _part("options").Options(
             entries=entries, stacks=stacks, interval_s=interval, state_every=state_every,
-            max_oom_snapshots=max_oom_snapshots,
+            state_budget=state_budget, max_pause_s=max_pause, max_oom_snapshots=max_oom_snapshots,
         )  # fmt: skip
         self.alert_command = alert_command
         self.say = on_alert or _say
@@ -141,10 +143,12 @@ class monitor:
         self._rater = Rater(time.time_ns(), self.say, self.alert_command)
         _part("hook").when_cuda_initialized(self._cuda_ready, on_import=lambda: None)
 
-    def step(self) -> list[Rating] | None:
-        """Count a step; every ``every``-th, sample now with a state snapshot and return its
-        ratings (None on other steps, before CUDA, and under ``nsysfrag record``, which rates
-        the state itself)."""
+    def step(self, force: bool = False) -> list[Rating] | None:
+        """Count a step; every ``every``-th, sample now and take a state snapshot if the budget
+        allows it (``state_budget`` of the time on average, no pause over ``max_pause`` s; with
+        ``force``, whatever it costs) and return its ratings (None on other steps, when the
+        budget declined it, before CUDA, and under ``nsysfrag record``, which rates the state
+        itself)."""
         self.steps += 1
         if self.steps % self.every and self.steps != 1:
             return None
@@ -157,8 +161,11 @@ class monitor:
         if self.steps % self.every:
             return None
         self.ratings = []
-        recorder.sampler.sample(force_state=True)
-        return list(self.ratings) if not self._under_command else None
+        states = recorder.sampler.states
+        recorder.sampler.sample(want_state=True, force_state=force)
+        if self._under_command or recorder.sampler.states == states:
+            return None
+        return list(self.ratings)
 
     def stop(self) -> None:
         """The final snapshot (once); the process's exit would take it otherwise."""

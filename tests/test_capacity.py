@@ -55,8 +55,14 @@ def test_evidence_is_taken_in_order() -> None:
     both = record(RETRY + OOM_ENTRY)
     assert snapshot_capacity(both, 40 * GiB).source == OVERRIDE
     assert snapshot_capacity(both, 40 * GiB).bytes == 40 * GiB
-    # The device's memory recorded beside the snapshot beats what the record implies.
+    # The device's memory recorded beside the snapshot beats the retries, but not an oom entry
+    # that shows less was reachable (reserved + the device's free memory then): other
+    # processes, NCCL and the CUDA context held the rest.
     noted = snapshot_capacity(both, device_bytes=141 * GiB)
+    assert (noted.bytes, noted.source) == (1724 * MiB + 3 * GiB, OOM)
+    noted = snapshot_capacity(both, device_bytes=4 * GiB)
+    assert (noted.bytes, noted.source) == (4 * GiB, DEVICE)
+    noted = snapshot_capacity(record(RETRY), device_bytes=141 * GiB)
     assert (noted.bytes, noted.source) == (141 * GiB, DEVICE)
     assert snapshot_capacity(both, 40 * GiB, device_bytes=141 * GiB).source == OVERRIDE
     # An oom entry beats the retries: reserved (200 + 500 MiB + 1 GiB) + 3 GiB free then.

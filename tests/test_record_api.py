@@ -53,6 +53,18 @@ def test_monitor_rates_every_nth_step_and_writes_a_record(tmp_path: Path) -> Non
     assert json.loads(job.stdout)["ranks"][0]["analysis"]["recorded"]["ratings"]["global_frag"] == frag
 
 
+def test_monitor_step_obeys_the_budget_unless_forced(tmp_path: Path) -> None:
+    # Six quick steps: the first state is taken; the next ones come far sooner than 1 % of the
+    # time allows for what a state costs, so step() declines them (None) instead of stalling.
+    done = run_monitored(tmp_path / "rec", "--budget")
+    assert done.returncode == 0, done.stderr
+    steps = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [s["step"] for s in steps] == [1]
+    (rank,) = rank_folders(tmp_path / "rec")
+    samples = jsonl(rank.timeline)
+    assert sum(1 for s in samples if "state" in s) == 1 and len(samples) >= 3
+
+
 def test_monitor_refuses_a_rank_already_recorded_unless_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "rec"
     assert run_monitored(out).returncode == 0

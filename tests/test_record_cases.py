@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsysfrag.record.layout import rank_folders
-from tests.record_helpers import TRAIN, fake_env, jsonl, record, warnings_of
+from tests.record_helpers import LAUNCH, TRAIN, fake_env, jsonl, record, warnings_of
 
 PY = sys.executable
 
@@ -64,7 +64,7 @@ def test_a_record_is_refused_unless_overwrite(tmp_path: Path) -> None:
     first = (out / "rank0" / "final.pickle").stat().st_mtime_ns
     run = record(out, "--", "touch", str(ran))
     assert run.code == 2 and not ran.exists()
-    assert "already holds a record; pass --overwrite to replace it" in run.err
+    assert "already holds a record of this host; pass --overwrite to replace it" in run.err
     assert record(out, "--overwrite", "--", PY, *program).code == 0
     assert (out / "rank0" / "final.pickle").stat().st_mtime_ns != first
     assert [r.path.name for r in rank_folders(out)] == ["rank0"]
@@ -76,15 +76,37 @@ def test_a_record_is_refused_unless_overwrite(tmp_path: Path) -> None:
     assert run.code == 2 and "not empty and holds no record" in run.err and not ran.exists()
 
 
-def test_a_recorder_that_cannot_start_is_one_warning_and_the_program_runs_on(tmp_path: Path) -> None:
-    # PyTorch's cudaMallocAsync backend records no history: the recorder cannot start there.
-    program = "import torch; x = torch.empty(1 << 20, device='cuda'); print('done')"
+def test_cuda_malloc_async_has_its_own_line_and_still_records_samples(tmp_path: Path) -> None:
+    # PyTorch's cudaMallocAsync backend refuses history (and the OOM observer, and snapshots).
+    program = (
+        "import torch, time; x = torch.empty(1 << 20, dtype=torch.uint8, device='cuda');"
+        " time.sleep(1.3); print('done')"
+    )
     env = fake_env(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
-    run = record(tmp_path / "rec", "--", PY, "-c", program, env=env)
+    run = record(tmp_path / "rec", "--interval", "1", "--", PY, "-c", program, env=env)
     assert run.code == 0 and run.out.strip().endswith("done")
-    (warning,) = warnings_of(run.err)
-    assert "the recorder could not start (RuntimeError: cudaMallocAsync does not yet support" in warning
-    assert "nothing was recorded: the recorder could not start in 1 process(es)" in run.err
+    assert warnings_of(run.err) == [], run.err
+    (line,) = [ln for ln in run.err.splitlines() if "cudaMallocAsync" in ln]
+    assert line.startswith("nsysfrag: backend:cudaMallocAsync keeps no allocation history")
+    assert "only memory_stats() samples are recorded (rank0/timeline.jsonl)" in line
+    (rank,) = rank_folders(tmp_path / "rec")
+    samples = jsonl(rank.timeline)
+    assert samples and all(s["reserved_bytes"] >= 1 << 20 for s in samples)
+    assert rank.snapshot is None
+
+
+@pytest.mark.parametrize("version", ["2.0.1", "1.13.1"])
+def test_a_torch_before_2_1_is_one_line_and_the_program_runs_unrecorded(
+    tmp_path: Path, version: str
+) -> None:
+    program = (
+        "import torch; x = torch.empty(1 << 20, dtype=torch.uint8, device='cuda'); print('done')"
+    )
+    env = fake_env(FAKE_TORCH_VERSION=version)
+    run = record(tmp_path / "rec", "--", PY, str(LAUNCH), "--nproc", "2", "-c", program, env=env)
+    assert run.code == 0 and run.out.count("done") == 2, run.err
+    expected = f"nsysfrag record needs torch \u2265 2.1 (found {version}+fake): the program ran unrecorded"
+    assert run.err.splitlines() == [expected], run.err
     assert rank_folders(tmp_path / "rec") == []
 
 

@@ -111,8 +111,13 @@ def test_the_report_rates_against_the_recorded_device_size(
     for rank in (0, 1):
         analysis = rank_doc(doc, rank)
         (space,) = analysis["spaces"]
-        assert space["capacity_bytes"] == DEVICE and space["capacity_source"] == "device"
         assert not any("capacity" in w for w in analysis["trace"]["warnings"])
+        if rank == 0:
+            assert space["capacity_bytes"] == DEVICE and space["capacity_source"] == "device"
+        else:  # its OOM shows what it could reach: all but the CUDA context (the fake's 512 MiB)
+            assert space["capacity_bytes"] == DEVICE - 512 * (1 << 20)
+            assert space["capacity_source"] == "oom"
+            assert "what this process could reach then" in space["capacity_basis"]
     (oom,) = rank_doc(doc, 1)["spaces"][0]["ooms"]
     assert oom["verdict"] == "fragmentation" and oom["requested_bytes"] == 1 * GiB
     assert rank_doc(doc, 1)["spaces"][0]["health"] == "critical"
@@ -152,7 +157,9 @@ def test_the_report_holds_the_sampled_timeline(job: tuple[Path, Run, dict[str, A
     assert [o["snapshot"] for o in recorded["ooms"]] == ["oom-1.pickle"]
     assert {a["metric"] for a in recorded["alerts"]} >= {"global_frag"}
     assert "Recorded live (nsysfrag record):" in run.out
-    assert "rank 1 · " in run.out and "snapshots oom-1.pickle" in run.out
+    said = " ".join(run.out.split())
+    assert "rank 1 · " in said and "snapshots oom-1.pickle" in said
+    assert re.search(r"longest pause \d+\.\d ms \(mean \d+\.\d\d ms\)", said)
     assert all(len(line) <= 80 for line in run.out.splitlines())
 
 

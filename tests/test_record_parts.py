@@ -118,6 +118,9 @@ def test_prepare_refuses_a_file_and_a_record(tmp_path: Path) -> None:
     prepare(tmp_path / "rec", ("x",), {}, overwrite=False)
     (tmp_path / "rec" / "rank0").mkdir()
     (tmp_path / "rec" / "mine.txt").write_text("kept")
+    prepare(tmp_path / "rec", ("x",), {}, overwrite=False)  # nothing recorded: nothing to keep
+    (tmp_path / "rec" / "rank0").mkdir()
+    (tmp_path / "rec" / "rank0" / "final.pickle").write_bytes(b"")
     with pytest.raises(InputError, match="already holds a record"):
         prepare(tmp_path / "rec", ("x",), {}, overwrite=False)
     prepare(tmp_path / "rec", ("x",), {}, overwrite=True)

@@ -14,6 +14,7 @@ from nsysfrag.commands.feedback import say
 from nsysfrag.commands.profile import check_program
 from nsysfrag.commands.report_options import ReportRequest, report_options
 from nsysfrag.errors import InputError
+from nsysfrag.printable import printable
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import MIN_INTERVAL_S, STACKS, Options
 
 DEFAULT_OUT = Path("nsysfrag-record")
@@ -119,6 +120,10 @@ def record_command(
             launch.command_environment(out, recorder_options),
             stdout=2 if request.uses_stdout() else None,
         )
+    except InputError as err:  # the command could not start: the record says so
+        layout.update_marker(out, status="not started", ended_unix_ns=time.time_ns(),
+                             error=str(err))  # fmt: skip
+        raise
     finally:
         watch.stop()
     layout.update_marker(
@@ -166,6 +171,12 @@ def _analyze(out: Path, request: ReportRequest) -> int:
     from nsysfrag.record.why import nothing_recorded
 
     if not any(r.snapshot is not None for r in rank_folders(out)):
-        say(f"nothing was recorded: {nothing_recorded(out)}")
+        why = nothing_recorded(out)
+        # A line that names nsysfrag record itself ("nsysfrag record needs torch ≥ 2.1") stands
+        # as it is.
+        if why.startswith("nsysfrag record "):
+            click.echo(printable(why), err=True)
+        else:
+            say(why)
         return 0
     return run_job([out], request, ExportOptions(), JobOptions())

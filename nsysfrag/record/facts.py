@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.capacity import DeviceBytes
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import FACTS_SCHEMA, facts_name
 
 FACTS_MAX_BYTES = 16 << 20
@@ -34,7 +35,10 @@ class DeviceFacts:
     pid: int | None
     torch_version: str | None
     time_unix_ns: int | None
-    total_memory: dict[int, int] = field(default_factory=dict)  # device index -> bytes
+    # device index -> bytes: the total, or the allowed maximum under a memory fraction
+    total_memory: dict[int, int] = field(default_factory=dict)
+    named_by: str | None = None  # the rule that named the rank: a launcher variable, "device", "pid"
+    attempt: int = 0  # torchrun's restart count
 
 
 def facts_path(snapshot: Path) -> Path:
@@ -86,7 +90,13 @@ def parse_facts(path: Path, data: Any) -> DeviceFacts | None:
         if total is not None:
             if _count(total, _MAX_BYTES_VALUE) is None or total < 1:
                 return None
-            totals[index] = total
+            totals[index] = _allowed(total, d.get("memory_fraction"))
+    oom = data.get("oom")
+    if isinstance(oom, dict):  # the OOM observer's figure: the allowed maximum, under a fraction
+        index, allowed = _count(oom.get("device"), 1 << 16), _count(oom.get("device_total_bytes"), _MAX_BYTES_VALUE)
+        total = totals.get(index) if index is not None else None
+        if index is not None and total is not None and allowed and allowed < total:
+            totals[index] = DeviceBytes(allowed, allowed / total)
     return DeviceFacts(
         path=path,
         reason=_text(data.get("reason")) or "?",
@@ -97,7 +107,17 @@ def parse_facts(path: Path, data: Any) -> DeviceFacts | None:
         torch_version=_text(data.get("torch_version")),
         time_unix_ns=_count(data.get("time_unix_ns"), 1 << 63),
         total_memory=totals,
+        named_by=_text(data.get("named_by")),
+        attempt=_count(data.get("attempt"), 1 << 31) or 0,
     )
+
+
+def _allowed(total: int, fraction: Any) -> int:
+    """The device's memory this process may use: ``total``, or under a memory fraction below 1
+    the allowed maximum PyTorch computes (fraction x total)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+        return total
+    return DeviceBytes(max(1, int(fraction * total)), float(fraction))
 
 
 def _count(value: Any, limit: int) -> int | None:

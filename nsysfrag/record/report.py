@@ -45,11 +45,14 @@ def recorded_section(folder: RankFolder, snapshot: Path, document: dict[str, Any
     alerts = list(_lines(folder.path / ALERTS))
     costs = [s["cost_s"] for s in samples if isinstance(s.get("cost_s"), float)]
     state_costs = [s["state_cost_s"] for s in samples if isinstance(s.get("state_cost_s"), float)]
+    pauses = _pauses(samples)
     return {
         "folder": folder.path.name,
         "snapshot": snapshot.name,
         "snapshot_reason": facts.reason if facts else None,
         "rank": folder.rank,
+        "named_by": facts.named_by if facts else None,
+        "attempt": folder.attempt,
         "host": facts.host if facts else None,
         "pid": facts.pid if facts else None,
         "world_size": facts.world_size if facts else None,
@@ -59,6 +62,9 @@ def recorded_section(folder: RankFolder, snapshot: Path, document: dict[str, Any
         "sample_cost_s": _spread(costs),
         "state_snapshots": len(state_costs),
         "state_cost_s": _spread(state_costs),
+        # What the recorder stopped the program for: each sample, with its state snapshot.
+        "pause_s": {"mean": statistics.fmean(pauses), "max": max(pauses)} if pauses else None,
+        "states_refused": sum(1 for s in _per_sample(samples) if "state_refused_s" in s),
         "timeline": _columns(samples, origin, ("device", *TIMELINE_KEYS)),
         "ratings": _columns(ratings, origin, ("device", *RATING_KEYS, "pinning_site")),
         "alerts": [
@@ -149,6 +155,23 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _per_sample(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per sample (a sample writes a line per device, each with the same costs)."""
+    seen: dict[Any, dict[str, Any]] = {}
+    for s in samples:
+        seen.setdefault(s.get("sample"), s)
+    return list(seen.values())
+
+
+def _pauses(samples: Sequence[dict[str, Any]]) -> list[float]:
+    out = []
+    for s in _per_sample(samples):
+        cost, state = s.get("cost_s"), s.get("state_cost_s", 0.0)
+        if isinstance(cost, (int, float)) and isinstance(state, (int, float)):
+            out.append(float(cost) + float(state))
+    return out
+
+
 def _spread(values: Sequence[float]) -> dict[str, float] | None:
     if not values:
         return None
@@ -175,7 +198,7 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
     def at(time_ns: int) -> str:
         return moment_since(time_ns, origin)
 
-    parts = [f"rank {r['rank']}"]
+    parts = [f"rank {r['rank']}" + _named(r)]
     times = r["timeline"]["time_ns"]
     if r["samples"]:
         span = (times[-1] - times[0]) / 1e9 if len(times) > 1 else 0.0
@@ -187,6 +210,13 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
         )
     else:
         parts.append("no samples")
+    pause = r.get("pause_s")
+    if pause:
+        parts.append(
+            f"longest pause {pause['max'] * 1e3:.1f} ms (mean {pause['mean'] * 1e3:.2f} ms)"
+            + (f", {_count(r['states_refused'], 'state snapshot')} not taken (longer)"
+               if r.get("states_refused") else "")
+        )  # fmt: skip
     ratings = r["ratings"]
     if ratings["time_ns"]:
         values = ratings["global_frag"]
@@ -218,6 +248,15 @@ def _rank_words(r: dict[str, Any], origin: int) -> str:
         )
     parts.append(f"analyzed {r['folder']}/{r['snapshot']}")
     return " · ".join(parts)
+
+
+def _named(r: dict[str, Any]) -> str:
+    """How the rank got its name, where a launcher's ``RANK`` did not give it."""
+    by, attempt = r.get("named_by"), r.get("attempt") or 0
+    said = {None: "", "RANK": "", "device": " (by its device)", "pid": " (by its pid)"}.get(
+        by, f" (${by})"
+    )
+    return said + (f" attempt {attempt}" if attempt else "")
 
 
 def _count(n: int, noun: str) -> str:

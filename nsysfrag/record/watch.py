@@ -19,6 +19,7 @@ from typing import Any
 from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
 from nsysfrag.record.alerts import Alert, Levels, send
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import STATE_PREFIX
+from nsysfrag.record.bootstrap.nsysfrag_recorder.files import append_bytes
 from nsysfrag.record.facts import DeviceFacts, facts_beside, parse_facts
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import Rating, rate_state
@@ -133,7 +134,6 @@ def facts_from(data: dict[str, Any], where: Path) -> DeviceFacts | None:
 def _append(path: Path, record: dict[str, Any]) -> None:
     line = json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
     try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line)
+        append_bytes(str(path), line.encode("utf-8"))  # never through a link planted there
     except OSError:
         pass  # a full disk: the alert line was said anyway

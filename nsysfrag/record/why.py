@@ -10,7 +10,24 @@ from nsysfrag.record.layout import process_events, rank_folders
 
 
 def nothing_recorded(out: Path) -> str:
+    """The line that says why ``out`` holds no snapshot to analyze."""
     events = process_events(out)
+    for e in events:
+        if e.get("event") == "unsupported":  # the torch is too old: its own line, once
+            return str(e.get("error"))[:300]
+    refused = [e for e in events if e.get("event") == "no_history"]
+    if refused:
+        sampled = [str(r.path.relative_to(out) / r.timeline.name) for r in rank_folders(out)
+                   if r.timeline.is_file()]  # fmt: skip
+        where = f" ({', '.join(sampled[:4])})" if sampled else ""
+        return (
+            f"{str(refused[0].get('error'))[:300]}{where}; there is no snapshot to analyze"
+            " (the default backend records one)"
+        )
+    return f"nothing was recorded: {_why_nothing(out, events)}"
+
+
+def _why_nothing(out: Path, events: list[dict[str, object]]) -> str:
     by_kind: dict[str, set[int]] = {}
     for e in events:
         pid = e.get("pid")

@@ -1,5 +1,6 @@
 """A program that records itself with the Python API (``nsysfrag.torch.monitor``) on the fake
-torch: every other step() rates a state; what it returns is printed as JSON lines."""
+torch: every other step() rates a state (forced: the test asks for each, whatever the budget;
+``--budget`` leaves it to the budget); what it returns is printed as JSON lines."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def main(out: str) -> None:
             blocks = [torch.empty(6 * MiB, dtype=torch.uint8, device="cuda") for _ in range(120)]
             kept += blocks[::3]
             del blocks
-            ratings = m.step()
+            ratings = m.step(force="--budget" not in sys.argv)
             if ratings is not None:
                 print(json.dumps({"step": step, "ratings": [r.document() for r in ratings]}))
     del kept

@@ -17,6 +17,8 @@ def _cuda_init() -> None:
 
 
 def _cuda_attach_out_of_memory_observer(observer: Callable[..., Any]) -> None:
+    if _devices.async_backend():
+        raise RuntimeError("cudaMallocAsync does not yet support attachOutOfMemoryObserver.")
     if not _devices.DEVICES:
         # PyTorch dereferences an allocator that does not exist yet (pytorch#107330).
         sys.stderr.write(

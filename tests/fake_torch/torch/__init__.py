@@ -8,9 +8,11 @@ PyTorch's) for 4096 bytes, and the tensor's last reference going away frees them
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
-__version__ = "2.11.0+fake"
+# FAKE_TORCH_VERSION picks the Python API of that torch where it differs (torch/cuda/memory.py).
+__version__ = os.environ.get("FAKE_TORCH_VERSION", "2.11.0") + "+fake"
 
 
 class dtype:

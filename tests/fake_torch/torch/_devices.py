@@ -58,6 +58,17 @@ def device_count() -> int:
     return _env_bytes("FAKE_TORCH_GPUS", 1)
 
 
+def async_backend() -> bool:
+    """``backend:cudaMallocAsync``: PyTorch's other allocator, which keeps no history."""
+    return allocator_backend() == "cudaMallocAsync"
+
+
+def version() -> tuple[int, int]:
+    """The torch version the fake plays (FAKE_TORCH_VERSION, default 2.11)."""
+    major, minor = (os.environ.get("FAKE_TORCH_VERSION", "2.11.0").split(".") + ["0"])[:2]
+    return int(major), int(minor)
+
+
 def create() -> None:
     if DEVICES:
         return
@@ -84,6 +95,14 @@ def device(index: int) -> FakeDevice:
     return DEVICES[index]
 
 
+# The history actions PyTorch's cumulative statistics count (Stat.allocated / Stat.freed).
+COUNTED = {
+    "alloc": "allocation.all.allocated", "free_completed": "allocation.all.freed",
+    "segment_alloc": "segment.all.allocated", "segment_map": "segment.all.allocated",
+    "segment_free": "segment.all.freed", "segment_unmap": "segment.all.freed",
+}  # fmt: skip
+
+
 class _Allocator(ms.CachingAllocator):  # type: ignore[misc,name-defined]
     """The generator's allocator with PyTorch's history switches and real time."""
 
@@ -91,11 +110,15 @@ class _Allocator(ms.CachingAllocator):  # type: ignore[misc,name-defined]
         super().__init__(*args, **kwargs)
         self.retries = 0
         self._emptying = False
+        self.counts = dict.fromkeys(COUNTED.values(), 0)  # memory_stats()'s cumulative counts
 
     def tick(self, us: float) -> None:
         self.now_us = max(self.now_us + 1, time.time_ns() // 1000)
 
     def _record(self, action: str, addr: int, size: int, frames: Any, **extra: Any) -> None:
+        counted = COUNTED.get(action)
+        if counted is not None:
+            self.counts[counted] += 1
         if not HISTORY.enabled:
             self.tick(2)
             return
@@ -200,6 +223,8 @@ class FakeDevice:
             self.allocator.empty_cache()
 
     def set_memory_fraction(self, fraction: float) -> None:
+        """``set_per_process_memory_fraction``: the allocator refuses beyond fraction x total,
+        and its garbage collector (when configured) starts working."""
         with self.lock:
             _alloc_conf.set_memory_fraction(self.allocator, fraction)
 
@@ -217,8 +242,11 @@ class FakeDevice:
         return out
 
     def trace(self) -> list[dict[str, Any]]:
+        """The history as ``_cuda_memorySnapshot`` hands it over: every entry and its frames
+        made afresh as Python objects (what costs PyTorch the time, under the GIL)."""
         with self.lock:
-            return list(self.allocator.trace[-HISTORY.max_entries :])
+            entries = self.allocator.trace[-HISTORY.max_entries :]
+            return [{**e, "frames": [dict(f) for f in e["frames"]]} for e in entries]
 
     def settings(self) -> dict[str, Any]:
         return self.conf.settings()
@@ -230,9 +258,11 @@ class FakeDevice:
             for key, value in current.items():
                 out[f"{key}.current"] = value
                 out[f"{key}.peak"] = self.peaks.get(key, value)
+            out.update(self.allocator.counts)
             out["num_alloc_retries"] = self.allocator.retries
             out["num_ooms"] = self.ooms
-            out["num_device_alloc"] = sum(1 for e in self.allocator.trace if e["action"] in ("segment_alloc", "segment_map"))
+            # PyTorch counts as it goes: reading a statistic never walks the history.
+            out["num_device_alloc"] = self.allocator.counts["segment.all.allocated"]
             out["num_sync_all_streams"] = 0
             out["max_split_size"] = self.conf.settings()["max_split_size"]
             return dict(sorted(out.items()))
@@ -287,7 +317,9 @@ class FakeDevice:
             " is reserved by PyTorch but unallocated. If reserved but unallocated memory is large"
             " try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
         )
-        return {"alloc": alloc, "total": self.capacity, "free": free, "message": message}
+        # PyTorch's observer gets the allowed maximum where a memory fraction is set.
+        total = a.allowed if a.allowed else self.capacity
+        return {"alloc": alloc, "total": total, "free": free, "message": message}
 
 
 def _mib(n: int) -> str:

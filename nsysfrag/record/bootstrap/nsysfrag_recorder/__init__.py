@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from .hook import when_cuda_initialized
 from .names import ENV_DIR, PROCESSES
-from .stderr import warn
+from .stderr import line, warn
 
 if TYPE_CHECKING:  # imported once torch.cuda loads: every Python process starts the bootstrap
     from .options import Options
     from .recorder import OnState, Recorder
 
 _recorder: Recorder | None = None
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
 
 
 def active() -> Recorder | None:
@@ -57,13 +58,21 @@ def start(
 ) -> Recorder | None:
     """Record this process (CUDA is initialized); None, with a warning, when it cannot."""
     global _recorder
-    from .recorder import Recorder
+    from .recorder import Recorder, Unsupported
 
     if _recorder is not None and _recorder.pid == os.getpid():
         return _recorder
     recorder = Recorder(torch, options, out_dir, on_state)
+    # Under nsysfrag record the command says once, at its end, what every process logged here;
+    # a program recording itself (nsysfrag.torch.monitor) hears it from its own process.
+    alone = not os.environ.get(ENV_DIR)
     try:
         folder = recorder.start(sample_in_background)
+    except Unsupported as err:
+        log_process(out_dir, "unsupported", error=str(err))
+        if alone:
+            line(str(err))
+        return None
     except Exception as err:  # noqa: BLE001
         message = f"{type(err).__name__}: {err}"
         log_process(out_dir, "error", error=message)
@@ -71,6 +80,10 @@ def start(
         return None
     _recorder = recorder
     log_process(out_dir, "cuda", folder=os.path.basename(folder))
+    if recorder.no_history is not None:
+        log_process(out_dir, "no_history", error=recorder.no_history)
+        if alone:
+            warn(recorder.no_history)
     return recorder
 
 
@@ -84,7 +97,8 @@ def log_process(out_dir: str, event: str, **fields: Any) -> None:
         record["argv"] = [str(a)[:200] for a in getattr(sys, "argv", [])[:8]]
     line = (_json(record) + "\n").encode()
     try:
-        fd = os.open(os.path.join(out_dir, PROCESSES), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # Never through a link planted at the name (files.append_bytes; not imported: json).
+        fd = os.open(os.path.join(out_dir, PROCESSES), _APPEND, 0o644)
         try:
             os.write(fd, line)
         finally:

@@ -35,17 +35,49 @@ TIMELINE_STATS = {
 }
 
 
+# torchrun counts the restarts of its workers; each attempt of a rank is kept apart.
+RESTART_VARIABLE = "TORCHELASTIC_RESTART_COUNT"
+MAX_RANK = 1 << 31
+
+
+def number(text: str) -> int | None:
+    """A launcher's count (``"3"``, ``"0000000001"``) as an int; None for anything else: a
+    superscript digit is a digit to ``str.isdigit`` but not to ``int``, and a sign or a space
+    inside is no rank."""
+    value = text.strip()
+    if not value or not value.isascii() or not value.isdigit():
+        return None
+    digits = value.lstrip("0") or "0"
+    return int(digits) if len(digits) < 10 and int(digits) < MAX_RANK else None
+
+
+def launcher_rank() -> tuple[int, str] | None:
+    """The global rank the launcher gave this process and the variable that said it; None
+    when no launcher variable holds a rank."""
+    for name in RANK_VARIABLES:
+        value = number(os.environ.get(name, ""))
+        if value is not None:
+            return value, name
+    return None
+
+
 def _first_int(names: tuple[str, ...]) -> int | None:
     for name in names:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit() and len(value) < 10:
-            return int(value)
+        value = number(os.environ.get(name, ""))
+        if value is not None:
+            return value
     return None
 
 
 def rank() -> int | None:
     """The global rank the launcher gave this process; None when it gave none."""
-    return _first_int(RANK_VARIABLES)
+    found = launcher_rank()
+    return None if found is None else found[0]
+
+
+def restart_count() -> int:
+    """Which attempt of its rank this process is (torchrun's restarts; 0 without one)."""
+    return number(os.environ.get(RESTART_VARIABLE, "")) or 0
 
 
 def identity(torch: Any) -> dict[str, Any]:
@@ -54,6 +86,7 @@ def identity(torch: Any) -> dict[str, Any]:
         "rank": rank(),
         "local_rank": _first_int(LOCAL_VARIABLES),
         "world_size": _first_int(WORLD_VARIABLES),
+        "attempt": restart_count(),
         "host": _safe(socket.gethostname),
         "pid": os.getpid(),
         "argv": [str(a)[:200] for a in getattr(sys, "argv", [])[:32]],
@@ -91,6 +124,11 @@ def usage(torch: Any, device: int, full_stats: bool) -> dict[str, Any]:
     info = _safe(lambda: torch.cuda.mem_get_info(device))
     if info is not None:
         out["device_free_bytes"], out["device_total_bytes"] = int(info[0]), int(info[1])
+    # set_per_process_memory_fraction: the allocator refuses beyond fraction x total (PyTorch
+    # 2.5 and later can say it; before, the OOM observer's figure tells).
+    fraction = _safe(lambda: torch.cuda.get_per_process_memory_fraction(device))
+    if isinstance(fraction, float):
+        out["memory_fraction"] = fraction
     stats = _safe(lambda: torch.cuda.memory_stats(device)) or {}
     if full_stats:
         out["memory_stats"] = {str(k): v for k, v in stats.items() if isinstance(v, (int, float))}

@@ -4,6 +4,12 @@ A snapshot or facts file is written beside its name and renamed into place, so a
 dies (or a disk that fills) mid-write leaves the previous file or none, never a truncated one;
 timeline lines are appended one ``write`` each. A failure to write is one warning line: the
 program never sees an exception from here.
+
+No link is ever followed: a record folder may be shared (a job's file system, a copied record,
+a co-tenant of /tmp), and a link planted at one of its names would send the write elsewhere.
+Every file is created with ``O_NOFOLLOW`` (a temporary one also ``O_EXCL`` under a random
+name), torch's ``_dump_snapshot``, which opens its file by name itself, writes into a private
+folder of ours, and a rename replaces a link at the final name instead of writing through it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,18 @@ from typing import Any, Callable  # noqa: UP035  (the program may run Python 3.8
 from .stderr import warn
 
 _said_lock = threading.Lock()
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW
+CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
+
+
+def append_bytes(path: str, data: bytes) -> int:
+    """Append ``data`` to ``path`` in one write (created if missing, never through a link)."""
+    fd = os.open(path, APPEND, 0o644)
+    try:
+        return os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 class Folder:
@@ -32,11 +50,7 @@ class Folder:
     def append_line(self, name: str, record: dict[str, Any]) -> bool:
         line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
         try:
-            fd = os.open(self.join(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                written = os.write(fd, line)
-            finally:
-                os.close(fd)
+            written = append_bytes(self.join(name), line)
             if written != len(line):
                 raise OSError(28, "short write")  # ENOSPC: what a partial append means
         except OSError as err:
@@ -51,9 +65,9 @@ class Folder:
     def write_atomic(self, name: str, write: Callable[[Any], object]) -> bool:
         """``write(file)`` into a temporary file beside ``name``, then rename it into place."""
         final = self.join(name)
-        temporary = self.join(f".{name}.{os.getpid()}.part")
+        temporary = self.join(f".{name}.{os.urandom(8).hex()}.part")
         try:
-            with open(temporary, "wb") as f:
+            with os.fdopen(os.open(temporary, CREATE, 0o644), "wb") as f:
                 write(f)
             os.replace(temporary, final)
         except OSError as err:
@@ -67,19 +81,26 @@ class Folder:
 
     def write_with(self, name: str, dump: Callable[[str], object]) -> bool:
         """``dump(path)`` (a function that writes a file by name, such as torch's
-        ``_dump_snapshot``) into a temporary name, then renamed into place."""
+        ``_dump_snapshot``, with a plain ``open``) into a private folder of ours (mode 0700:
+        no one else can plant a link in it), then renamed into place."""
         final = self.join(name)
-        temporary = self.join(f".{name}.{os.getpid()}.part")
+        # os.mkdir, not tempfile: this runs at exit too, and importing tempfile there after an
+        # unhandled Ctrl-C made the process exit 1 instead of by SIGINT (test_record_cases).
+        private = self.join(f".{name}.{os.urandom(8).hex()}.part")
+        temporary = os.path.join(private, name)
         try:
+            os.mkdir(private, 0o700)
             dump(temporary)
             os.replace(temporary, final)
         except OSError as err:
-            _remove(temporary)
             self._failed(name, err)
             return False
-        except BaseException:
+        finally:
             _remove(temporary)
-            raise
+            try:
+                os.rmdir(private)
+            except OSError:
+                pass
         return True
 
     def remove(self, name: str) -> None:

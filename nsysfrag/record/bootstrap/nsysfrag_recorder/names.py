@@ -4,7 +4,10 @@ files of a record folder.
 A record folder ``OUT`` holds ``record.json`` (written by ``nsysfrag record``: the command,
 when, how it ended), ``processes.jsonl`` (a line per Python process that ran the bootstrap, and
 per step it reached: torch imported, CUDA initialized, a recorder error) and one folder per
-rank that used CUDA, ``rank{R}`` (``rank{R}-pid{P}`` for a second process of that rank):
+process that used CUDA, named by the first rule that names it: ``rank{R}`` for the launcher's
+rank R (``$RANK`` and the like; ``rank{R}-attempt{A}`` for torchrun's restart A of it), else
+``rank{D}`` for the one CUDA device D it used (``mp.spawn``'s ``set_device(rank)``), else
+``pid{P}``; ``rank{R}-pid{P}`` is a second process of launcher rank R (a helper):
 
 - ``process.json``: who the process was (rank, world size, host, pid, torch) and its devices;
 - ``timeline.jsonl``: a line per device per sample (``memory_stats()``, ``mem_get_info()``,
@@ -24,6 +27,12 @@ ENV_OPTIONS = "NSYSFRAG_RECORD_OPTIONS"  # JSON: see options.Options
 MARKER = "record.json"
 PROCESSES = "processes.jsonl"
 RANK_PREFIX = "rank"
+PID_PREFIX = "pid"
+ATTEMPT_INFIX = "-attempt"
+HOST_MARKER_PREFIX = "record-"  # record-{host}.json: a second host's run into the same folder
+# How a process got its folder's name (process.json's "named_by", beside the variable's name).
+BY_DEVICE = "device"
+BY_PID = "pid"
 PROCESS = "process.json"
 TIMELINE = "timeline.jsonl"
 STEPS = "steps.jsonl"  # a line per monitor().step() that sampled: the step count and its time

@@ -10,6 +10,7 @@ from .names import ENV_OPTIONS
 
 STACKS = ("python", "all", "none")
 MIN_INTERVAL_S = 1.0  # sampling never runs faster: each sample takes the allocator's lock
+MAX_PAUSE_S = 0.05  # no state snapshot may stop the program longer than this
 
 
 class Options:
@@ -23,6 +24,7 @@ class Options:
         state_every: int = 12,
         state_budget: float = 0.01,
         max_oom_snapshots: int = 8,
+        max_pause_s: float = MAX_PAUSE_S,
     ) -> None:
         self.entries = max(1, int(entries))
         self.stacks = stacks if stacks in STACKS else "python"
@@ -32,6 +34,7 @@ class Options:
         self.state_every = max(1, int(state_every))
         self.state_budget = min(1.0, max(1e-4, float(state_budget)))
         self.max_oom_snapshots = max(0, int(max_oom_snapshots))
+        self.max_pause_s = min(60.0, max(1e-4, float(max_pause_s)))
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
@@ -44,6 +47,7 @@ class Options:
             "state_every": self.state_every,
             "state_budget": self.state_budget,
             "max_oom_snapshots": self.max_oom_snapshots,
+            "max_pause_s": self.max_pause_s,
         }
 
     @classmethod

@@ -17,13 +17,28 @@ from typing import Any, Callable, Dict, List  # noqa: UP035  (the program may ru
 
 from . import facts as device_facts
 from .files import Folder
-from .names import FINAL, PROCESS, RANK_PREFIX, TIMELINE, facts_name, oom_name
+from .names import (
+    ATTEMPT_INFIX,
+    BY_DEVICE,
+    BY_PID,
+    FINAL,
+    PID_PREFIX,
+    PROCESS,
+    RANK_PREFIX,
+    TIMELINE,
+    facts_name,
+    oom_name,
+)
 from .options import Options
 from .sampler import Sampler
 from .stderr import warn
 
 # (the state snapshot's segments, its facts); typing's names: the program may run Python 3.8.
 OnState = Callable[[List[Any], Dict[str, Any]], None]  # noqa: UP006
+
+
+class Unsupported(Exception):
+    """This torch cannot be recorded at all (the message says so in one line)."""
 
 
 class Recorder:
@@ -35,8 +50,11 @@ class Recorder:
         self.out_dir = out_dir
         self.on_state = on_state
         self.pid = os.getpid()
-        self.rank = device_facts.rank()
-        self.folder = Folder(out_dir, f"pid {self.pid}")
+        self.launcher = device_facts.launcher_rank()
+        self.rank = None if self.launcher is None else self.launcher[0]
+        self.folder = Folder(out_dir, f"pid {self.pid}")  # the record folder until claim()
+        self.claimed = False
+        self.no_history: str | None = None  # why the allocator keeps no history, if it does not
         self.who: dict[str, Any] = {}
         self.ooms = 0
         self.oom_snapshots = 0
@@ -44,23 +62,52 @@ class Recorder:
         self.sampler = Sampler(self)
         self.finished = False
         self.lock = threading.Lock()
+        self.claim_lock = threading.Lock()
 
     # -- start
 
     def start(self, sample_in_background: bool = True) -> str:
-        """Turn history on, attach the observer, claim the rank's folder; the folder's path.
-        History first: an allocator that cannot record (``backend:cudaMallocAsync``) leaves
-        no empty rank folder behind."""
-        record_history(self.torch, self.options)
-        self.torch._C._cuda_attach_out_of_memory_observer(self.on_oom)
-        self.folder = claim_rank_folder(self.out_dir, self.rank, self.pid)
+        """Turn history on, attach the observer; the rank's folder path once it is known ('' while
+        the name waits for the device the process uses). History first: a torch or an
+        allocator that cannot record leaves no rank folder behind."""
+        check_torch(self.torch)
+        self.no_history = record_history(self.torch, self.options)
+        if self.no_history is None:
+            self.torch._C._cuda_attach_out_of_memory_observer(self.on_oom)
+            # Inside torch's initialization the counts are 0; the Python API may start later.
+            devices = list(range(int(self.torch.cuda.device_count())))
+            self.sampler.counted_at_start = self.sampler.count_history(devices)
         self.who = device_facts.identity(self.torch)
-        self.who["folder"] = os.path.basename(self.folder.path)
+        if self.launcher is not None:
+            self.claim()  # the launcher named it: the folder exists before the first allocation
         atexit.register(self.finish, "exit")
         self._finish_on_sigterm()
         if sample_in_background:
             self.sampler.start()
-        return self.folder.path
+        return self.folder.path if self.claimed else ""
+
+    def claim(self, device: int | None = None) -> bool:
+        """Make this process's folder, named by the first rule that names it (``names``): the
+        launcher's rank, else the one device it uses, else its pid. Without a launcher's rank
+        the name waits until the process has memory on a device (``device``: the one an
+        out-of-memory names). False while it has no folder."""
+        with self.claim_lock:
+            if self.claimed:
+                return True
+            used = sorted({device} if device is not None else set(self.devices_in_use()))
+            if self.launcher is None and not used:
+                return False  # a process that never held memory has nothing to record
+            names = folder_names(self.launcher, device_facts.restart_count(), used, self.pid)
+            name, rank, named_by = make_rank_folder(self.out_dir, names)
+            label = f"pid {self.pid}" if rank is None else f"rank {rank} (pid {self.pid})"
+            self.folder = Folder(os.path.join(self.out_dir, name), label)
+            self.who.update(folder=name, rank=rank, named_by=named_by)
+            self.claimed = True
+        from . import log_process
+
+        log_process(self.out_dir, "folder", folder=name, named_by=named_by)
+        self.sampler.described = self.describe(self.devices_in_use())
+        return True
 
     def _finish_on_sigterm(self) -> None:
         # torchrun ends the other ranks with SIGTERM when one fails; by default that skips
@@ -114,6 +161,8 @@ class Recorder:
                 if take:
                     self.oom_snapshots += 1
             self.used.add(int(device))
+            if not self.claim(int(device)):
+                return
             name = oom_name(k) if take else None
             if name is not None:
                 self.snapshot(name, "oom", oom={
@@ -130,6 +179,8 @@ class Recorder:
 
     def snapshot(self, name: str, reason: str, **extra: Any) -> bool:
         """The full snapshot (``torch.cuda.memory._dump_snapshot``) as ``name``, and its facts."""
+        if self.no_history is not None or not self.claim():
+            return False
         in_use = self.devices_in_use()
         if not self.sampler.described:
             self.sampler.described = self.describe(in_use)
@@ -151,42 +202,76 @@ class Recorder:
             self.sampler.stop()
             if self.sampler.samples == 0 and self.folder.failure is None:
                 self.sampler.sample()  # a short run still has one line of figures
-            self.snapshot(FINAL, reason, ooms=self.ooms)
+            if self.no_history is None:
+                self.snapshot(FINAL, reason, ooms=self.ooms)
         except Exception as err:  # noqa: BLE001
             warn(f"{self.folder.who}: final snapshot failed ({type(err).__name__}: {err})")
 
 
-def claim_rank_folder(out_dir: str, rank: int | None, pid: int) -> Folder:
-    """``OUT/rank{R}`` (rank 0 without a launcher's rank), or ``OUT/rank{R}-pid{P}`` when
-    another process of that rank has it already."""
-    r = 0 if rank is None else rank
-    for name in (f"{RANK_PREFIX}{r}", f"{RANK_PREFIX}{r}-pid{pid}"):
-        path = os.path.join(out_dir, name)
+def folder_names(
+    launcher: tuple[int, str] | None, attempt: int, used: list[int], pid: int
+) -> list[tuple[str, int | None, str]]:
+    """The names to try in order, each with the rank it gives and the rule that names it: the
+    launcher's rank (a second process of that rank, a helper, gets ``-pid``), else the one
+    device the process used, else its pid."""
+    by_pid = (f"{PID_PREFIX}{pid}", None, BY_PID)
+    if launcher is not None:
+        r, variable = launcher
+        first = f"{RANK_PREFIX}{r}" + (f"{ATTEMPT_INFIX}{attempt}" if attempt else "")
+        return [(first, r, variable), (f"{RANK_PREFIX}{r}-{PID_PREFIX}{pid}", r, variable)]
+    if len(used) == 1:
+        return [(f"{RANK_PREFIX}{used[0]}", used[0], BY_DEVICE), by_pid]
+    return [by_pid]
+
+
+def make_rank_folder(out_dir: str, names: list[tuple[str, int | None, str]]) -> tuple[str, int | None, str]:
+    """The first of ``names`` that is free, made (``mkdir`` fails on a name taken by anything,
+    a link planted there included: no folder of ours is ever a link)."""
+    for name, rank, named_by in names:
         try:
-            os.mkdir(path)
+            os.mkdir(os.path.join(out_dir, name))
         except FileExistsError:
             continue
-        return Folder(path, f"rank {r} (pid {pid})")
-    raise FileExistsError(f"{out_dir}: rank {r} folders exist already")
+        return name, rank, named_by
+    raise FileExistsError(f"{out_dir}: {', '.join(n for n, _, _ in names)} exist already")
 
 
-def record_history(torch: Any, options: Options) -> None:
-    """``_record_memory_history`` with --entries and --stacks, in the call's current form
-    (``enabled="all"``, PyTorch 2.1 and later), else its first form (a bool, PyTorch 2.0)."""
+def check_torch(torch: Any) -> None:
+    """Unsupported for a torch before 2.1: its ``_record_memory_history`` takes other
+    arguments (2.0: ``trace_alloc_*``; 1.13: only ``enabled``) and it has no
+    ``_dump_snapshot``, whose format every snapshot of a record is in."""
+    if not callable(getattr(torch.cuda.memory, "_dump_snapshot", None)):
+        found = str(getattr(torch, "__version__", "") or "unknown")
+        raise Unsupported(
+            f"nsysfrag record needs torch \u2265 2.1 (found {found}): the program ran unrecorded"
+        )
+
+
+def record_history(torch: Any, options: Options) -> str | None:
+    """``_record_memory_history`` with --entries and --stacks (its form since PyTorch 2.1);
+    None once history is on, else why the allocator keeps none (``backend:cudaMallocAsync``
+    refuses it: the process is then sampled only)."""
     memory = torch.cuda.memory
     context = None if options.stacks == "none" else "all"
     stacks = "all" if options.stacks == "all" else "python"
+    refused = (
+        "backend:cudaMallocAsync keeps no allocation history (PyTorch refuses it): only"
+        " memory_stats() samples are recorded"
+    )
+    try:
+        if torch.cuda.get_allocator_backend() == "cudaMallocAsync":
+            return refused
+    except Exception:  # noqa: BLE001, S110  (a torch that cannot say: history will tell)
+        pass
     try:
         memory._record_memory_history(
             enabled="all", context=context, stacks=stacks, max_entries=options.entries
         )
-    except TypeError:
-        memory._record_memory_history(
-            True,
-            trace_alloc_max_entries=options.entries,
-            trace_alloc_record_context=context is not None,
-            record_context_cpp=options.stacks == "all",
-        )
+    except RuntimeError as err:
+        if "cudaMallocAsync" in str(err):
+            return refused
+        raise
+    return None
 
 
 def _now_ns() -> int:

@@ -120,11 +120,6 @@ def get_allocator_backend() -> str:
     return _devices.allocator_backend()
 
 
-def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-    _lazy_init()
-    _devices.device(_index(device)).set_memory_fraction(fraction)
-
-
 def synchronize(device: Any = None) -> None:
     _lazy_init()
 
@@ -132,15 +127,19 @@ def synchronize(device: Any = None) -> None:
 from torch.cuda import memory
 from torch.cuda.memory import (
     empty_cache,
+    get_per_process_memory_fraction,
     mem_get_info,
     memory_allocated,
     memory_reserved,
     memory_snapshot,
     memory_stats,
+    set_per_process_memory_fraction,
 )
 
 __all__ = [
     "OutOfMemoryError", "current_device", "device_count", "empty_cache", "get_device_properties",
+    "get_per_process_memory_fraction",
     "init", "is_available", "is_initialized", "mem_get_info", "memory", "memory_allocated",
-    "memory_reserved", "memory_snapshot", "memory_stats", "set_device", "synchronize",
+    "memory_reserved", "memory_snapshot", "memory_stats", "set_device",
+    "set_per_process_memory_fraction", "synchronize",
 ]  # fmt: skip

@@ -1,0 +1,1 @@
+"""Real torch's Python layer on the simulated allocator (``shim.install``)."""
