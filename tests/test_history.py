@@ -33,7 +33,7 @@ from nsysfrag.history import (
 )
 from nsysfrag.history.migrations import LATEST, MIGRATIONS, migrate
 from nsysfrag.history.schema import SPACE_FIELDS, TABLES, metadata, run_spaces, run_tags, runs
-from nsysfrag.history.store import flatten_space
+from nsysfrag.history.run_record import flatten_space
 from nsysfrag.history.trends import check, resolve_metric, series, sparkline
 from tests.conftest import REPO, SAMPLES
 

@@ -343,4 +343,9 @@ def test_auto_tries_what_whatif_recommends_on_the_baseline(
     assert r.chosen is not None and r.chosen.alloc_conf == "expandable_segments:True"
     assert [x["setting"] for x in doc["runs"]] == ["baseline", *expected]
     assert f"--try auto: whatif on the baseline's snapshots suggests {', '.join(expected)}" in doc["notes"]
-    assert doc["verdict"]["keep"] == "expandable_segments:True"
+    # The verdict keeps what the runs measured best; the fake's cudaMallocAsync caches nothing,
+    # so where whatif also suggests it, it measures the least peak reserved of all.
+    base_peak = doc["runs"][0]["job"]["peak_reserved_bytes"]
+    tried = {x["setting"]: x["job"]["peak_reserved_bytes"] for x in doc["runs"][1:]}
+    assert tried["expandable_segments:True"] < 0.99 * base_peak
+    assert doc["verdict"]["keep"] == min(tried, key=lambda k: tried[k])

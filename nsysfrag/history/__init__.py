@@ -1,6 +1,7 @@
 """Fragmentation history across runs: a database of recorded analyses, trends and a check.
 
-``connection`` says where the database is and how to reach it; ``store`` reads and writes it
+``connection`` says where the database is and how to reach it; ``run_record`` is what one run
+is as stored (made from an analyze JSON document); ``store`` reads and writes it
 (``migrations`` keeps its schema current, ``schema`` describes it); ``trends`` computes series
 and regressions from stored runs; ``render`` and ``chart`` show them.
 """
@@ -8,15 +9,14 @@ and regressions from stored runs; ``render`` and ``chart`` show them.
 from __future__ import annotations
 
 from nsysfrag.history.connection import database_file, database_url, default_path
+from nsysfrag.history.run_record import RunRecord, parse_tags
 from nsysfrag.history.store import (
     HistoryStore,
     Recorded,
     RunQuery,
-    RunRecord,
     StoredRun,
     StoredSpace,
     open_store,
-    parse_tags,
 )
 
 __all__ = [

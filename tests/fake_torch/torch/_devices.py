@@ -15,10 +15,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torch import _alloc_conf
-
 REPO = Path(__file__).resolve().parents[3]
 MiB, GiB = 1 << 20, 1 << 30
+
+
+def _load_alloc_conf() -> Any:
+    """The allocator settings' rules, loaded by path: this module also runs on its own under
+    real torch (tests/torch_layer/shim.py), where ``torch`` is not the fake package."""
+    name = "fake_torch_alloc_conf"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("_alloc_conf.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+_alloc_conf = _load_alloc_conf()
 
 
 def _make_snapshots() -> Any:
