@@ -24,6 +24,7 @@ from nsysfrag.reporters.figure_axes import (
     BytesFormatter,
     BytesLocator,
     save_figure,
+    suptitle_lines,
 )
 
 MAX_RUN_TICKS = 12
@@ -82,13 +83,13 @@ def trend_figure(
     ax.set_xlabel("run (oldest → newest)")
     ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    span = ""
+    lines = [f"{metric} across runs · {MODEL_TITLE}"]
     if runs_oldest_first:
         first, last = runs_oldest_first[0], runs_oldest_first[-1]
-        span = (
-            f"\n{len(x)} run(s), {first.recorded_at:%Y-%m-%d} → {last.recorded_at:%Y-%m-%d} (UTC)"
+        lines.append(
+            f"{len(x)} run(s), {first.recorded_at:%Y-%m-%d} → {last.recorded_at:%Y-%m-%d} (UTC)"
         )
-    fig.suptitle(f"{metric} across runs · {MODEL_TITLE}{span}", fontsize=11)
+    suptitle_lines(fig, *lines)
     return fig
 
 
