@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nsysfrag.checks.gates import evaluate, parse_gate
+from nsysfrag.checks.gates import Trip, evaluate, parse_gate
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
 from tests.conftest import SAMPLES
@@ -75,6 +75,31 @@ def test_each_operator(expr: str, trips: bool) -> None:
 def test_malformed_gates_say_why(expr: str, why: str) -> None:
     with pytest.raises(InputError, match=why):
         parse_gate(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "value", "said"),
+    [
+        # main: "local_frag = 0.671417 >= 0.6" for a gate written as 60 %
+        ("local_frag>=60%", 0.671417, "local_frag = 67.1 % ≥ 60 %"),
+        ("local_frag>=60.5%", 0.671417, "local_frag = 67.14 % ≥ 60.5 %"),
+        ("local_frag>0.6", 0.671417, "local_frag = 0.671 > 0.6"),
+        ("global_frag>30%", 0.3000001, "global_frag = 30.00001 % > 30 %"),  # never "30.0 % > 30 %"
+        # main: "health = critical = critical"
+        ("health=critical", "critical", "health = critical (--fail-on 'health=critical')"),
+        ("health>=warn", "critical", "health = critical ≥ warn"),
+        # main: "reserved_bytes_peak = 84202749952 > 7.51619e+10"
+        ("reserved_bytes_peak>70GiB", 84202749952, "reserved_bytes_peak = 78.42 GiB > 70 GiB"),
+        ("reserved_bytes_peak>75161927680", 84202749952, "reserved_bytes_peak = 84202749952 > 75161927680"),
+        ("peak.largest_free_bytes<2GB", 1_500_000_000, "peak.largest_free_bytes = 1.50 GB < 2 GB"),
+        ("free_blocks>=500", 612, "free_blocks = 612 ≥ 500"),
+    ],
+)
+def test_a_tripped_gate_is_said_as_written(expr: str, value: object, said: str) -> None:
+    gate = parse_gate(expr)
+    message = Trip(gate, 7, 0, value).message()
+    assert f"pid 7 device 0: {said}" in message
+    assert message.endswith(f"(--fail-on {expr!r})")
 
 
 def test_several_gates_all_reported(tmp_path: Path) -> None:
