@@ -149,6 +149,31 @@ def test_compare_side_by_side_and_regression_gate(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_a_local_frag_maximum_the_health_does_not_count_is_no_regression(tmp_path: Path) -> None:
+    # main: "max local frag grew by 0.9756" from a maximum that came while nothing was free
+    base = _json(tmp_path, TRAINING, "base.json")
+    doc = json.loads(base.read_text())
+    space = doc["spaces"][0]
+    counted = space["max"]["local_frag"]
+    space["max"]["local_frag"] = 0.99
+    space["unrated_maxima"] = [{"metric": "local_frag", "value": 0.99, "time_ns": 1,
+                                "free_share": 0.01, "rated_value": counted}]  # fmt: skip
+    unrated = tmp_path / "unrated.json"
+    unrated.write_text(json.dumps(doc))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["compare", str(base), str(unrated), "--fail-on-regression", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert "regression:" not in result.output
+    # The maximum it does count grew: that is a regression, said as such.
+    space["unrated_maxima"][0]["rated_value"] = counted + 0.2
+    unrated.write_text(json.dumps(doc))
+    result = runner.invoke(cli, ["compare", str(base), str(unrated), "--fail-on-regression", "0.05"])
+    assert result.exit_code == 1, result.output
+    line = next(x for x in result.output.splitlines() if "regression:" in x)
+    assert "max local frag (the maxima the health rates) grew by 0.2000" in line
+    assert f"to {counted + 0.2:.4f}" in line
+
+
 def test_compare_pairs_spaces_by_device_when_pids_differ(tmp_path: Path) -> None:
     base = _json(tmp_path, SAMPLES / "multi_gpu.sqlite", "a.json")
     doc = json.loads(base.read_text())
