@@ -29,7 +29,7 @@ from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html import render, space_anchor, write
-from nsysfrag.reporters.state_cells import percent
+from nsysfrag.reporters.state_cells import FREE_BLOCKS_ROW, percent
 from nsysfrag.testing.browser import find_chromium
 from nsysfrag.testing.nsys_export import (
     FREE,
@@ -221,7 +221,7 @@ def test_rated_cells_are_coloured_by_their_health_thresholds() -> None:
     expected = {
         "global frag": ([m.global_frag for m in moments] + [s.max_global_frag], global_frag_health),
         "local frag": ([m.local_frag for m in moments] + [s.max_local_frag], local_frag_health),
-        "free blocks": ([m.free_blocks for m in moments] + [s.max_free_blocks], free_blocks_health),
+        FREE_BLOCKS_ROW: ([m.free_blocks for m in moments] + [s.max_free_blocks], free_blocks_health),
     }
     levels = set()
     for label, (values, level_of) in expected.items():

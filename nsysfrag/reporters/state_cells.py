@@ -29,6 +29,11 @@ HEADINGS = ("global frag", "local frag", "free blocks", "largest free", "free", 
 # The columns of a space with reserved memory (a caching allocator's segments, the driver's
 # pages): one per moment, each named for what it is, and the maxima.
 MOMENTS = ("at peak memory", "at worst fragmentation", "final", "max")
+# A table with a device free row counts device free as one more free block (free_blocks, N),
+# though "largest free block" (L) is a block inside the reserved memory: the row says so, or
+# "free blocks 1" beside "largest free block 0 B" reads as a contradiction.
+FREE_BLOCKS_ROW = "free blocks (+ device free)"
+RATED_ROWS = ("global frag", "local frag", FREE_BLOCKS_ROW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +127,7 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
 
     rows = [
         ("at", [*(Cell(moment(space, s.time_ns)) for s in moments), Cell("")]),
-        *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
+        *((name, list(cells)) for name, cells in zip(RATED_ROWS, rated, strict=True)),
         ("reserved", sizes(figure("reserved_bytes"))),
         ("allocated", sizes(figure("allocated_bytes"))),
         # PyTorch's active bytes, shown where freed blocks still wait on other streams
