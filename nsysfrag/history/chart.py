@@ -11,14 +11,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from nsysfrag.history.store import StoredRun
-from nsysfrag.history.trends import Series, is_ratio
+from nsysfrag.history.trends import Series, is_ratio, models_words
 from nsysfrag.reporters.figure_axes import (
     CRITICAL_BAND,
     DPI,
     FIGSIZE_IN,
     GLOBAL_CRITICAL_PCT,
     GLOBAL_WARN_PCT,
-    MODEL_TITLE,
     SITE_COLORS,
     WARN_BAND,
     BytesFormatter,
@@ -83,7 +82,7 @@ def trend_figure(
     ax.set_xlabel("run (oldest → newest)")
     ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    lines = [f"{metric} across runs · {MODEL_TITLE}"]
+    lines = [f"{metric} across runs · {models_words(runs_oldest_first)}"]
     if runs_oldest_first:
         first, last = runs_oldest_first[0], runs_oldest_first[-1]
         lines.append(

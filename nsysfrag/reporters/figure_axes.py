@@ -22,13 +22,11 @@ from matplotlib.ticker import FixedFormatter, Formatter, Locator, MaxNLocator
 
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import F64, format_bytes
-from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.printable import printable
 from nsysfrag.reporters.time_base import axis_label, since_start_array, since_start_s
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100
-MODEL_TITLE = f"{MODEL_NAME} address space"  # the history chart's runs are observed ones
 
 # One colour per quantity, the same in every figure.
 GLOBAL_COLOR = "#1f77b4"
