@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.capacity import source_words
 from nsysfrag.checks.document_words import Clock, DocumentWords, clock_of, document_words
 from nsysfrag.checks.documents import check_analysis, read_json
 from nsysfrag.checks.gates import HEALTH_ORDER
@@ -71,6 +73,10 @@ class SpaceComparison:
     sites: tuple[SiteFigure, ...] = ()
     verdict: tuple[Piece, ...] = ()
     missing: tuple[str, ...] = ()  # what one run's document lacks, in words
+    failures: tuple[int, int] = (0, 0)  # failed allocations, base and current
+    # The device memory C of each run, in words, where the two differ in size or in the
+    # evidence they come from ("" where they agree): the figures C enters compare unlike things.
+    capacity_note: str = ""
 
     @property
     def health_worse(self) -> bool:
@@ -200,9 +206,27 @@ def _compare(base: dict[str, Any], current: dict[str, Any], names: tuple[str, st
     )
 
 
+def _failures(space: dict[str, Any]) -> int:
+    counts = space.get("counts")
+    if isinstance(counts, dict) and "failed_allocations" in counts:
+        return int(counts["failed_allocations"])
+    return len(space.get("ooms") or ())
+
+
+def _capacity_note(b: dict[str, Any], c: dict[str, Any]) -> str:
+    """``1.16 GiB from the recorded OOM → 1.02 GiB from the allocator's OOM retries`` where the
+    runs' capacities differ in size or source, else ""."""
+    sides = [(int(s["capacity_bytes"]), str(s.get("capacity_source", ""))) for s in (b, c)]
+    if sides[0] == sides[1]:
+        return ""
+    return " → ".join(f"{format_bytes(n)} {source_words(src)}".strip() for n, src in sides)
+
+
 def _space(b: dict[str, Any], c: dict[str, Any], names: tuple[str, str]) -> SpaceComparison:
     moments = moment_changes(b, c)
     sites, missing = site_figures(b, c, names)
+    failures = (_failures(b), _failures(c))
+    capacity_note = _capacity_note(b, c)
     return SpaceComparison(
         base_space=_name(b),
         current_space=_name(c),
@@ -216,6 +240,10 @@ def _space(b: dict[str, Any], c: dict[str, Any], names: tuple[str, str]) -> Spac
             sites,
             (str(b["health"]), str(c["health"])),
             (_value(b, "max.live_bytes"), _value(c, "max.live_bytes")),
+            failures,
+            capacity_note,
         ),
         missing=tuple(missing_moments(b, c, names) + missing),
+        failures=failures,
+        capacity_note=capacity_note,
     )

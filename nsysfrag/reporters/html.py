@@ -37,7 +37,7 @@ from nsysfrag.reporters.html_page import (
     warnings_box,
 )
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.reporters.time_base import growth_words, moment
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20
@@ -225,8 +225,7 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     states = table(["", *state.headings], rows, numeric=range(1, len(state.headings) + 1))
     figures = [
-        ("global frag growth",
-         f"{s.growth_per_s * 100:+.3f} points/s" if s.timestamps else "not measured (no times)"),
+        ("global frag growth", growth_words(s)),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
         ("lowest block address", f"0x{s.base_address:x}"),
         ("highest block end", f"0x{s.arena_end:x}"),
