@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,27 @@ def test_compare_rejects_non_analysis_files(tmp_path: Path, content: str) -> Non
 def test_regression_without_baseline_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["analyze", str(TRAINING), "--fail-on-regression", "0.1"])
     assert result.exit_code == 2
+
+
+def test_compare_leads_with_the_oom_gone_and_marks_figures_of_another_capacity(tmp_path: Path) -> None:
+    # main: the verdict never said the OOM was gone, and "device free −161 MiB" compared
+    # capacities from different evidence (1.16 GiB from the OOM, 1.02 GiB from the retries).
+    base = _json(tmp_path, SAMPLES / "torch_fragmentation_snapshot.pickle", "frag.json")
+    current = _json(tmp_path, SAMPLES / "torch_expandable_snapshot.pickle", "exp.json")
+    for width in ("80", "200"):
+        out = CliRunner().invoke(cli, ["compare", str(base), str(current)], env={"COLUMNS": width}).stdout
+        said = " ".join(out.split())
+        assert said.split(" (exp.json) ", 1)[1].startswith(
+            "The out-of-memory errors are gone (1 failed allocation → none);"
+        ), said[:300]
+        assert ("the device memory differs (1.16 GiB from the recorded OOM → 1.02 GiB from the"
+                " allocator's OOM retries), so the figures marked ‡ compare different capacities") in said
+        assert re.search(r"device free ‡\s+│?\s*161\.12 MiB", out), out
+        assert "‡ the device memory enters this figure" in said
+        assert not re.search(r"reserved ‡|allocated ‡", out)  # the figures C does not enter
+    # the other way round the OOM appears
+    back = CliRunner().invoke(cli, ["compare", str(current), str(base)], env={"COLUMNS": "200"}).stdout
+    assert "Out-of-memory errors appear (none → 1 failed allocation)" in back
+    # the same run twice: nothing marked, nothing said of capacity
+    same = CliRunner().invoke(cli, ["compare", str(base), str(base)], env={"COLUMNS": "200"}).stdout
+    assert "‡" not in same and "out-of-memory" not in same.lower()
