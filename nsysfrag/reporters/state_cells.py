@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from nsysfrag.analysis import SpaceAnalysis, State
 from nsysfrag.analysis.metrics import (
+    MATERIAL_SHARE,
     Health,
     basis_words,
     format_bytes,
@@ -63,12 +64,33 @@ def health_reason(space: SpaceAnalysis) -> str:
     return f"{basis_words(b.metric, b.value)} at {moment(space, b.time_ns)}"
 
 
-def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell]:
+def _rated(
+    global_frag: float, local_frag: float, free_blocks: int, material: bool = True
+) -> list[Cell]:
+    """The three rated cells; local frag and free blocks at a moment the health does not count
+    them (under MATERIAL_SHARE of the device free) carry no level: a red cell there would
+    contradict the rating beside it."""
     return [
         Cell(percent(global_frag), global_frag_health(global_frag)),
-        Cell(percent(local_frag), local_frag_health(local_frag)),
-        Cell(str(free_blocks), free_blocks_health(free_blocks)),
+        Cell(percent(local_frag), local_frag_health(local_frag) if material else None),
+        Cell(str(free_blocks), free_blocks_health(free_blocks) if material else None),
     ]
+
+
+def _of_state(space: SpaceAnalysis, s: State) -> list[Cell]:
+    counted = s.free_bytes >= MATERIAL_SHARE * space.capacity_bytes
+    return _rated(s.global_frag, s.local_frag, s.free_blocks, counted)
+
+
+def _of_maxima(space: SpaceAnalysis) -> list[Cell]:
+    """The maxima's cells: a maximum the health does not count (``space.unrated``) is shown
+    without a level."""
+    unrated = {u.metric for u in space.unrated}
+    cells = _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks)
+    for i, name in ((1, "local_frag"), (2, "free_blocks")):
+        if name in unrated:
+            cells[i] = Cell(cells[i].text)
+    return cells
 
 
 def state_table(space: SpaceAnalysis) -> StateTable:
@@ -81,7 +103,7 @@ def state_table(space: SpaceAnalysis) -> StateTable:
 def _state(space: SpaceAnalysis, s: State) -> list[Cell]:
     return [
         Cell(moment(space, s.time_ns)),
-        *_rated(s.global_frag, s.local_frag, s.free_blocks),
+        *_of_state(space, s),
         Cell(format_bytes(s.largest_free_bytes)),
         Cell(format_bytes(s.free_bytes)),
         Cell(format_bytes(s.live_bytes)),
@@ -92,7 +114,7 @@ def state_rows(space: SpaceAnalysis) -> list[tuple[str, list[Cell]]]:
     """(label, cells) of the peak, final and max rows (a space without allocator figures)."""
     maximum = [
         Cell(""),
-        *_rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
+        *_of_maxima(space),
         Cell(""),
         Cell(""),
         Cell(format_bytes(space.max_live_bytes)),
@@ -113,8 +135,8 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
     assert all(p is not None for p in pools)
     rated = list(
         zip(
-            *(_rated(s.global_frag, s.local_frag, s.free_blocks) for s in moments),
-            _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
+            *(_of_state(space, s) for s in moments),
+            _of_maxima(space),
             strict=True,
         )
     )
