@@ -147,7 +147,15 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
-    assert (tmp_path / "site" / "commands" / "analyze" / "index.html").is_file()
+    site = tmp_path / "site"
+    assert (site / "commands" / "analyze.html").is_file()
+    # Opened from disk (file://), every link between pages names a file that exists: main
+    # linked folders ("ci/"), which a browser shows as a directory listing without a server.
+    for page in site.rglob("*.html"):
+        for link in re.findall(r'href="([^"#:]*)(?:#[^"]*)?"', page.read_text(encoding="utf-8")):
+            if link and not link.startswith("/") and page.name != "404.html":  # 404: served only
+                target = (page.parent / link).resolve()
+                assert target.is_file(), f"{page.relative_to(site)} links {link!r}, not a file"
 
 
 # ---------------------------------------------------------------- example commands
