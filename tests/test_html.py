@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.analysis.advice import advise
@@ -23,6 +24,7 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
+from nsysfrag.cli import cli
 from nsysfrag.events import SourceInfo
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
@@ -40,9 +42,6 @@ from nsysfrag.testing.nsys_export import (
     NvtxRow,
     write_export,
 )
-from click.testing import CliRunner
-
-from nsysfrag.cli import cli
 from nsysfrag.reporters.time_base import moment
 from tests.conftest import BASE, SAMPLES, MiB
 
