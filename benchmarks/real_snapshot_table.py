@@ -31,7 +31,9 @@ public GitHub repositories by the people who recorded them), analyzed with the d
 docs/real-snapshots.md`; the terms are defined in [metrics.md](metrics.md).
 
 - **C** is the capacity the figures are shares of, and where it came from: `oom` (reserved plus
-  the free device memory PyTorch recorded at an out-of-memory entry) or `peak reserved`.
+  the free device memory PyTorch recorded at an out-of-memory entry), `oom_retries` (the peak
+  reserved of a run whose allocator retried after running out, with expandable segments) or
+  `peak reserved`.
 - **health** is rated over material moments (at least 5 % of the device free); **basis** is the
   metric, its value and the time (seconds since the snapshot's first entry) that set it.
 - **OOMs**: each out-of-memory entry with its request, the device memory free as PyTorch

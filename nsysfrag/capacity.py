@@ -132,6 +132,11 @@ _NOTES = {
 }
 
 
+def source_words(source: str) -> str:
+    """Where a document's ``capacity_source`` says C came from, in a few words."""
+    return _NOTES.get(source) or ("the device's own figure" if source == DEVICE else source)
+
+
 def given(capacity: int) -> Capacity:
     return Capacity(capacity, OVERRIDE, "--capacity")
 

@@ -11,7 +11,9 @@ import pytest
 
 from nsysfrag.allocators import TorchConfig
 from nsysfrag.analysis import analyze
-from nsysfrag.analysis.advice import advise, named_settings
+from nsysfrag.analysis.advice import SITES_NAMED, advise, named_settings, out_of_capacity
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.analysis.results import CAPACITY
 from nsysfrag.analysis.tried_settings import RunSettings, max_split_sizes, tried_settings
 from nsysfrag.inputs import open_input
 from nsysfrag.whatif import whatif
@@ -84,3 +86,30 @@ def test_max_split_sizes_come_from_the_inputs_own_large_blocks() -> None:
     assert max_split_sizes(sizes) == [32, 256]  # type: ignore[arg-type]
     assert max_split_sizes([MiB, 20 * MiB]) == []  # type: ignore[arg-type]
     assert max_split_sizes([25 * MiB]) == [21]  # type: ignore[arg-type]  # PyTorch's minimum
+
+
+@pytest.mark.parametrize("path", SNAPSHOT_INPUTS, ids=lambda p: p.name[:50])
+def test_advice_on_an_out_of_capacity_failure_is_about_capacity(path: Path) -> None:
+    # main: inference_snapshot's capacity OOM drew "try expandable_segments:True, or
+    # max_split_size_mb:256 or 1024", and a genuine capacity OOM "free in order" advice.
+    for space in analyze(open_input(path)).spaces:
+        if not out_of_capacity(space):
+            continue
+        failed = next(f for f in space.ooms if f.verdict == CAPACITY)
+        for lines in (advise(space), advise(space, failures=False)):
+            text = " ".join(lines)
+            assert not _named_in(lines) and "PYTORCH_CUDA_ALLOC_CONF" not in text, text
+            assert "outlive" not in text and "free in order" not in text, text
+            (said,) = [line for line in lines if "neither reordering frees" in line]
+            assert failed.site is None or f"'{failed.site}'" in said
+            assert failed.requested_bytes is None or format_bytes(failed.requested_bytes) in said
+            assert space.memory_peak_sites is None or all(
+                f"'{x.site}'" in said for x in space.memory_peak_sites.live[:SITES_NAMED]
+            )
+
+
+def test_capacity_advice_is_tested_on_a_sample() -> None:
+    # The test above skips inputs with no capacity failure: the samples must give it one.
+    assert any(
+        out_of_capacity(s) for p in SNAPSHOT_INPUTS if "capacity" in p.name for s in analyze(open_input(p)).spaces
+    )

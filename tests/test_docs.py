@@ -27,7 +27,7 @@ import pytest
 
 from nsysfrag.cli import COMMANDS, cli
 from tests import docs_pages
-from tests.conftest import REPO, SAMPLES
+from tests.conftest import REAL_SNAPSHOTS, REPO, SAMPLES
 
 README = REPO / "README.md"
 DOCS = REPO / "docs"
@@ -147,7 +147,15 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
-    assert (tmp_path / "site" / "commands" / "analyze" / "index.html").is_file()
+    site = tmp_path / "site"
+    assert (site / "commands" / "analyze.html").is_file()
+    # Opened from disk (file://), every link between pages names a file that exists: main
+    # linked folders ("ci/"), which a browser shows as a directory listing without a server.
+    for page in site.rglob("*.html"):
+        for link in re.findall(r'href="([^"#:]*)(?:#[^"]*)?"', page.read_text(encoding="utf-8")):
+            if link and not link.startswith("/") and page.name != "404.html":  # 404: served only
+                target = (page.parent / link).resolve()
+                assert target.is_file(), f"{page.relative_to(site)} links {link!r}, not a file"
 
 
 # ---------------------------------------------------------------- example commands
@@ -399,3 +407,18 @@ def assert_shows(shown: tuple[str, ...], printed: str, where: str) -> None:
         at = found + len(chunk)
     if chunks[-1]:
         assert at == len(actual), f"{where}: the command prints more after the lines shown"
+
+
+@pytest.mark.skipif(not REAL_SNAPSHOTS.is_dir(), reason="../shared/real_snapshots is absent")
+def test_the_real_snapshots_page_is_what_its_generator_prints_today() -> None:
+    # main quoted figures the tool no longer printed (inference2: 22.69 GiB / 68.7 % where it
+    # prints 25.14 GiB / 69.8 %): the page is the generator's output, byte for byte.
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "real_snapshot_table.py"),
+                           str(REAL_SNAPSHOTS)], capture_output=True, text=True, timeout=600,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page = (REPO / "docs" / "real-snapshots.md").read_text(encoding="utf-8")
+    assert page == done.stdout, (
+        "docs/real-snapshots.md differs from what the tool prints; regenerate it with"
+        " `python benchmarks/real_snapshot_table.py > docs/real-snapshots.md`"
+    )

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nsysfrag.checks.gates import evaluate, parse_gate
+from nsysfrag.checks.gates import Trip, evaluate, parse_gate
 from nsysfrag.cli import cli
 from nsysfrag.errors import InputError
 from tests.conftest import SAMPLES
@@ -77,6 +78,31 @@ def test_malformed_gates_say_why(expr: str, why: str) -> None:
         parse_gate(expr)
 
 
+@pytest.mark.parametrize(
+    ("expr", "value", "said"),
+    [
+        # main: "local_frag = 0.671417 >= 0.6" for a gate written as 60 %
+        ("local_frag>=60%", 0.671417, "local_frag = 67.1 % ≥ 60 %"),
+        ("local_frag>=60.5%", 0.671417, "local_frag = 67.14 % ≥ 60.5 %"),
+        ("local_frag>0.6", 0.671417, "local_frag = 0.671 > 0.6"),
+        ("global_frag>30%", 0.3000001, "global_frag = 30.00001 % > 30 %"),  # never "30.0 % > 30 %"
+        # main: "health = critical = critical"
+        ("health=critical", "critical", "health = critical (--fail-on 'health=critical')"),
+        ("health>=warn", "critical", "health = critical ≥ warn"),
+        # main: "reserved_bytes_peak = 84202749952 > 7.51619e+10"
+        ("reserved_bytes_peak>70GiB", 84202749952, "reserved_bytes_peak = 78.42 GiB > 70 GiB"),
+        ("reserved_bytes_peak>75161927680", 84202749952, "reserved_bytes_peak = 84202749952 > 75161927680"),
+        ("peak.largest_free_bytes<2GB", 1_500_000_000, "peak.largest_free_bytes = 1.50 GB < 2 GB"),
+        ("free_blocks>=500", 612, "free_blocks = 612 ≥ 500"),
+    ],
+)
+def test_a_tripped_gate_is_said_as_written(expr: str, value: object, said: str) -> None:
+    gate = parse_gate(expr)
+    message = Trip(gate, 7, 0, value).message()
+    assert f"pid 7 device 0: {said}" in message
+    assert message.endswith(f"(--fail-on {expr!r})")
+
+
 def test_several_gates_all_reported(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli,
@@ -124,6 +150,31 @@ def test_compare_side_by_side_and_regression_gate(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_a_local_frag_maximum_the_health_does_not_count_is_no_regression(tmp_path: Path) -> None:
+    # main: "max local frag grew by 0.9756" from a maximum that came while nothing was free
+    base = _json(tmp_path, TRAINING, "base.json")
+    doc = json.loads(base.read_text())
+    space = doc["spaces"][0]
+    counted = space["max"]["local_frag"]
+    space["max"]["local_frag"] = 0.99
+    space["unrated_maxima"] = [{"metric": "local_frag", "value": 0.99, "time_ns": 1,
+                                "free_share": 0.01, "rated_value": counted}]  # fmt: skip
+    unrated = tmp_path / "unrated.json"
+    unrated.write_text(json.dumps(doc))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["compare", str(base), str(unrated), "--fail-on-regression", "0.05"])
+    assert result.exit_code == 0, result.output
+    assert "regression:" not in result.output
+    # The maximum it does count grew: that is a regression, said as such.
+    space["unrated_maxima"][0]["rated_value"] = counted + 0.2
+    unrated.write_text(json.dumps(doc))
+    result = runner.invoke(cli, ["compare", str(base), str(unrated), "--fail-on-regression", "0.05"])
+    assert result.exit_code == 1, result.output
+    line = next(x for x in result.output.splitlines() if "regression:" in x)
+    assert "max local frag (the maxima the health rates) grew by 0.2000" in line
+    assert f"to {counted + 0.2:.4f}" in line
+
+
 def test_compare_pairs_spaces_by_device_when_pids_differ(tmp_path: Path) -> None:
     base = _json(tmp_path, SAMPLES / "multi_gpu.sqlite", "a.json")
     doc = json.loads(base.read_text())
@@ -161,3 +212,27 @@ def test_compare_rejects_non_analysis_files(tmp_path: Path, content: str) -> Non
 def test_regression_without_baseline_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["analyze", str(TRAINING), "--fail-on-regression", "0.1"])
     assert result.exit_code == 2
+
+
+def test_compare_leads_with_the_oom_gone_and_marks_figures_of_another_capacity(tmp_path: Path) -> None:
+    # main: the verdict never said the OOM was gone, and "device free −161 MiB" compared
+    # capacities from different evidence (1.16 GiB from the OOM, 1.02 GiB from the retries).
+    base = _json(tmp_path, SAMPLES / "torch_fragmentation_snapshot.pickle", "frag.json")
+    current = _json(tmp_path, SAMPLES / "torch_expandable_snapshot.pickle", "exp.json")
+    for width in ("80", "200"):
+        out = CliRunner().invoke(cli, ["compare", str(base), str(current)], env={"COLUMNS": width}).stdout
+        said = " ".join(out.split())
+        assert said.split(" (exp.json) ", 1)[1].startswith(
+            "The out-of-memory errors are gone (1 failed allocation → none);"
+        ), said[:300]
+        assert ("the device memory differs (1.16 GiB from the recorded OOM → 1.02 GiB from the"
+                " allocator's OOM retries), so the figures marked ‡ compare different capacities") in said
+        assert re.search(r"device free ‡\s+│?\s*161\.12 MiB", out), out
+        assert "‡ the device memory enters this figure" in said
+        assert not re.search(r"reserved ‡|allocated ‡", out)  # the figures C does not enter
+    # the other way round the OOM appears
+    back = CliRunner().invoke(cli, ["compare", str(current), str(base)], env={"COLUMNS": "200"}).stdout
+    assert "Out-of-memory errors appear (none → 1 failed allocation)" in back
+    # the same run twice: nothing marked, nothing said of capacity
+    same = CliRunner().invoke(cli, ["compare", str(base), str(base)], env={"COLUMNS": "200"}).stdout
+    assert "‡" not in same and "out-of-memory" not in same.lower()

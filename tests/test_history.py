@@ -465,6 +465,28 @@ def test_spaces_are_followed_by_device_process_and_model(tmp_path: Path) -> None
     ]
 
 
+def test_a_snapshot_run_is_named_by_its_model_and_device_not_observed_pid_0(tmp_path: Path) -> None:
+    # main: the table titled every run "observed address space" and showed a snapshot's device as
+    # "dev 0 pid 0"; --check said "none of its devices appear" beside runs holding device 0.
+    db = tmp_path / "h.sqlite"
+    for name in ("torch_fragmentation_snapshot.pickle", "torch_expandable_snapshot.pickle",
+                 "training_loop.sqlite"):  # fmt: skip
+        assert invoke("analyze", str(SAMPLES / name), "-q", "--record", "--db", str(db)).exit_code == 0
+    table = invoke("history", "--db", str(db), "--limit", "2")
+    assert table.exit_code == 0, table.output
+    assert "pytorch-segments model" in table.output and "observed address space" not in table.output
+    assert "dev 0 · pytorch-segments" in table.output and "pid 0" not in table.output
+    assert "dev 0 pid 2817" in table.output
+    check = invoke("history", "--db", str(db), "--check")
+    assert check.exit_code == 0, check.output
+    said = check.output
+    assert "none of its devices" not in said
+    assert "run 3: device 0 appears in none of the 2 run(s) before it, which hold device 0 ·" \
+        " pytorch-segments (another model or process)" in " ".join(said.split())
+    trend = invoke("history", "--db", str(db), "--trend", "global_frag")
+    assert "observed and pytorch-segments models" in " ".join(trend.output.split())
+
+
 def test_check_latest_against_trailing_median(db_url: str, tmp_path: Path) -> None:
     base = ["history", "--db", db_url, "--check", "--tag", "model=llama-8b"]
     ok = invoke(*base)

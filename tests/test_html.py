@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.analysis.advice import advise
@@ -23,13 +24,14 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
+from nsysfrag.cli import cli
 from nsysfrag.events import SourceInfo
 from nsysfrag.inputs.nsys import read_export
 from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html import render, space_anchor, write
-from nsysfrag.reporters.state_cells import percent
+from nsysfrag.reporters.state_cells import FREE_BLOCKS_ROW, percent
 from nsysfrag.testing.browser import find_chromium
 from nsysfrag.testing.nsys_export import (
     FREE,
@@ -40,6 +42,7 @@ from nsysfrag.testing.nsys_export import (
     NvtxRow,
     write_export,
 )
+from nsysfrag.reporters.time_base import moment
 from tests.conftest import BASE, SAMPLES, MiB
 
 EVIL = "<script>alert(1)</script>"
@@ -221,16 +224,23 @@ def test_rated_cells_are_coloured_by_their_health_thresholds() -> None:
     expected = {
         "global frag": ([m.global_frag for m in moments] + [s.max_global_frag], global_frag_health),
         "local frag": ([m.local_frag for m in moments] + [s.max_local_frag], local_frag_health),
-        "free blocks": ([m.free_blocks for m in moments] + [s.max_free_blocks], free_blocks_health),
+        FREE_BLOCKS_ROW: ([m.free_blocks for m in moments] + [s.max_free_blocks], free_blocks_health),
     }
+    # local frag and free blocks rate only where 5 % of the device is free (and a maximum the
+    # health does not count, none here): at the peak memory, 38 MiB free, they carry no colour.
+    counted = [m.free_bytes >= 0.05 * s.capacity_bytes for m in moments] + [True]
+    assert counted[0] is False  # the premise: main coloured its 97.6 % local frag red
     levels = set()
     for label, (values, level_of) in expected.items():
         tds = [c for c in rows[label].children if c.tag == "td"]
         assert len(tds) == 4  # at peak memory, at worst fragmentation, final, max
-        for td, value in zip(tds, values, strict=True):
+        for td, value, rated in zip(tds, values, counted, strict=True):
             level = level_of(value)
-            assert level.label in td.classes(), (label, td.all_text(), level)
-            levels.add(level.label)
+            if rated or label == "global frag":
+                assert level.label in td.classes(), (label, td.all_text(), level)
+                levels.add(level.label)
+            else:
+                assert not {"ok", "warn", "critical"} & set(td.classes()), (label, td.all_text())
     assert {"ok", "critical"} <= levels  # the sample exercises more than one colour
 
 
@@ -495,3 +505,19 @@ def test_chromium_shows_a_script_named_range_as_text(tmp_path: Path) -> None:
     assert "<script" not in dom.stdout and '<img src="x"' not in dom.stdout
     assert escape(EVIL, quote=False) in dom.stdout
     assert not console_problems(dom.stderr, page_path.as_uri())
+
+
+def test_failures_told_alike_are_one_item_under_their_table(tmp_path: Path) -> None:
+    # main: the serving sample's 22 failures in the table, then 22 near-identical bullets
+    s = sample("inference_serving").spaces[0]
+    out = tmp_path / "r.html"
+    assert CliRunner().invoke(cli, ["analyze", str(SAMPLES / "inference_serving.sqlite"), "-q",
+                                    "--html", str(out)]).exit_code == 0  # fmt: skip
+    html = out.read_text()
+    block = html[html.index('<div class="failures">') :]
+    block = block[: block.index("</div>")]
+    assert block.count("<tr>") == len(s.ooms) + 1  # a row per failure, and the heading
+    items = block.split('<ul class="oom">', 1)[1].split("</ul>", 1)[0].count("<li>")
+    assert items == 1, items
+    first, last = (moment(s, f.state.time_ns) for f in (s.ooms[0], s.ooms[-1]))
+    assert f"<strong>{len(s.ooms)} failures, at {first} to {last}</strong>" in block

@@ -18,7 +18,7 @@ from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.cli import cli
 from nsysfrag.inputs import InputOptions, open_input
 from nsysfrag.reporters.figures import fragmentation_timeline
-from nsysfrag.reporters.time_base import moment, since_start_s
+from nsysfrag.reporters.time_base import decimals, moment, since_start_s, span_ns
 from tests.conftest import REPO, SAMPLES
 
 REAL = REPO.parent / "shared" / "real_snapshots"
@@ -152,7 +152,7 @@ def test_a_table_and_a_figure_place_the_peak_at_the_same_time(name: str, tmp_pat
     ax = fig.axes[0]
     (marker,) = [line for line in ax.get_lines() if line.get_marker() == "o"]
     (x,) = marker.get_xdata()
-    assert f"{float(x):.3f} s" == shown
+    assert f"{float(x):.{decimals(span_ns(space))}f} s" == shown  # µs where it spans under 1 s
     assert abs(float(x) - since_start_s(space, space.peak.time_ns)) < 1e-9
     assert ax.get_xlabel() == "time since the input's first event (s)"
 

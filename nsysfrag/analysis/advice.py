@@ -33,10 +33,40 @@ def named_settings(s: SpaceAnalysis) -> list[Setting]:
     its settings), and only against a caching allocator's holes or failures."""
     if s.snapshot is None:
         return []
+    if out_of_capacity(s):
+        return []  # no setting makes a request fit that the device could not hold
     tried = [x for x in s.snapshot.tried_settings if x.key in _AGAINST_HOLES]
     holes = bool(s.hotspots) and s.hotspots[0].hole_creating_frees > 0
     fragmented = any(f.verdict == FRAGMENTATION for f in s.ooms)
     return tried if holes or fragmented else []
+
+
+def out_of_capacity(s: SpaceAnalysis) -> bool:
+    """The space's out-of-memory errors were out of capacity, none by fragmentation: what
+    would have avoided them is less memory, not a different layout."""
+    verdicts = {f.verdict for f in s.ooms}
+    return CAPACITY in verdicts and FRAGMENTATION not in verdicts
+
+
+def capacity_advice(s: SpaceAnalysis) -> list[str]:
+    """For a space whose failures were out of capacity: what to shrink, at the site that
+    needed the memory, and the sites that held the most at peak memory."""
+    f = next(f for f in s.ooms if f.verdict == CAPACITY)
+    asked = format_bytes(f.requested_bytes) if f.requested_bytes is not None else "a request"
+    where = f" at '{f.site}'" if f.site else ""
+    held = s.memory_peak_sites.live[:SITES_NAMED] if s.memory_peak_sites is not None else ()
+    most = (
+        "; the most live at peak memory came from "
+        + ", ".join(f"'{x.site}' ({format_bytes(x.bytes)})" for x in held)
+        if held
+        else ""
+    )
+    return [
+        f"The out-of-memory error ({asked}{where}, at {moment(s, f.state.time_ns)}) was out of"
+        " capacity: it would not have fit with no fragmentation at all, so neither reordering"
+        " frees nor an allocator setting would have avoided it. Shrink what is live when it is"
+        f" requested{most}: {CAPACITY_REMEDY}."
+    ]
 
 
 def settings_phrase(settings: list[Setting]) -> str:
@@ -83,7 +113,10 @@ def advise(s: SpaceAnalysis, failures: bool = True) -> list[str]:
         )
     if failures:
         lines += failure_advice(s)
-    if s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
+    if out_of_capacity(s):
+        # Holes did not cause these failures: advice on them would point away from the cause.
+        lines += capacity_advice(s)
+    elif s.hotspots and not s.source.driver_allocations:  # a caching allocator's blocks
         top = s.hotspots[0]
         if top.hole_creating_frees:
             settings = named_settings(s)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.capacity import source_words
 from nsysfrag.checks.document_words import Clock, DocumentWords, clock_of, document_words
 from nsysfrag.checks.documents import check_analysis, read_json
 from nsysfrag.checks.gates import HEALTH_ORDER
@@ -51,6 +53,10 @@ class MetricDelta:
     current: float
     fragmentation: bool
 
+    # (base, current) as the health rates them; None where one run rates no moment of it
+    rated: tuple[float, float] | None = None
+    rated_note: str = ""  # said after the label when ``rated`` is not the maxima shown
+
     @property
     def delta(self) -> float:
         return self.current - self.base
@@ -67,6 +73,10 @@ class SpaceComparison:
     sites: tuple[SiteFigure, ...] = ()
     verdict: tuple[Piece, ...] = ()
     missing: tuple[str, ...] = ()  # what one run's document lacks, in words
+    failures: tuple[int, int] = (0, 0)  # failed allocations, base and current
+    # The device memory C of each run, in words, where the two differ in size or in the
+    # evidence they come from ("" where they agree): the figures C enters compare unlike things.
+    capacity_note: str = ""
 
     @property
     def health_worse(self) -> bool:
@@ -83,14 +93,22 @@ class Comparison:
     current_clock: Clock = SECONDS
 
     def regressions(self, threshold: float) -> list[str]:
-        """One line per fragmentation metric that grew by more than ``threshold`` (absolute)."""
-        return [
-            f"regression: {s.current_space}: {d.label} grew by {d.delta:.4f}"
-            f" (from {d.base:.4f} to {d.current:.4f}), more than {threshold}"
-            for s in self.spaces
-            for d in s.deltas
-            if d.fragmentation and d.delta > threshold
-        ]
+        """One line per fragmentation metric that grew by more than ``threshold`` (absolute),
+        each taken as the health rates it: a local fragmentation maximum the health does not
+        count (it came while almost nothing was free) is no regression, its rated maximum is."""
+        lines = []
+        for s in self.spaces:
+            for d in s.deltas:
+                if not d.fragmentation or d.rated is None:
+                    continue
+                base, current = d.rated
+                if current - base > threshold:
+                    lines.append(
+                        f"regression: {s.current_space}: {d.label}{d.rated_note} grew by"
+                        f" {current - base:.4f} (from {base:.4f} to {current:.4f}), more than"
+                        f" {threshold}"
+                    )
+        return lines
 
 
 def load_document(path: Path) -> dict[str, Any]:
@@ -116,6 +134,27 @@ def _value(space: dict[str, Any], key: str) -> float:
     for part in key.split("."):
         node = node[part]
     return float(node)
+
+
+def _rated(space: dict[str, Any], key: str) -> float | None:
+    """``key``'s value as the health counts it: where the document lists the maximum as not
+    counted (``unrated_maxima``: it came while under 5 % of the device was free), the maximum
+    over the moments it does count; None where it counts none."""
+    value = _value(space, key)
+    metric = key.removeprefix("max.")
+    for entry in space.get("unrated_maxima") or ():
+        if isinstance(entry, dict) and entry.get("metric") == metric and key.startswith("max."):
+            rated = entry.get("rated_value")
+            return None if rated is None else float(rated)
+    return value
+
+
+def _delta(label: str, key: str, frag: bool, b: dict[str, Any], c: dict[str, Any]) -> MetricDelta:
+    base, current = _value(b, key), _value(c, key)
+    rated_base, rated_current = _rated(b, key), _rated(c, key)
+    rated = None if rated_base is None or rated_current is None else (rated_base, rated_current)
+    note = "" if rated == (base, current) else " (the maxima the health rates)"
+    return MetricDelta(label, key, base, current, frag, rated, note)
 
 
 def _match(base: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -167,18 +206,33 @@ def _compare(base: dict[str, Any], current: dict[str, Any], names: tuple[str, st
     )
 
 
+def _failures(space: dict[str, Any]) -> int:
+    counts = space.get("counts")
+    if isinstance(counts, dict) and "failed_allocations" in counts:
+        return int(counts["failed_allocations"])
+    return len(space.get("ooms") or ())
+
+
+def _capacity_note(b: dict[str, Any], c: dict[str, Any]) -> str:
+    """``1.16 GiB from the recorded OOM → 1.02 GiB from the allocator's OOM retries`` where the
+    runs' capacities differ in size or source, else ""."""
+    sides = [(int(s["capacity_bytes"]), str(s.get("capacity_source", ""))) for s in (b, c)]
+    if sides[0] == sides[1]:
+        return ""
+    return " → ".join(f"{format_bytes(n)} {source_words(src)}".strip() for n, src in sides)
+
+
 def _space(b: dict[str, Any], c: dict[str, Any], names: tuple[str, str]) -> SpaceComparison:
     moments = moment_changes(b, c)
     sites, missing = site_figures(b, c, names)
+    failures = (_failures(b), _failures(c))
+    capacity_note = _capacity_note(b, c)
     return SpaceComparison(
         base_space=_name(b),
         current_space=_name(c),
         base_health=b["health"],
         current_health=c["health"],
-        deltas=tuple(
-            MetricDelta(label, key, _value(b, key), _value(c, key), frag)
-            for label, key, frag in METRICS
-        ),
+        deltas=tuple(_delta(label, key, frag, b, c) for label, key, frag in METRICS),
         moments=moments,
         sites=sites,
         verdict=verdict(
@@ -186,6 +240,10 @@ def _space(b: dict[str, Any], c: dict[str, Any], names: tuple[str, str]) -> Spac
             sites,
             (str(b["health"]), str(c["health"])),
             (_value(b, "max.live_bytes"), _value(c, "max.live_bytes")),
+            failures,
+            capacity_note,
         ),
         missing=tuple(missing_moments(b, c, names) + missing),
+        failures=failures,
+        capacity_note=capacity_note,
     )

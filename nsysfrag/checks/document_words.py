@@ -35,9 +35,10 @@ class Clock:
     origin_ns: int
     timestamps: bool
     untimed: str
+    span_ns: int | None = None  # to the last moment a space states; None: not known
 
     def at(self, time_ns: int) -> str:
-        return moment_since(time_ns, self.origin_ns, self.timestamps, self.untimed)
+        return moment_since(time_ns, self.origin_ns, self.timestamps, self.untimed, self.span_ns)
 
 
 def _section(doc: dict[str, Any], key: str) -> dict[str, Any]:
@@ -62,10 +63,12 @@ def document_words(doc: dict[str, Any]) -> DocumentWords:
 
 
 def clock_of(doc: dict[str, Any]) -> Clock:
-    from nsysfrag.job.document import time_origin
+    from nsysfrag.job.document import time_origin, time_span
 
     trace = _section(doc, "trace")
-    return Clock(time_origin(doc), bool(trace.get("timestamps", True)), document_words(doc).untimed)
+    origin = time_origin(doc)
+    span = time_span(doc, origin)
+    return Clock(origin, bool(trace.get("timestamps", True)), document_words(doc).untimed, span)
 
 
 def same_model(base: dict[str, Any], current: dict[str, Any], names: tuple[str, str]) -> None:

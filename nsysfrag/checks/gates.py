@@ -9,10 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.checks.keys import HEALTH, KNOWN, nearest, numeric_keys, resolve
 from nsysfrag.errors import InputError
-from nsysfrag.units import SizeError, parse_bytes
+from nsysfrag.units import UNITS, SizeError, parse_bytes
 
 HEALTH_ORDER = {"ok": 0, "warn": 1, "critical": 2}
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
@@ -40,6 +39,7 @@ class Gate:
     op: str
     limit: float | str
     path: str = ""  # the dotted key it means (checks.keys.resolve); "" for the metric itself
+    written: tuple[str, str] = ("", "")  # the limit's number and unit as written ("60", "%")
 
     def check(self, space: dict[str, Any]) -> Trip | None:
         key = self.path or self.metric
@@ -67,17 +67,41 @@ class Trip:
     value: Any
 
     def message(self, rank: int | None = None) -> str:
-        """What tripped, where; ``rank`` names a job's rank first."""
-        if self.gate.metric.endswith("_bytes"):
-            value, limit = format_bytes(float(self.value)), format_bytes(float(self.gate.limit))
+        """What tripped, where, said as the gate was written: ``local_frag = 67.1 % ≥ 60 %``
+        for ``local_frag>=60%``, sizes in the gate's unit; ``rank`` names a job's rank first."""
+        gate = self.gate
+        if gate.metric == "health":
+            value, limit = str(self.value), str(gate.limit)
         else:
-            value = f"{self.value:.6g}" if isinstance(self.value, float) else str(self.value)
-            limit = f"{self.gate.limit:.6g}" if isinstance(self.gate.limit, float) else str(self.gate.limit)
+            value, limit = _in_gate_units(float(self.value), gate)
+        said = f"{gate.metric} = {value}"
+        if gate.op not in ("=", "=="):  # tripped equality: the limit is the value
+            said += f" {_SYMBOLS.get(gate.op, gate.op)} {limit}"
         where = f"rank {rank}: " if rank is not None else ""
-        return (
-            f"gate tripped: {where}pid {self.pid} device {self.device}: {self.gate.metric} = {value}"
-            f" {self.gate.op} {limit} (--fail-on {self.gate.text!r})"
-        )
+        return f"gate tripped: {where}pid {self.pid} device {self.device}: {said} (--fail-on {gate.text!r})"
+
+
+_SYMBOLS = {">=": "≥", "<=": "≤", "!=": "≠"}
+
+
+def _in_gate_units(value: float, gate: Gate) -> tuple[str, str]:
+    """The value and the limit in the unit the limit was written in (a share as %, a size in
+    its byte unit, else a plain number): the value with a decimal or two more than the limit
+    was written with, more where it would otherwise read as the limit itself."""
+    number, unit = gate.written
+    scale, suffix = {"%": (0.01, " %"), "": (1.0, "")}.get(unit, (None, f" {unit}"))
+    scale = scale or float(UNITS[unit.lower()])
+    shown, limit = value / scale, float(gate.limit) / scale
+    written_decimals = len(number.partition(".")[2]) if "e" not in number.lower() else 0
+    if shown.is_integer() and limit.is_integer() and not suffix:
+        return str(int(shown)), number  # counts and bytes: whole numbers
+    least = written_decimals + (1 if unit == "%" else 2)
+    text = ""
+    for decimals in range(least, 12):
+        text = f"{shown:.{decimals}f}"
+        if shown == limit or float(text) != limit:
+            break
+    return text + suffix, number + suffix
 
 
 def parse_gate(text: str) -> Gate:
@@ -96,11 +120,17 @@ def parse_gate(text: str) -> Gate:
         if raw.lower() not in HEALTH_ORDER:
             raise InputError(f"--fail-on {text!r}: health is one of ok, warn, critical")
         return Gate(text, metric, op, raw.lower(), path)
-    return Gate(text, metric, op, _number(text, raw), path)
+    m = _LIMIT.fullmatch(raw)
+    if not m:
+        raise InputError(f"--fail-on {text!r}: {raw!r} is not a number (0.3, 30%, 2GiB)")
+    return Gate(text, metric, op, _number(text, raw), path, (m.group(1), m.group(2) or ""))
+
+
+_LIMIT = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|[A-Za-z]+)?")
 
 
 def _number(text: str, raw: str) -> float:
-    m = re.fullmatch(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(%|[A-Za-z]+)?", raw)
+    m = _LIMIT.fullmatch(raw)
     if not m:
         raise InputError(f"--fail-on {text!r}: {raw!r} is not a number (0.3, 30%, 2GiB)")
     unit = m.group(2) or ""

@@ -24,6 +24,9 @@ from nsysfrag.checks.space_changes import (
     SiteFigure,
 )
 
+# Marks, in a comparison's tables, a figure the device memory C enters (device free, the ratios)
+# where the runs' C differ.
+CAPACITY_MARK = "‡"
 NOISE_BYTES = 1 << 20
 NOISE_SHARE = 0.005
 NOISE_POINTS = 0.005
@@ -65,16 +68,26 @@ def verdict(
     sites: Sequence[SiteFigure],
     health: tuple[str, str],
     max_live: tuple[float, float] | None = None,
+    failures: tuple[int, int] = (0, 0),
+    capacity_note: str = "",
 ) -> tuple[Piece, ...]:
-    """The paragraph, as pieces (see the module's docstring)."""
+    """The paragraph, as pieces (see the module's docstring). Out-of-memory errors that appear
+    or vanish lead it (nothing else a run does matters as much); where the two runs' device
+    memory differs in size or in the evidence it comes from, it ends saying that the figures
+    it enters compare unlike things."""
     by_key = {m.key: m for m in moments}
     site_of = {s.key: s for s in sites}
-    clauses: list[list[Piece]] = []
+    clauses: list[list[Piece]] = [[Piece(t)] for t in _failure_words(*failures)]
     clauses += _memory(by_key.get("memory_peak"), site_of.get(LIVE), max_live)
     clauses += _stranded(by_key.get("memory_peak"), site_of.get(STRANDED))
     clauses += _fragmentation(by_key.get("peak"), site_of.get(HOLES))
     if health[0] != health[1]:
         clauses.append([Piece(f"health {health[0]} → {health[1]}")])
+    if capacity_note:
+        clauses.append([Piece(
+            f"the device memory differs ({capacity_note}), so the figures marked"
+            f" {CAPACITY_MARK} compare different capacities"
+        )])  # fmt: skip
     out: list[Piece] = []
     for i, clause in enumerate(clauses):
         if i:
@@ -84,6 +97,19 @@ def verdict(
         out.append(Piece("."))
         out[0] = Piece(out[0].text[:1].upper() + out[0].text[1:], out[0].site)
     return tuple(out)
+
+
+def _failure_words(base: int, current: int) -> list[str]:
+    def n(k: int) -> str:
+        return f"{k:,} failed allocation{'s' if k != 1 else ''}"
+
+    if base and not current:
+        return [f"the out-of-memory errors are gone ({n(base)} → none)"]
+    if current and not base:
+        return [f"out-of-memory errors appear (none → {n(current)})"]
+    if base != current:
+        return [f"{'more' if current > base else 'fewer'} out-of-memory errors ({n(base)} → {n(current)})"]
+    return []
 
 
 def _news(delta: float, base: float) -> bool:

@@ -14,7 +14,7 @@ from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
 from nsysfrag.history.render import render_runs, trend_lines, write_json
-from nsysfrag.history.trends import DEFAULT_METRIC, check, resolve_metric, series
+from nsysfrag.history.trends import DEFAULT_METRIC, check, nothing_compared, resolve_metric, series
 
 TABLE_RUNS = 20
 TREND_RUNS = 50
@@ -173,10 +173,7 @@ def _check(runs: list[StoredRun], metrics: list[str], window: int, threshold: fl
     elif not result.previous:
         _note(f"run {result.latest.id} is the first matching run; nothing to compare it with")
     elif result.compared == 0:
-        _note(
-            f"run {result.latest.id}: none of its devices appear in the {len(result.previous)}"
-            " run(s) before it; nothing to compare"
-        )
+        _note(nothing_compared(result, metrics))
     for regression in result.regressions:
         _note(regression.message())
     if result.latest is not None and result.compared and not result.regressions:

@@ -11,19 +11,19 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
 from nsysfrag.history.store import StoredRun
-from nsysfrag.history.trends import Series, is_ratio
+from nsysfrag.history.trends import Series, is_ratio, models_words
 from nsysfrag.reporters.figure_axes import (
     CRITICAL_BAND,
     DPI,
     FIGSIZE_IN,
     GLOBAL_CRITICAL_PCT,
     GLOBAL_WARN_PCT,
-    MODEL_TITLE,
     SITE_COLORS,
     WARN_BAND,
     BytesFormatter,
     BytesLocator,
     save_figure,
+    suptitle_lines,
 )
 
 MAX_RUN_TICKS = 12
@@ -82,13 +82,13 @@ def trend_figure(
     ax.set_xlabel("run (oldest → newest)")
     ax.grid(True, axis="y", color="#dddddd", linewidth=0.6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    span = ""
+    lines = [f"{metric} across runs · {models_words(runs_oldest_first)}"]
     if runs_oldest_first:
         first, last = runs_oldest_first[0], runs_oldest_first[-1]
-        span = (
-            f"\n{len(x)} run(s), {first.recorded_at:%Y-%m-%d} → {last.recorded_at:%Y-%m-%d} (UTC)"
+        lines.append(
+            f"{len(x)} run(s), {first.recorded_at:%Y-%m-%d} → {last.recorded_at:%Y-%m-%d} (UTC)"
         )
-    fig.suptitle(f"{metric} across runs · {MODEL_TITLE}{span}", fontsize=11)
+    suptitle_lines(fig, *lines)
     return fig
 
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.history.store import StoredRun
-from nsysfrag.history.trends import Series, format_value, sparkline
+from nsysfrag.history.trends import Series, format_value, models_words, space_words, sparkline
 from nsysfrag.printable import printable
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
 
@@ -53,7 +53,7 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
         about = Text("\n").join(t for t in (Text(str(run.id)), label, tags, trace) if t.plain)
         spaces: list[list[Cell]] = [
             [
-                f"dev {space.device} pid {space.pid}",
+                outside(space_words(space)),
                 f"{float(space.get('max.global_frag')):.1%}",
                 f"{float(space.get('max.local_frag')):.1%}",
                 f"{int(space.get('max.free_blocks')):,}",
@@ -67,7 +67,7 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
             narrow.append([*([about, recorded] if i == 0 else ["", ""]), *space_cells])
         ends.add(len(rows) - 1)
     title = outside(
-        f"{len(runs)} run(s) in {where}, newest first · observed address space · global/local"
+        f"{len(runs)} run(s) in {where}, newest first · {models_words(runs)} · global/local"
         " fragmentation and free blocks: maxima over each trace"
     )
     return FittedTable(
@@ -102,7 +102,7 @@ def trend_lines(
         Text(
             f"{printable(metric)} over {len(runs_oldest_first)} run(s), oldest first"
             f" (run {first.id} {first.recorded_at:%Y-%m-%d} → run {last.id}"
-            f" {last.recorded_at:%Y-%m-%d}) · observed address space",
+            f" {last.recorded_at:%Y-%m-%d}) · {printable(models_words(runs_oldest_first))}",
             style="bold",
         )
     ]

@@ -79,6 +79,51 @@ def space_keys(run: StoredRun) -> dict[SpaceKey, StoredSpace]:
     return dict(sorted(keyed.items()))
 
 
+def models_words(runs: Sequence[StoredRun]) -> str:
+    """What the runs' spaces were replayed in, for a title: ``observed model``, ``observed and
+    pytorch-segments models`` (a history holds snapshots' runs beside traces')."""
+    models = sorted({str(s.get("model") or MODEL_NAME) for run in runs for s in run.spaces})
+    models.sort(key=lambda m: m != MODEL_NAME)
+    if not models:
+        return f"{MODEL_NAME} model"
+    return f"{' and '.join(models)} model{'s' if len(models) > 1 else ''}"
+
+
+def space_words(space: StoredSpace) -> str:
+    """A stored space as the runs table names it: ``dev 0 pid 3310``; a snapshot's device
+    (pid 0: a snapshot has no process) ``dev 0``; a model other than observed after it."""
+    model = str(space.get("model") or MODEL_NAME)
+    text = f"dev {space.device}" + (f" pid {space.pid}" if space.pid else "")
+    return text if model == MODEL_NAME else f"{text} · {model}"
+
+
+def nothing_compared(result: CheckResult, metrics: Sequence[str]) -> str:
+    """Why the latest run had nothing to compare with, in words that match what the runs hold:
+    its spaces appear in none of the runs before it, or they do but under another model, or
+    they do and the runs before record none of ``metrics`` for them."""
+    assert result.latest is not None
+    ours = space_keys(result.latest)
+    earlier = [space_keys(run) for run in result.previous]
+    n = len(result.previous)
+    shared = [k for k in ours if any(k in e for e in earlier)]
+    if shared:
+        names = ", ".join(k.label for k in shared)
+        return (
+            f"run {result.latest.id}: the {n} run(s) before it record no {', '.join(metrics)}"
+            f" for {names}; nothing to compare"
+        )
+    devices = {k.device for k in ours}
+    others = sorted({k for e in earlier for k in e if k.device in devices})
+    said = ", ".join(k.label for k in ours) or "(no spaces)"
+    if others:
+        return (
+            f"run {result.latest.id}: {said} appears in none of the {n} run(s) before it, which"
+            f" hold {', '.join(k.label for k in others)} (another model or process); nothing to"
+            " compare"
+        )
+    return f"run {result.latest.id}: {said} appears in none of the {n} run(s) before it; nothing to compare"
+
+
 @dataclass(frozen=True, slots=True)
 class Series:
     """One space key's values of one metric over runs, oldest first (None: no such space)."""

@@ -57,6 +57,7 @@ class RankSummary:
     # (False: entry numbers), so the job says "at 2.028 s" where the rank's report does.
     origin_ns: int = 0
     timestamps: bool = True
+    span_ns: int | None = None  # the input's, from origin_ns: the times' resolution
 
     @property
     def ok(self) -> bool:
@@ -78,6 +79,7 @@ class RankSummary:
             warnings=len(trace.get("warnings", [])),
             origin_ns=time_origin(doc),
             timestamps=bool(trace.get("timestamps", True)),
+            span_ns=time_span(doc, time_origin(doc)),
         )
         if not spaces:
             return summary
@@ -118,6 +120,7 @@ class RankSummary:
             warnings=summary.warnings,
             origin_ns=summary.origin_ns,
             timestamps=summary.timestamps,
+            span_ns=summary.span_ns,
         )
 
 
@@ -130,6 +133,20 @@ def time_origin(doc: dict[str, Any]) -> int:
         return int(recorded)
     firsts = [s["timeline"]["time_ns"][0] for s in doc["spaces"] if s["timeline"]["time_ns"]]
     return int(min(firsts, default=0))
+
+
+def time_span(doc: dict[str, Any], origin_ns: int) -> int | None:
+    """From ``origin_ns`` to the last moment a space of ``doc`` states (its final state, its
+    worst, what set its health): what the resolution of the rank's times follows; None where no
+    space states one."""
+    ends = [
+        int(s[part]["time_ns"])
+        for s in doc.get("spaces", ())
+        if isinstance(s, dict)
+        for part in ("final", "peak", "health_basis")
+        if isinstance(s.get(part), dict) and isinstance(s[part].get("time_ns"), int)
+    ]
+    return max(ends) - origin_ns if ends else None
 
 
 def _peak_memory(space: dict[str, Any]) -> tuple[int, str]:

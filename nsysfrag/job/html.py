@@ -44,7 +44,7 @@ def _rank_table(summaries: Sequence[RankSummary]) -> str:
                         f'<td class="error" colspan="5">{esc(s.error)}</td></tr>')
             continue
         rows.append(
-            f"<tr>{link}<td>{_health(s.health)}</td><td>{esc(basis_text(s, in_table=True))}</td>"
+            f"<tr>{link}<td>{_health(s.health)}</td><td>{esc(basis_text(s))}</td>"
             f'<td class="n">{percent(s.peak_global_frag)}</td>'
             f'<td class="n">{esc(memory_text(s))}</td><td>{esc(oom_text(s))}</td>'
             f'<td class="site">{site_markup(hotspot_text(s))}</td></tr>'

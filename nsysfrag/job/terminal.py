@@ -30,10 +30,10 @@ UNRECORDED = (
 def at(s: RankSummary, time_ns: int) -> str:
     """A moment of rank ``s`` as its own report tells it: seconds since its input's first event
     (``2.028 s``), or ``entry 17`` for a snapshot without times."""
-    return moment_since(time_ns, s.origin_ns, s.timestamps)
+    return moment_since(time_ns, s.origin_ns, s.timestamps, span=s.span_ns)
 
 
-def basis_text(s: RankSummary, in_table: bool = False) -> str:
+def basis_text(s: RankSummary) -> str:
     """What set the rank's health, as its document says (``health_basis``); empty when it says
     nothing (ok, or a document from before the basis was recorded)."""
     if s.health_basis is None:
@@ -42,10 +42,8 @@ def basis_text(s: RankSummary, in_table: bool = False) -> str:
     time_ns = s.health_basis.get("time_ns")
     if time_ns is None:
         return words
-    when = at(s, int(time_ns))
-    # In a table cell "0.459s", unit attached: the table wraps cells at spaces, and a time must
-    # not lose its unit.
-    return f"{words} at {when.replace(' s', 's') if in_table else when}"
+    # The table's cells wrap through reporters.layout, which keeps a figure with its unit.
+    return f"{words} at {at(s, int(time_ns))}"
 
 
 def oom_text(s: RankSummary) -> str:
@@ -85,7 +83,7 @@ def _rank_row(s: RankSummary) -> list[Cell]:
     if not s.ok:
         return [str(s.rank), Text("FAILED", style="bold red"), "", "", "", "see below"]
     health = Text(s.health.upper(), style=HEALTH_STYLE.get(s.health, ""))
-    basis = basis_text(s, in_table=True)
+    basis = basis_text(s)
     if basis:
         health.append(f"\n{printable(basis)}", style="dim")
     hotspot: Cell = "—"

@@ -9,8 +9,9 @@ from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.checks.comparison import Comparison, MetricDelta, SpaceComparison
 from nsysfrag.checks.site_changes import GONE, MOVED, NEW, SAME, UNLISTED, SiteChange
 from nsysfrag.checks.space_changes import BYTES, RATIO, FigureChange, SiteFigure
-from nsysfrag.checks.verdict import signed, signed_bytes, signed_share
+from nsysfrag.checks.verdict import CAPACITY_MARK, signed, signed_bytes, signed_share
 from nsysfrag.reporters.state_cells import percent
+from nsysfrag.reporters.time_base import GROWTH_SPAN_NS
 
 WORSE, BETTER = "worse", "better"
 # For these a larger value is better; for the neutral ones (what the program asked for) a change
@@ -89,9 +90,10 @@ def state_sections(c: Comparison, s: SpaceComparison) -> list[list[Row]]:
         rows = [Row(m.label, c.base_clock.at(m.base_time_ns), c.current_clock.at(m.current_time_ns),
                     Change(""), heading=True)]  # fmt: skip
         rows += [
-            Row(f.label, value(f.kind, f.base), value(f.kind, f.current), figure_change(f))
+            Row(_marked(s, f.key, f.label), value(f.kind, f.base), value(f.kind, f.current),
+                figure_change(f))
             for f in m.figures
-        ]
+        ]  # fmt: skip
         sections.append(rows)
     health = Change(
         f"{s.base_health} → {s.current_health}" if s.base_health != s.current_health else "=",
@@ -99,21 +101,48 @@ def state_sections(c: Comparison, s: SpaceComparison) -> list[list[Row]]:
     )
     over = [Row("over the run", "", "", Change(""), heading=True)]
     over.append(Row("health", s.base_health, s.current_health, health))
-    over += [_metric_row(d) for d in s.deltas if d.key != "peak.global_frag"]
+    short = any(k.span_ns is not None and k.span_ns < GROWTH_SPAN_NS for k in (c.base_clock, c.current_clock))
+    over += [
+        _metric_row(d, _marked(s, d.key, d.label), growth_shown=not short)
+        for d in s.deltas
+        if d.key != "peak.global_frag"
+    ]
     sections.append(over)
     return sections
 
 
-def _metric_row(d: MetricDelta) -> Row:
+# The figures the device memory C enters: device free (C − reserved), and every ratio of it.
+_OF_CAPACITY = {"device_free_bytes", "largest_free_bytes", "free_bytes", "global_frag", "local_frag",
+                "max.global_frag", "max.local_frag", "growth_per_s"}  # fmt: skip
+
+
+def _marked(s: SpaceComparison, key: str, label: str) -> str:
+    return f"{label} {CAPACITY_MARK}" if s.capacity_note and key in _OF_CAPACITY else label
+
+
+def capacity_footnote(s: SpaceComparison) -> str:
+    """What the mark means, where the space has marked figures ("" where it has none)."""
+    if not s.capacity_note:
+        return ""
+    return (
+        f"{CAPACITY_MARK} the device memory enters this figure, and it differs between the"
+        f" runs: {s.capacity_note}"
+    )
+
+
+def _metric_row(d: MetricDelta, label: str, growth_shown: bool = True) -> Row:
     kind = {"max.live_bytes": BYTES}.get(d.key, RATIO if d.key in _RATIO_METRICS else "count")
+    if d.key == "growth_per_s" and not growth_shown:
+        # A rate per second over a run shorter than a second says nothing.
+        return Row(label, "—", "—", Change("under a second"))
     if d.key == "growth_per_s":
         fmt = signed(f"{d.base * 100:+.4f} pt/s"), signed(f"{d.current * 100:+.4f} pt/s")
         change = Change(
             "=" if d.delta == 0 else signed(f"{d.delta * 100:+.4f} pt/s"), _tone(d.key, d.delta)
         )
-        return Row(d.label, *fmt, change)
+        return Row(label, *fmt, change)
     f = FigureChange(d.key, d.label, kind, d.base, d.current)
-    return Row(d.label, value(kind, d.base), value(kind, d.current), figure_change(f))
+    return Row(label, value(kind, d.base), value(kind, d.current), figure_change(f))
 
 
 _RATIO_METRICS = {"max.global_frag", "max.local_frag", "internal_frag", "alloc_failure_rate"}

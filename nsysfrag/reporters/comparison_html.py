@@ -14,6 +14,7 @@ from nsysfrag.reporters.comparison_cells import (
     Change,
     Row,
     SiteRow,
+    capacity_footnote,
     site_rows,
     state_sections,
     unchanged_words,
@@ -136,6 +137,8 @@ def _space(c: Comparison, s: SpaceComparison, base_name: str, current_name: str)
     sections = state_sections(c, s)
     out.append(_moments_table(sections[:-1]))
     out.append(_over_the_run(sections[-1]))
+    if footnote := capacity_footnote(s):
+        out.append(f'<p class="note">{esc(footnote)}</p>')
     site_label = words.site_label if words is not None else "site"
     for figure in s.sites:
         out.append(f"<h3>{esc(figure.label[:1].upper() + figure.label[1:])}</h3>")

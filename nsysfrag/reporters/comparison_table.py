@@ -15,6 +15,7 @@ from nsysfrag.reporters.comparison_cells import (
     BETTER,
     WORSE,
     Change,
+    capacity_footnote,
     site_rows,
     state_sections,
     unchanged_words,
@@ -78,6 +79,8 @@ def render_space(
             rows.append([label, r.base, r.current, _change(r.change)])
         ends.add(len(rows) - 1)
     console.print(FittedTable(None, Layout(_STATE_COLUMNS, rows, frozenset(ends))))
+    if footnote := capacity_footnote(s):
+        console.print(Prose(outside(footnote, style="yellow")))
     site_label = comparison.words.site_label if comparison.words is not None else "site"
     for figure in s.sites:
         shown, more, more_delta = site_rows(figure)

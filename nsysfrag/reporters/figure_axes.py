@@ -15,18 +15,18 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.text import Text
+from matplotlib.textpath import TextToPath
 from matplotlib.ticker import FixedFormatter, Formatter, Locator, MaxNLocator
 
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import F64, format_bytes
-from nsysfrag.models.observed import MODEL_NAME
 from nsysfrag.printable import printable
 from nsysfrag.reporters.time_base import axis_label, since_start_array, since_start_s
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100
-MODEL_TITLE = f"{MODEL_NAME} address space"  # the history chart's runs are observed ones
 
 # One colour per quantity, the same in every figure.
 GLOBAL_COLOR = "#1f77b4"
@@ -57,6 +57,13 @@ FREE_BLOCKS_WARN, FREE_BLOCKS_CRITICAL = 100, 500
 TOP_SITES = len(SITE_COLORS)
 TOP_HOTSPOT_SITES = 10
 SITE_LABEL_CHARS = 48
+
+TITLE_PT = 11.0
+TITLE_MARGIN_PT = 4.0  # kept clear at each side of a title line
+TITLE_MAX_CHARS = 400  # of one title line, before wrapping
+TITLE_ID = "figure-title"  # the title's group in an SVG (the HTML page prefixes it per figure)
+# Marks a Text whose line breaks are the figure's own layout (its lines were escaped one by one).
+_OWN_BREAKS = "_nsysfrag_own_breaks"
 
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -128,7 +135,54 @@ def space_label(space: SpaceAnalysis) -> str:
 def figure_title(fig: Figure, what: str, space: SpaceAnalysis, note: str = "") -> None:
     extra = f" · {note}" if note else ""
     model = space.source.words.figure_title
-    fig.suptitle(f"{what} · {model}{extra}\n{space_label(space)}", fontsize=11)
+    suptitle_lines(fig, f"{what} · {model}{extra}", space_label(space))
+
+
+def suptitle_lines(fig: Figure, *lines: str) -> Text:
+    """The figure's title, ``lines`` one under another. Each line is escaped here, so the breaks
+    between them are the figure's own and stay breaks, while a line break inside a name from the
+    input shows as ``\\n`` (:func:`drawing` escapes every other text whole). Each line is wrapped
+    at spaces to the figure's width, so a long device name is never clipped at both ends."""
+    title = fig.suptitle("", fontsize=TITLE_PT, gid=TITLE_ID)
+    width_pt = fig.get_figwidth() * 72.0 - 2 * TITLE_MARGIN_PT
+    drawn = [part for line in lines for part in wrapped(_shortened(printable(line)), width_pt)]
+    title.set_text("\n".join(drawn))
+    setattr(title, _OWN_BREAKS, True)
+    return title
+
+
+def _shortened(line: str) -> str:
+    # A name from the input can be megabytes: a title keeps a few lines' worth of it.
+    return line if len(line) <= TITLE_MAX_CHARS else line[: TITLE_MAX_CHARS - 1] + "…"
+
+
+def wrapped(line: str, width_pt: float, size_pt: float = TITLE_PT) -> list[str]:
+    """``line`` broken at spaces into lines at most ``width_pt`` wide as drawn in the figures'
+    font (a word wider than that alone is broken where it must be). Measured here rather than
+    with matplotlib's ``wrap=True``, whose measuring parses ``$…$`` as math even when the text
+    asks not to be, so a site named ``$\\x$`` would fail the figure."""
+    measure, font = TextToPath(), FontProperties(size=size_pt)
+
+    def fits(text: str) -> bool:
+        with _no_glyph_warnings():
+            return measure.get_text_width_height_descent(text, font, ismath=False)[0] <= width_pt
+
+    out: list[str] = []
+    current = ""
+    for word in line.split(" "):
+        candidate = f"{current} {word}" if current else word
+        if fits(candidate):
+            current = candidate
+            continue
+        if current:
+            out.append(current)
+        while not fits(word) and len(word) > 1:
+            cut = next((n for n in range(len(word) - 1, 1, -1) if fits(word[:n])), 1)
+            out.append(word[:cut])
+            word = word[cut:]
+        current = word
+    out.append(current)
+    return out
 
 
 def seconds_since_start(space: SpaceAnalysis) -> F64:
@@ -200,7 +254,11 @@ def drawing(fig: Figure) -> Iterator[Figure]:
     ``$\\foo$`` would fail to parse). A glyph a font lacks (a CJK name) draws as a box without a
     warning: stderr is one line."""
     for text in fig.findobj(Text):
-        text.set_text(printable(str(text.get_text())))
+        raw = str(text.get_text())
+        if getattr(text, _OWN_BREAKS, False):
+            text.set_text("\n".join(printable(line) for line in raw.split("\n")))
+        else:
+            text.set_text(printable(raw))
         text.set_parse_math(False)
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -209,6 +267,12 @@ def drawing(fig: Figure) -> Iterator[Figure]:
                 formatter.seq = [printable(str(s)) for s in formatter.seq]
             for label in axis.get_ticklabels(which="both"):
                 label.set_parse_math(False)
+    with _no_glyph_warnings():
+        yield fig
+
+
+@contextmanager
+def _no_glyph_warnings() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from")
-        yield fig
+        yield

@@ -37,7 +37,7 @@ from nsysfrag.reporters.html_page import (
     warnings_box,
 )
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.reporters.time_base import growth_words, moment
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20
@@ -225,8 +225,7 @@ def _summary(s: SpaceAnalysis) -> str:
     ]
     states = table(["", *state.headings], rows, numeric=range(1, len(state.headings) + 1))
     figures = [
-        ("global frag growth",
-         f"{s.growth_per_s * 100:+.3f} points/s" if s.timestamps else "not measured (no times)"),
+        ("global frag growth", growth_words(s)),
         ("internal frag at peak footprint", f"{s.internal_frag:.2%}"),
         ("lowest block address", f"0x{s.base_address:x}"),
         ("highest block end", f"0x{s.arena_end:x}"),
@@ -243,6 +242,13 @@ def _summary(s: SpaceAnalysis) -> str:
         "<div><h3>Growth and layout</h3>"
         f'<table class="trends"><tbody>{figure_rows}</tbody></table></div></div>'
     )
+
+
+def _moments_words(moments: list[str]) -> str:
+    """``at 2.729 s``; of several failures told alike, ``22 failures, at 2.729 s to 4.852 s``."""
+    if len(moments) == 1:
+        return f"at {esc(moments[0])}"
+    return f"{len(moments)} failures, at {esc(moments[0])} to {esc(moments[-1])}"
 
 
 def _failures(s: SpaceAnalysis) -> str:
@@ -263,11 +269,15 @@ def _failures(s: SpaceAnalysis) -> str:
         f'<div class="failures"><h3>{esc(failures_title(s))}</h3>',
         table(head, rows, numeric=[i for i, label in enumerate(head) if label != "verdict"]),
     ]
-    details = []
+    # Failures told alike apart from their moment are one item: the table has each moment
+    # (main listed the serving sample's 22 failures twice, the table then 22 like bullets).
+    groups: dict[str, list[str]] = {}
+    told = 0
     for t in texts:
         if not (t.explanation or t.requested_at or t.stranded or t.callers):
             continue
-        item = [f"<strong>at {esc(t.cells[0][1])}</strong>"]
+        told += 1
+        item = []
         if t.requested_at is not None:
             item.append(f' — requested at <span class="mono">{site_markup(t.requested_at)}</span>')
         if t.callers:
@@ -282,10 +292,13 @@ def _failures(s: SpaceAnalysis) -> str:
                 for site, held in t.stranded
             )
             item.append(table(["stranded beside blocks from", "stranded"], [sites], numeric={1}))
-        details.append(f"<li>{''.join(item)}</li>")
+        groups.setdefault("".join(item), []).append(t.cells[0][1])
+    details = [
+        f"<li><strong>{_moments_words(moments)}</strong>{body}</li>" for body, moments in groups.items()
+    ]
     if details:
         out.append(f'<ul class="oom">{"".join(details)}</ul>')
-    if len(details) < len(texts):
+    if told < len(texts):
         out.append(f'<p class="sub">{esc(unknown_note(s))}</p>')
     out.append("</div>")
     return "".join(out)

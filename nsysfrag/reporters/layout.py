@@ -71,8 +71,9 @@ class Site:
 
 
 Cell = str | Text | Site
-# A figure and its unit: "1.38 GiB", "20 %", "+0.518 points/s", "512 B", "256–512 MiB".
-_UNIT = r"(?:[KMGTPE]i?B|[kMGTPE]B|B|%|s|ms|µs|ns|points/s|pt/s|pt)"
+# A figure and its unit: "1.38 GiB", "20 %", "+0.518 points/s", "512 B", "256–512 MiB"; and
+# a count of what a cell leaves out, "+3 more".
+_UNIT = r"(?:[KMGTPE]i?B|[kMGTPE]B|B|%|s|ms|µs|ns|points/s|pt/s|pt|more)"
 _FIGURE_GAP = re.compile(rf"(?<=\d) (?={_UNIT}(?![\w/]))")
 _WORD = re.compile(r"\S+\s*")
 # In a name (a site, a path, a list of them) a line may also break after '/', ',', '_', '-' or

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from nsysfrag.analysis import SpaceAnalysis, State
 from nsysfrag.analysis.metrics import (
+    MATERIAL_SHARE,
     Health,
     basis_words,
     format_bytes,
@@ -29,6 +30,11 @@ HEADINGS = ("global frag", "local frag", "free blocks", "largest free", "free", 
 # The columns of a space with reserved memory (a caching allocator's segments, the driver's
 # pages): one per moment, each named for what it is, and the maxima.
 MOMENTS = ("at peak memory", "at worst fragmentation", "final", "max")
+# A table with a device free row counts device free as one more free block (free_blocks, N),
+# though "largest free block" (L) is a block inside the reserved memory: the row says so, or
+# "free blocks 1" beside "largest free block 0 B" reads as a contradiction.
+FREE_BLOCKS_ROW = "free blocks (+ device free)"
+RATED_ROWS = ("global frag", "local frag", FREE_BLOCKS_ROW)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +64,33 @@ def health_reason(space: SpaceAnalysis) -> str:
     return f"{basis_words(b.metric, b.value)} at {moment(space, b.time_ns)}"
 
 
-def _rated(global_frag: float, local_frag: float, free_blocks: int) -> list[Cell]:
+def _rated(
+    global_frag: float, local_frag: float, free_blocks: int, material: bool = True
+) -> list[Cell]:
+    """The three rated cells; local frag and free blocks at a moment the health does not count
+    them (under MATERIAL_SHARE of the device free) carry no level: a red cell there would
+    contradict the rating beside it."""
     return [
         Cell(percent(global_frag), global_frag_health(global_frag)),
-        Cell(percent(local_frag), local_frag_health(local_frag)),
-        Cell(str(free_blocks), free_blocks_health(free_blocks)),
+        Cell(percent(local_frag), local_frag_health(local_frag) if material else None),
+        Cell(str(free_blocks), free_blocks_health(free_blocks) if material else None),
     ]
+
+
+def _of_state(space: SpaceAnalysis, s: State) -> list[Cell]:
+    counted = s.free_bytes >= MATERIAL_SHARE * space.capacity_bytes
+    return _rated(s.global_frag, s.local_frag, s.free_blocks, counted)
+
+
+def _of_maxima(space: SpaceAnalysis) -> list[Cell]:
+    """The maxima's cells: a maximum the health does not count (``space.unrated``) is shown
+    without a level."""
+    unrated = {u.metric for u in space.unrated}
+    cells = _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks)
+    for i, name in ((1, "local_frag"), (2, "free_blocks")):
+        if name in unrated:
+            cells[i] = Cell(cells[i].text)
+    return cells
 
 
 def state_table(space: SpaceAnalysis) -> StateTable:
@@ -76,7 +103,7 @@ def state_table(space: SpaceAnalysis) -> StateTable:
 def _state(space: SpaceAnalysis, s: State) -> list[Cell]:
     return [
         Cell(moment(space, s.time_ns)),
-        *_rated(s.global_frag, s.local_frag, s.free_blocks),
+        *_of_state(space, s),
         Cell(format_bytes(s.largest_free_bytes)),
         Cell(format_bytes(s.free_bytes)),
         Cell(format_bytes(s.live_bytes)),
@@ -87,7 +114,7 @@ def state_rows(space: SpaceAnalysis) -> list[tuple[str, list[Cell]]]:
     """(label, cells) of the peak, final and max rows (a space without allocator figures)."""
     maximum = [
         Cell(""),
-        *_rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
+        *_of_maxima(space),
         Cell(""),
         Cell(""),
         Cell(format_bytes(space.max_live_bytes)),
@@ -108,8 +135,8 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
     assert all(p is not None for p in pools)
     rated = list(
         zip(
-            *(_rated(s.global_frag, s.local_frag, s.free_blocks) for s in moments),
-            _rated(space.max_global_frag, space.max_local_frag, space.max_free_blocks),
+            *(_of_state(space, s) for s in moments),
+            _of_maxima(space),
             strict=True,
         )
     )
@@ -122,7 +149,7 @@ def _allocator_table(space: SpaceAnalysis) -> StateTable:
 
     rows = [
         ("at", [*(Cell(moment(space, s.time_ns)) for s in moments), Cell("")]),
-        *((name, list(cells)) for name, cells in zip(HEADINGS[:3], rated, strict=True)),
+        *((name, list(cells)) for name, cells in zip(RATED_ROWS, rated, strict=True)),
         ("reserved", sizes(figure("reserved_bytes"))),
         ("allocated", sizes(figure("allocated_bytes"))),
         # PyTorch's active bytes, shown where freed blocks still wait on other streams

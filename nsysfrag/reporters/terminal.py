@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
@@ -23,8 +25,8 @@ from nsysfrag.reporters.failure_words import (
     failures_title,
     unknown_note,
 )
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside, wrap_lines
+from nsysfrag.reporters.time_base import growth_words, moment
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5
@@ -91,6 +93,29 @@ _HOTSPOT_FIGURES = (
 )
 
 
+@dataclass(frozen=True)
+class _PinnedSite(Site):
+    """A hotspot's site and, on the line under it, the site that pinned its holes, each
+    shortened from the left to the column's width like any site, " +3 more" kept whole after
+    it (main wrapped the pinning site's path at the column's spaces and slashes, ~22 cells,
+    and split "+3 / more" across lines)."""
+
+    pinned: str = ""
+    more: str = ""
+
+    def full(self) -> str:
+        return f"{printable(self.name)}\n{_PINNED}{printable(self.pinned)}{self.more}"
+
+    def fitted(self, width: int) -> Text:
+        pinned = Site(self.pinned, Text(self.more)).shortened(max(width - len(_PINNED), 1))
+        text = Text(Site(self.name).shortened(width))
+        text.append(f"\n{_PINNED}{pinned}{self.more}", style="dim")
+        return Text("\n").join(wrap_lines(text, width, name=True))
+
+
+_PINNED = "pinned by "
+
+
 def _hotspots(s: SpaceAnalysis) -> FittedTable:
     """The top hotspots: each site whole where it fits, else shortened from the left; of the
     sites that pinned its holes the most frequent one, and how many more. Where the width is
@@ -116,15 +141,9 @@ def _hotspots(s: SpaceAnalysis) -> FittedTable:
         (Column("site · pinned by", kind="site"), *_HOTSPOT_FIGURES),
         [
             [
-                Site(
-                    h.site,
-                    Text(
-                        f"\npinned by {printable(h.pinned_by[0])}{_more(h.pinned_by)}"
-                        if h.pinned_by
-                        else "",
-                        style="dim",
-                    ),
-                ),
+                _PinnedSite(h.site, pinned=h.pinned_by[0], more=_more(h.pinned_by))
+                if h.pinned_by
+                else Site(h.site),
                 *figures(h),
             ]
             for h in top
@@ -158,7 +177,7 @@ def _space(s: SpaceAnalysis) -> RenderableType:
             [[label, *(_shown(c) for c in cells)] for label, cells in table.rows],
         ),
     )
-    growth = f"{s.growth_per_s * 100:+.3f} points/s" if s.timestamps else "not measured (no times)"
+    growth = growth_words(s)
     figures = Text(
         f"growth of global fragmentation: {growth} · internal"
         f" fragmentation (rounding) at peak footprint: {s.internal_frag:.2%} · out-of-order"
