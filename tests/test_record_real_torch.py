@@ -105,6 +105,24 @@ def test_the_recorder_in_real_torch_asks_for_state_without_the_history(tmp_path:
     assert int(ratings) == 1
 
 
+def test_a_try_round_on_real_torch_keeps_expandable_segments(tmp_path: Path) -> None:
+    """``record --try`` on real torch's layer: each run's PYTORCH_CUDA_ALLOC_CONF reaches the
+    allocator, and the figures are the ones PyTorch's rules give for the growing workload."""
+    steps = 12
+    requests = [(100 + 10 * step) * MiB for step in range(steps)]
+    run = record(tmp_path / "rec", "--try", "expandable_segments:True", "--json",
+                 str(tmp_path / "try.json"), "--", sys.executable, str(LAYER), "grow", str(steps),
+                 env=real_env(NSYSFRAG_KERNELS="interpreted"), timeout=300)  # fmt: skip
+    assert run.code == 0, run.err
+    doc = json.loads((tmp_path / "try.json").read_text())
+    peaks = {r["setting"]: r["job"]["peak_reserved_bytes"] for r in doc["runs"]}
+    assert peaks == {
+        "baseline": sum(-(-r // (2 * MiB)) * 2 * MiB for r in requests),  # a segment per step
+        "expandable_segments:True": -(-max(requests) // (20 * MiB)) * 20 * MiB,  # one range
+    }
+    assert doc["verdict"]["keep"] == "expandable_segments:True"
+
+
 # What each torch's Python layer accepts: ``_record_memory_history``'s current form (its bool
 # form dispatches to ``_record_memory_history_legacy`` from 2.1 on), ``memory_snapshot``, and
 # whether ``_dump_snapshot`` exists. What the recorder passes (enabled, context, stacks,

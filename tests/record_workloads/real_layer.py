@@ -5,7 +5,10 @@
   each ``torch.cuda.set_device(i)`` and ``(i + 1)`` x 8 MiB allocated, then freed;
 - ``python real_layer.py fraction F``: ``set_per_process_memory_fraction(F)``, then 100 MiB at a
   time until the allocator refuses; prints how many it got;
-- ``python real_layer.py churn N``: N allocations and frees of 1 MiB (the history fills).
+- ``python real_layer.py churn N``: N allocations and frees of 1 MiB (the history fills);
+- ``python real_layer.py grow N``: N steps whose activation grows by 10 MiB a step (100 MiB
+  first), each allocated and freed: the workload whose cached segments expandable segments
+  remove (tests/record_workloads/settings.py's ``growing``, for ``record --try``).
 """
 
 from __future__ import annotations
@@ -45,11 +48,19 @@ def churn(n: int) -> None:
     shim.free(keep)
 
 
+def grow(steps: int) -> None:
+    torch.cuda.init()
+    for step in range(steps):
+        shim.free(shim.malloc((100 + 10 * step) * MiB))
+
+
 def main(argv: list[str]) -> int:
     if argv[0] == "spawn":
         torch.multiprocessing.spawn(worker, nprocs=int(argv[1]))
     elif argv[0] == "fraction":
         print(fraction(float(argv[1])))
+    elif argv[0] == "grow":
+        grow(int(argv[1]))
     else:
         churn(int(argv[1]))
     return 0
