@@ -112,6 +112,13 @@ HISTORY_VALUE_BYTES = Limit(
     "NSYSFRAG_HISTORY_VALUE_BYTES",
 )
 
+# ----------------------------------------------------------------- nsysfrag record
+
+RECORD_GRACE_S = Limit(
+    "seconds a recorded program has, after a SIGINT/SIGTERM reached it, before SIGKILL", 60,
+    "60 s", "NSYSFRAG_RECORD_GRACE", integer=False,
+)
+
 # ----------------------------------------------------------------- nsysfrag record --try
 
 TRY_GRACE_S = Limit(
@@ -152,6 +159,7 @@ LIMITS: tuple[Limit, ...] = (
     HISTORY_SECONDS,
     HISTORY_LOCK_SECONDS,
     HISTORY_VALUE_BYTES,
+    RECORD_GRACE_S,
     TRY_GRACE_S,
     JSON_BYTES,
     DOCUMENT_SITE_CHARS,

@@ -14,6 +14,7 @@ from nsysfrag.commands.feedback import say
 from nsysfrag.commands.profile import check_program
 from nsysfrag.commands.report_options import ReportRequest, report_options
 from nsysfrag.errors import InputError
+from nsysfrag.limits import RECORD_GRACE_S
 from nsysfrag.printable import printable
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import MIN_INTERVAL_S, STACKS, Options
 
@@ -131,7 +132,11 @@ def record_command(
         signal=outcome.signal,
     )  # fmt: skip
     program_code = outcome.exit_code
-    if outcome.signal is not None:
+    if outcome.signal is not None and outcome.returncode == -signal.SIGKILL:
+        say(f"{signal.Signals(outcome.signal).name} received; the command ignored it for"
+            f" {RECORD_GRACE_S.value():g} s and was killed (SIGKILL), analyzing what it recorded"
+            f" in {out}")
+    elif outcome.signal is not None:
         say(f"{signal.Signals(outcome.signal).name} received; the command stopped, analyzing what"
             f" it recorded in {out}")
     code = _analyze(out, request)

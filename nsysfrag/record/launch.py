@@ -16,6 +16,7 @@ from pathlib import Path
 
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys.runner import wait_forwarding_signals
+from nsysfrag.limits import RECORD_GRACE_S
 from nsysfrag.record.bootstrap import BOOTSTRAP_DIR
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import ENV_DIR, ENV_OPTIONS
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import Options
@@ -52,5 +53,7 @@ def run(command: tuple[str, ...], env: Mapping[str, str], stdout: int | None) ->
         proc = subprocess.Popen(command, env=dict(env), stdout=stdout)
     except OSError as err:
         raise InputError(f"{command[0]}: cannot run it ({err.strerror}); check the command after --") from None
-    received = wait_forwarding_signals(proc)
+    # A program that ignores the signal is killed a grace later: nothing waits forever, and
+    # what its processes wrote before stays in the record.
+    received = wait_forwarding_signals(proc, kill_after_s=RECORD_GRACE_S.value())
     return Outcome(proc.returncode, received)

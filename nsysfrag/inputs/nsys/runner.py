@@ -341,11 +341,13 @@ def _relay(pipe: IO[bytes], sink: Callable[[bytes], None], tail: deque[str]) -> 
 
 
 def wait_forwarding_signals(
-    proc: subprocess.Popen[bytes], timeout_s: float | None = None
+    proc: subprocess.Popen[bytes], timeout_s: float | None = None, kill_after_s: float | None = None
 ) -> int | None:
     """Wait for ``proc``, passing SIGINT/SIGTERM sent to us on to it; return the last one.
     Past ``timeout_s`` it gets SIGINT (nsys then stops the program and writes its report), and
-    SIGKILL if it is still running a minute later."""
+    SIGKILL if it is still running a minute later. With ``kill_after_s``, a program still
+    running that long after the first signal reached it gets SIGKILL: one that ignores SIGTERM
+    must not keep nsysfrag waiting forever (its returncode is then -SIGKILL)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if threading.current_thread() is not threading.main_thread():
         _wait_until(proc, deadline)
@@ -360,7 +362,7 @@ def wait_forwarding_signals(
     previous = {s: signal.signal(s, forward) for s in _FORWARDED_SIGNALS}
     try:
         if hasattr(signal, "sigtimedwait"):
-            _wait_with_siginfo(proc, received, deadline)
+            _wait_with_siginfo(proc, received, deadline, kill_after_s)
         else:
             _wait_until(proc, deadline)
     finally:
@@ -386,16 +388,22 @@ def _wait_until(proc: subprocess.Popen[bytes], deadline: float | None) -> None:
 
 
 def _wait_with_siginfo(
-    proc: subprocess.Popen[bytes], received: list[int], deadline: float | None = None
+    proc: subprocess.Popen[bytes],
+    received: list[int],
+    deadline: float | None = None,
+    kill_after_s: float | None = None,
 ) -> None:
     # Ctrl-C in a terminal signals the whole foreground process group, nsys included; sending
     # it a second SIGINT could cut its report short. The sender is known only from siginfo:
     # a terminal's signal comes from the kernel (si_code > 0), kill() from a process (<= 0).
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED_SIGNALS)
     stopped_at: float | None = None
+    signalled_at: float | None = None
     try:
         while proc.poll() is None:
             now = time.monotonic()
+            if kill_after_s is not None and signalled_at is not None and now - signalled_at > kill_after_s:
+                proc.kill()
             if deadline is not None and stopped_at is None and now >= deadline:
                 stopped_at = now  # --nsys-timeout: stop the recording as Ctrl-C would
                 _send(proc, signal.SIGINT)
@@ -404,6 +412,7 @@ def _wait_with_siginfo(
             info = signal.sigtimedwait(_FORWARDED_SIGNALS, 0.1)
             if info is not None:
                 received.append(info.si_signo)
+                signalled_at = signalled_at or time.monotonic()
                 if info.si_code <= 0:
                     _send(proc, info.si_signo)
         # Take signals that came as nsys exited, so they don't surface once unblocked.
