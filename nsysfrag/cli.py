@@ -78,6 +78,22 @@ _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpE
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn every expected failure into one line on stderr and an exit code."""
+    try:
+        _main(argv)
+    finally:
+        _compile_later()
+
+
+def _compile_later() -> None:
+    """Kernels this run interpreted for want of a cached one: compiled after it, detached
+    (nsysfrag.background_compile), so the next run loads them."""
+    if "nsysfrag.interpreted" in sys.modules:  # no kernel ran otherwise: nothing to import
+        from nsysfrag import background_compile
+
+        background_compile.start()
+
+
+def _main(argv: list[str] | None) -> None:
     destinations.begin_run()
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
