@@ -66,7 +66,7 @@ def start(environ: Mapping[str, str] = os.environ) -> bool:
         return False
     try:
         _write_pending(root, requests)
-        if _running(root):
+        if running(root):
             return True  # the running compiler takes this file too
         subprocess.Popen(  # noqa: S603  (our own interpreter and module)
             [sys.executable, "-m", "nsysfrag.background_compile"],
@@ -91,7 +91,8 @@ def _write_pending(root: Path, requests: list[Request]) -> None:
         raise
 
 
-def _running(root: Path) -> bool:
+def running(root: Path) -> bool:
+    """Whether a compiler holds the lock in ``root`` now."""
     with _lock(root) as held:
         return not held
 
