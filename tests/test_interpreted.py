@@ -139,7 +139,9 @@ def _listing_run(cache: Path) -> subprocess.CompletedProcess[str]:
 def _wait_for(path: Path, seconds: float = 120) -> str:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if path.exists() and not list(path.parent.glob("pending-compile-*")):
+        # The compiler writes the log under its lock: written and unlocked is finished.
+        if path.exists() and not background_compile.running(path.parent):
+            assert not list(path.parent.glob("pending-compile-*"))
             return path.read_text()
         time.sleep(0.2)
     raise AssertionError(f"{path} was not written within {seconds} s")
