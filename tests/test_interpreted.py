@@ -124,13 +124,14 @@ def test_a_cached_kernel_runs_compiled_for_a_small_input_in_a_fresh_process(
     assert done.stdout.strip() == "[]"
 
 
-def _listing_run(cache: Path) -> subprocess.CompletedProcess[str]:
-    """A first run in auto mode with the background compiler on, listing instead of compiling."""
+def _listing_run(cache: Path, way: str = "list") -> subprocess.CompletedProcess[str]:
+    """A run in auto mode with the background compiler on, listing instead of compiling (or
+    compiling: ``way="on"``)."""
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO)}
     env.pop("NUMBA_CACHE_DIR", None)
     env.pop("NSYSFRAG_KERNELS", None)
     env.pop("CI", None)
-    env[background_compile.ENVIRONMENT] = "list"
+    env[background_compile.ENVIRONMENT] = way
     argv = ["analyze", str(SAMPLES / "torch_fragmentation_snapshot.pickle"), "--json", "-"]
     return subprocess.run([sys.executable, "-m", "nsysfrag", *argv], env=env,
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
@@ -158,6 +159,25 @@ def test_a_run_without_cached_kernels_starts_one_compiler_after_it(tmp_path: Pat
     assert "nsysfrag.models.segments.kernel.replay_forward" in listed
     assert len(listed) == len(set(listed))
     assert not list(tmp_path.rglob("*.nbi"))  # listing compiles nothing
+
+
+def test_the_background_compile_caches_what_the_next_run_loads(tmp_path: Path) -> None:
+    """The one test that waits for numba (about 15 s at load 2): the compiler compiles the
+    kernels for the argument types the run noted, so the next run runs them all compiled,
+    compiling nothing while the user waits, noting nothing, with the same figures."""
+    root = tmp_path / "nsysfrag"
+    first = _listing_run(tmp_path, "on")
+    assert first.returncode == 0, first.stderr
+    compiled = _wait_for(root / background_compile.LOG, 600).splitlines()
+    assert "nsysfrag.models.segments.kernel.replay_forward" in compiled
+    assert [p for p in root.rglob("*.nbi") if "replay_forward" in p.name]
+    with background_compile._lock(root) as held:  # what the run interprets stays pending
+        assert held
+        later = _listing_run(tmp_path)
+    assert later.returncode == 0, later.stderr
+    assert later.stderr == ""
+    assert later.stdout == first.stdout
+    assert not list(root.glob("pending-compile-*"))  # it interpreted nothing
 
 
 def test_a_run_while_a_compiler_works_leaves_its_request_to_that_one(tmp_path: Path) -> None:
