@@ -72,6 +72,8 @@ def cli() -> None:
 
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
 # click 8.2+ raises this for a group run without a command; 8.1 prints the help and exits 0.
 _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -80,8 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: turn every expected failure into one line on stderr and an exit code."""
     try:
         _main(argv)
-    finally:
-        _compile_later()
+    except SystemExit as done:
+        if done.code != EXIT_INTERRUPTED:  # a user who pressed Ctrl-C wants nothing more run
+            _compile_later()
+        raise
 
 
 def _compile_later() -> None:
@@ -115,7 +119,7 @@ def _main(argv: list[str] | None) -> None:
         sys.exit(err.exit_code)
     except (click.Abort, KeyboardInterrupt):
         click.echo("nsysfrag: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as err:  # a bug: still one line, with the way to see more
         if os.environ.get("NSYSFRAG_DEBUG"):
             raise
