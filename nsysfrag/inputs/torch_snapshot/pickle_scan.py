@@ -389,7 +389,7 @@ class Scanner:
                 self.tuples = np.concatenate([self.tuples, np.zeros(len(self.tuples), np.uint64)])
             return
         if status == NEED:
-            if self.pos > self.file_bytes or (pos == 0 and len(data) < self._read):
+            if self.pos > self.file_bytes or (pos == 0 and len(chunk) < self._read):
                 self.status = TRUNCATED  # an argument past the end of the file
             elif pos == 0:
                 self._read *= 2  # one opcode longer than a chunk: a long line
