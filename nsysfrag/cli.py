@@ -72,12 +72,32 @@ def cli() -> None:
 
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
 # click 8.2+ raises this for a group run without a command; 8.1 prints the help and exits 0.
 _NO_ARGS: type[Exception] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: turn every expected failure into one line on stderr and an exit code."""
+    try:
+        _main(argv)
+    except SystemExit as done:
+        if done.code != EXIT_INTERRUPTED:  # a user who pressed Ctrl-C wants nothing more run
+            _compile_later()
+        raise
+
+
+def _compile_later() -> None:
+    """Kernels this run interpreted for want of a cached one: compiled after it, detached
+    (nsysfrag.background_compile), so the next run loads them."""
+    if "nsysfrag.interpreted" in sys.modules:  # no kernel ran otherwise: nothing to import
+        from nsysfrag import background_compile
+
+        background_compile.start()
+
+
+def _main(argv: list[str] | None) -> None:
     destinations.begin_run()
     try:
         # Without standalone mode click returns a command's exit code instead of exiting.
@@ -99,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(err.exit_code)
     except (click.Abort, KeyboardInterrupt):
         click.echo("nsysfrag: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except Exception as err:  # a bug: still one line, with the way to see more
         if os.environ.get("NSYSFRAG_DEBUG"):
             raise

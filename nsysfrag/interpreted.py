@@ -9,6 +9,12 @@ Python source, each compiled function it names replaced by its own twin, run by 
 compute the same thing (the property tests run every kernel both ways and compare), so an
 input's figures never depend on which ran.
 
+Once a kernel is in numba's cache (:func:`nsysfrag.kernel_cache.cached`), it runs compiled
+whatever the size: loading it costs less than interpreting. A twin that ran because its kernel
+was not cached is noted with the argument types it was called with (:func:`uncached`), so that
+the command line can compile those kernels afterwards in a process of their own
+(:mod:`nsysfrag.background_compile`) and the next run finds them cached.
+
 ``NSYSFRAG_KERNELS=compiled`` (or ``interpreted``) forces one way for every input: the tests
 use it, and so can a user who would rather compile once up front.
 
@@ -21,6 +27,7 @@ whose records allow it (:func:`records`).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -28,6 +35,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 from numba.core.dispatcher import Dispatcher
+
+from nsysfrag import kernel_cache
 
 Kernel = TypeVar("Kernel", bound=Callable[..., Any])
 
@@ -46,46 +55,64 @@ def mode() -> str:
     return chosen_mode if chosen_mode in _MODES else "auto"
 
 
-_compile_in_auto = False
-
-
-def compile_in_auto() -> None:
-    """From now on, ``auto`` compiles whatever the size (``whatif``: its twelve replays through
-    the allocator models cost about 1 ms an event interpreted, ~10 s on every run of a sample
-    and 30-110 s on a real snapshot, against ~1 s once they are compiled and cached)."""
-    global _compile_in_auto
-    _compile_in_auto = True
-
-
 def interpret(size: int, kernel: Callable[..., Any] | None = None) -> bool:
     """Whether an input of ``size`` items runs the interpreted twins (of ``kernel``: not when
-    it is compiled already, in this process or in the cache, say for a larger input)."""
+    it is compiled already, in this process or in the cache, say after an earlier run)."""
     current = mode()
     if current == "auto":
-        return (
-            not _compile_in_auto
-            and size <= INTERPRET_UP_TO
-            and (kernel is None or not _compiled(kernel))
-        )
+        return size <= INTERPRET_UP_TO and (kernel is None or not _compiled(kernel))
     return current == "interpreted"
 
 
 def chosen(kernel: Kernel, size: int) -> Kernel:
-    """``kernel`` itself, or its interpreted twin for an input of ``size`` items."""
-    return twin(kernel) if interpret(size, kernel) else kernel
+    """``kernel`` itself, or its interpreted twin for an input of ``size`` items (noted for a
+    later compile when it is the twin because nothing was cached)."""
+    if not interpret(size, kernel):
+        return kernel
+    run = twin(kernel)
+    if mode() != "auto" or not isinstance(kernel, Dispatcher):
+        return run
+
+    def noted(*args: Any) -> Any:
+        note(kernel, args)
+        return run(*args)
+
+    return noted  # type: ignore[return-value]
 
 
 def _compiled(kernel: Callable[..., Any]) -> bool:
     """Whether calling ``kernel`` would load compiled code rather than compile it."""
     if not isinstance(kernel, Dispatcher):
         return False
-    if kernel.overloads:
-        return True
-    cache_file = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
-    try:  # numba's index of the cached signatures: empty when missing or stale
-        return bool(cache_file._load_index())  # type: ignore[union-attr]
-    except Exception:  # noqa: BLE001  (no cache, or numba internals changed: not known to be compiled)
-        return False
+    return bool(kernel.overloads) or kernel_cache.cached(kernel)
+
+
+# (module, name, argument types) of each kernel whose twin ran for want of a cached kernel.
+_uncached: dict[tuple[str, str, tuple[Any, ...]], None] = {}
+
+
+def note(kernel: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Note that ``kernel``'s twin ran on ``args`` (as the compiled kernel would take them)
+    because ``kernel`` was not cached; a kernel that is not a module's own name is not noted
+    (a later process could not find it)."""
+    if not isinstance(kernel, Dispatcher) or mode() != "auto":
+        return
+    fn = kernel.py_func
+    module = sys.modules.get(fn.__module__)
+    if module is None or getattr(module, fn.__name__, None) is not kernel:
+        return
+    try:
+        types_of = tuple(kernel.typeof_pyval(a) for a in args)
+    except Exception:  # noqa: BLE001  (an argument numba cannot type: the call would say so)
+        return
+    with _lock:
+        _uncached[(fn.__module__, fn.__name__, types_of)] = None
+
+
+def uncached() -> list[tuple[str, str, tuple[Any, ...]]]:
+    """What :func:`note` noted in this process: (module, kernel's name, argument types)."""
+    with _lock:
+        return list(_uncached)
 
 
 def twin(kernel: Kernel) -> Kernel:

@@ -122,3 +122,32 @@ def install() -> None:
     impl = _numba_class(caching, "CacheImpl")
     impl._locator_classes.insert(0, _locator_class())
     _installed = True
+
+
+def cached(kernel: Any) -> bool:
+    """Whether numba's cache holds ``kernel`` compiled from its present source for this
+    machine: calling it then loads machine code instead of compiling. It reads the kernel's
+    index file only (a few kB, no LLVM): an entry counts when its source hash and its machine
+    (target, CPU, features) are this process's own, so an index left by an older install or by
+    another machine sharing the home folder does not (numba would compile for those)."""
+    cache = getattr(kernel, "_cache", None)
+    try:  # numba's internals, behind a blind except: a change there means "not known cached"
+        index = cache._cache_file._load_index()  # type: ignore[union-attr]
+        wanted = cache._index_key(None, kernel.targetctx.codegen())[1:]  # type: ignore[union-attr]
+        return any(tuple(key[1:]) == wanted for key in index)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def writable_root() -> Path | None:
+    """The folder the kernels are cached in, made if missing; None when neither can be written."""
+    for root in (cache_root(), fallback_root()):
+        if root is None:
+            continue
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(root, os.W_OK):
+            return root
+    return None

@@ -71,6 +71,9 @@ def make_trace(tmp_path: Path) -> MakeTrace:
 # Every test (and each nsysfrag it starts) runs the compiled kernels, as large inputs do, unless
 # the environment says otherwise; the modules that import tests.kernel_modes run both ways.
 os.environ.setdefault("NSYSFRAG_KERNELS", "compiled")
+# No test leaves a compiler running behind it (nsysfrag.background_compile): the tests of it
+# turn it back on in a subprocess of their own.
+os.environ.setdefault("NSYSFRAG_BACKGROUND_COMPILE", "off")
 
 
 @pytest.fixture(scope="session", autouse=True)

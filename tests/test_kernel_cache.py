@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pickle
 import pkgutil
 import subprocess
 import sys
@@ -110,3 +111,49 @@ def test_every_cached_kernel_in_the_package_goes_to_the_user_cache() -> None:
     assert {locator for _, _, locator in cached} == {"UserCacheLocator"}, [
         c for c in cached if c[2] != "UserCacheLocator"
     ]
+
+
+_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import probe_kernel
+from nsysfrag import kernel_cache
+if sys.argv[2] == "compile":
+    probe_kernel.plus_one(1)
+print(kernel_cache.cached(probe_kernel.plus_one))
+"""
+
+
+def _probe(folder: Path, action: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(folder), action],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_cached_reads_numbas_index_for_this_source_and_this_machine(tmp_path: Path) -> None:
+    """What decides that a small input runs compiled: the kernel's index holds an entry for its
+    present source, made on this machine; a fresh process asks without compiling anything."""
+    source = tmp_path / "probe_kernel.py"
+    source.write_text(
+        "import numba\n\n@numba.njit(cache=True)\ndef plus_one(x):\n    return x + 1\n"
+    )
+    assert _probe(tmp_path, "ask") == "False"  # nothing cached
+    assert _probe(tmp_path, "compile") == "True"
+    assert _probe(tmp_path, "ask") == "True"  # a later process finds it, and compiled nothing
+    source.write_text(source.read_text().replace("x + 1", "x + 2"))
+    os.utime(source, (1, 1))  # numba stamps a source by its time and size; this one differs
+    assert _probe(tmp_path, "ask") == "False"  # the index is of another source
+    # An index written on another machine (another CPU's entry only) is not this machine's.
+    _probe(tmp_path, "compile")
+    index = next((tmp_path / "__pycache__").glob("*.nbi"))
+    with index.open("rb") as f:
+        version = pickle.load(f)
+        stamp, overloads = pickle.loads(f.read())
+    other = {(k[0], ("another-triple", "another-cpu", ""), k[2]): v for k, v in overloads.items()}
+    index.write_bytes(pickle.dumps(version) + pickle.dumps((stamp, other)))
+    assert _probe(tmp_path, "ask") == "False"

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from nsysfrag import interpreted
 from nsysfrag.allocators import DEFAULT_POLICIES, DRIVER_REMEDIES, parse_policy
 from nsysfrag.commands.feedback import feedback, say
 from nsysfrag.commands.outputs import Kept, Output, check_destinations, report_console, write_text
@@ -67,7 +66,6 @@ def whatif_command(
             --html whatif.html --json whatif.json
         nsysfrag whatif snap.pickle --validate --json -
     """
-    interpreted.compile_in_auto()
     from nsysfrag.reporters import whatif as whatif_report
     from nsysfrag.whatif import whatif
 

@@ -362,13 +362,16 @@ class Scanner:
         # Interpreted, the bytes themselves: their items are Python ints, which never wrap
         # as numpy's uint8 would (compiled code widens them to int64 first).
         interpret = interpreted.interpret(self.file_bytes // BYTES_PER_ITEM, _scan)
-        data = chunk if interpret else np.frombuffer(chunk, dtype=np.uint8)
-        scan = interpreted.twin(_scan) if interpret else _scan
-        status, pos, self.sp, self.mp, self.memo_len, found = scan(
-            data, self.pos, self.stack, self.sp, self.marks, self.mp, self.filled,
-            self.tuples, self.memo_len, self.table_keys, self.table_values, self.table_used,
-            self.limit, tables,
+        args = (
+            self.pos, self.stack, self.sp, self.marks, self.mp, self.filled, self.tuples,
+            self.memo_len, self.table_keys, self.table_values, self.table_used, self.limit, tables,
         )  # fmt: skip
+        if interpret:  # noted as the compiled scan takes them, for a compile after the run
+            interpreted.note(_scan, (np.frombuffer(chunk, dtype=np.uint8), *args))
+            scanned = interpreted.twin(_scan)(chunk, *args)
+        else:
+            scanned = _scan(np.frombuffer(chunk, dtype=np.uint8), *args)
+        status, pos, self.sp, self.mp, self.memo_len, found = scanned
         self.deepest = max(self.deepest, int(found))
         self.pos += int(pos)
         if status == GROW:
@@ -386,7 +389,7 @@ class Scanner:
                 self.tuples = np.concatenate([self.tuples, np.zeros(len(self.tuples), np.uint64)])
             return
         if status == NEED:
-            if self.pos > self.file_bytes or (pos == 0 and len(data) < self._read):
+            if self.pos > self.file_bytes or (pos == 0 and len(chunk) < self._read):
                 self.status = TRUNCATED  # an argument past the end of the file
             elif pos == 0:
                 self._read *= 2  # one opcode longer than a chunk: a long line
