@@ -42,6 +42,7 @@ class Settings:
     expandable: bool = False
     max_split: int = UNLIMITED
     divisions: dict[int, int] = field(default_factory=dict)  # interval index -> divisions
+    recorded: bool = False  # the snapshot recorded allocator_settings (else its rules are unknown)
 
     @classmethod
     def from_snapshot(cls, raw: Any) -> Settings:
@@ -53,7 +54,7 @@ class Settings:
         for key, value in (raw.get("roundup_power2_divisions") or {}).items():
             idx = int(key).bit_length() - 1  # keys are the interval starts in MiB: 1, 2, 4, ...
             divisions[min(max(idx, 0), 15)] = int(value)
-        return cls(bool(raw.get("expandable_segments", False)), mss, divisions)
+        return cls(bool(raw.get("expandable_segments", False)), mss, divisions, recorded=True)
 
     def round_size(self, size: int) -> int:
         """ALLOCATORS.md §1.2, transcribed here on purpose: the reference must not call the
@@ -376,24 +377,28 @@ class DeviceResult:
     retry_capacity: int | None = None  # what the allocator's OOM retries imply (Q11b)
 
 
-def _retry_capacity(trace: list[dict[str, Any]], initial: int, peak: int) -> int | None:
+def _retry_capacity(
+    trace: list[dict[str, Any]], initial: int, peak: int, settings: Settings | None = None
+) -> int | None:
     """QUESTIONS.md Q11b: a run of segment_free/segment_unmap right before a new segment whose
     size, added to the reserved memory before the run, exceeds the peak is the allocator's OOM
     retry: the device refused that much, so C is just below it (2 MiB: a segment's granularity),
     at least the peak. Expandable segments (the run unmaps) record no refused size: C is the
-    peak. None: no retry."""
+    peak. None: no retry. A run that released a segment the next request could have taken from
+    the cache is the program's own release, never a retry (Q11c)."""
     releases, new_segments = ("segment_free", "segment_unmap"), ("segment_alloc", "segment_map")
+    program_runs = _program_releases(trace, settings or Settings())
     reserved, i, refused, expandable = initial, 0, [], False
     while i < len(trace):
         if trace[i]["action"] not in releases:
             step = trace[i]["size"] if trace[i]["action"] in new_segments else 0
             reserved, i = reserved + step, i + 1
             continue
-        before, unmapped = reserved, trace[i]["action"] == "segment_unmap"
+        before, unmapped, run_start = reserved, trace[i]["action"] == "segment_unmap", i
         while i < len(trace) and trace[i]["action"] in releases:
             reserved, i = reserved - trace[i]["size"], i + 1
         new = trace[i]["size"] if i < len(trace) and trace[i]["action"] in new_segments else 0
-        if new > 0 and before + new > peak:
+        if new > 0 and before + new > peak and run_start not in program_runs:
             if unmapped:
                 expandable = True
             else:
@@ -401,6 +406,43 @@ def _retry_capacity(trace: list[dict[str, Any]], initial: int, peak: int) -> int
     if expandable:
         return peak
     return max(peak, min(refused) - (2 << 20)) if refused else None
+
+
+def _program_releases(trace: list[dict[str, Any]], settings: Settings) -> set[int]:
+    """QUESTIONS.md Q11c: the first entry of each run of releases whose released segment the
+    next request could have taken from the cache. The rule is the project's own, beyond the
+    SPEC, and is taken from nsysfrag.releases — the one place this reference calls the code it
+    checks (tests/test_snapshot_requests.py holds that rule to a plain-Python transcription)."""
+    import numpy as np
+
+    from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS
+    from nsysfrag.events import MARK
+    from nsysfrag.releases import UNLIMITED_SPLIT, served_from_cache
+
+    def column(key: str) -> Any:  # as 64-bit words (an address may lie above 2^63)
+        words = [int(e.get(key) or 0) & 0xFFFF_FFFF_FFFF_FFFF for e in trace]
+        return np.asarray(words, dtype=np.uint64).view(np.int64)
+
+    action = np.asarray([ACTION_KINDS.get(e["action"], MARK) for e in trace], dtype=np.int8)
+    shrinks = np.isin(action, (ACTION_KINDS["segment_free"], ACTION_KINDS["segment_unmap"]))
+    grows = np.isin(action, (ACTION_KINDS["segment_alloc"], ACTION_KINDS["segment_map"]))
+    n = len(action)
+    if not shrinks.any():
+        return set()
+    size = column("size")
+    edges = np.diff(np.concatenate([[0], shrinks.astype(np.int8), [0]]))
+    first, past = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    others = np.append(np.flatnonzero(~grows), n)
+    then_at = others[np.searchsorted(others, past)]
+    new_segment = np.where(then_at > past, np.append(size, 0)[past], 0)
+    max_split = settings.max_split if settings.max_split < UNLIMITED else UNLIMITED_SPLIT
+    divisions = any(settings.divisions.values()) if settings.recorded else True
+    served = served_from_cache(
+        action, size, column("stream"), column("addr"), first.astype(np.int64),
+        past.astype(np.int64), then_at.astype(np.int64), new_segment.astype(np.int64),
+        min(max_split, UNLIMITED_SPLIT), divisions,
+    )  # fmt: skip
+    return {int(f) for f, s in zip(first, served) if s}
 
 
 def _replay(
@@ -495,7 +537,7 @@ def _replay_once(
     mismatches = _compare_final(layout, final)
     result = DeviceResult(
         raw_moments, ooms, counts, peak_reserved, layout.conflicts, mismatches, initial_blocks,
-        _retry_capacity(trace, initial_reserved, peak_reserved),
+        _retry_capacity(trace, initial_reserved, peak_reserved, settings),
     )  # fmt: skip
     return result, layout.repairs
 
