@@ -31,7 +31,8 @@ from nsysfrag.reporters.whatif.words import recommendation_text
 from nsysfrag.testing.nsys_export import ApiRow, Gpu, MemoryRow
 from nsysfrag.whatif import whatif
 from nsysfrag.whatif.driver import PROGRAM_DRIVER, PROGRAM_SEGMENTS
-from nsysfrag.whatif.remedies import FEWER_OOMS, REMEDY, SAVING, room_at
+from nsysfrag.whatif.recommend import FEWER_OOMS, REMEDY, SAVING
+from nsysfrag.whatif.remedies import room_at
 from nsysfrag.whatif.streams import nsys_streams
 from tests.conftest import BASE, REPO, SAMPLES, MakeTrace, MiB, fuzz_examples
 

@@ -29,12 +29,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from nsysfrag.whatif.results import PolicyOutcome, rank_key
 
-if TYPE_CHECKING:
-    from nsysfrag.whatif.remedies import DriverVerdict
 
 MIN_SAVING = 0.01  # below this a saving is noise whatever the model's error
 NEAR_EQUAL = 0.01  # peaks within 1 % of each other are a tie among recommendable policies
@@ -47,6 +44,7 @@ STATE = "state"  # e: the baseline's reserved after replaying a state-only snaps
 VALIDATED_FAMILY = "torch"  # the model a snapshot checks: the allocator that recorded it
 FEWER_OOMS = "fewer_ooms"  # why ``chosen`` is recommended: it avoids failures the baseline has
 SAVING = "saving"  # ... it saves more peak reserved than max(e, 1 %)
+REMEDY = "remedy"  # an nsys trace: a remedy worth trying, not validated (``DriverVerdict.pick``)
 
 
 @dataclass(frozen=True)
@@ -71,6 +69,34 @@ class Candidate:
     simulated_ooms: int
     validated: bool = False  # its model was checked against this input
     model_error: float | None = None  # that model's own error on this input (validated only)
+
+
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One remedy against the recorded driver behaviour."""
+
+    policy: str
+    description: str
+    peak_reserved_bytes: int
+    saving_bytes: int  # the driver's peak reserved - this remedy's (negative: it needs more)
+    saving_ratio: float
+    new_failures: int  # requests the driver served that this remedy could not place
+    roomier: int  # recorded failures at which it could serve a larger request than the driver
+    room_bytes: tuple[int, int] | None  # the least and most it could serve at them (None: none)
+
+
+@dataclass(frozen=True)
+class DriverVerdict:
+    """What the recommendation of an nsys trace follows from."""
+
+    program: str  # whatif.driver.PROGRAM_DRIVER or PROGRAM_SEGMENTS
+    failures: int  # allocations that failed in the driver
+    driver_room_bytes: tuple[int, int] | None  # the driver's largest usable request at them
+    remedies: tuple[Remedy, ...]  # ranked as the policies are
+    pick: Remedy | None
+    reason: str | None  # FEWER_OOMS or SAVING with a pick
 
 
 @dataclass(frozen=True)

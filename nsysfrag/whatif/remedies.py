@@ -27,46 +27,28 @@ the what-if of such a program belongs to its memory snapshot.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from nsysfrag.allocators.base import I64, SimResult
 from nsysfrag.whatif.driver import PROGRAM_SEGMENTS, Recorded
-from nsysfrag.whatif.recommend import KEEP, MIN_SAVING, SEGMENTS, Candidate, Recommendation
+from nsysfrag.whatif.recommend import (
+    FEWER_OOMS,
+    KEEP,
+    MIN_SAVING,
+    REMEDY,
+    SAVING,
+    SEGMENTS,
+    Candidate,
+    DriverVerdict,
+    Recommendation,
+    Remedy,
+)
 from nsysfrag.whatif.results import PolicyOutcome
 
-REMEDY = "remedy"  # a remedy worth trying, not validated (``DriverVerdict.pick``)
-FEWER_OOMS = "fewer_ooms"
-SAVING = "saving"
 # Families whose memory is fixed once reserved: only their own free blocks serve a request.
 _FIXED = frozenset({"arena"})
-
-
-@dataclass(frozen=True)
-class Remedy:
-    """One remedy against the recorded driver behaviour."""
-
-    policy: str
-    description: str
-    peak_reserved_bytes: int
-    saving_bytes: int  # the driver's peak reserved - this remedy's (negative: it needs more)
-    saving_ratio: float
-    new_failures: int  # requests the driver served that this remedy could not place
-    roomier: int  # recorded failures at which it could serve a larger request than the driver
-    room_bytes: tuple[int, int] | None  # the least and most it could serve at them (None: none)
-
-
-@dataclass(frozen=True)
-class DriverVerdict:
-    """What the recommendation of an nsys trace follows from."""
-
-    program: str  # whatif.driver.PROGRAM_DRIVER or PROGRAM_SEGMENTS
-    failures: int  # allocations that failed in the driver
-    driver_room_bytes: tuple[int, int] | None  # the driver's largest usable request at them
-    remedies: tuple[Remedy, ...]  # ranked as the policies are
-    pick: Remedy | None
-    reason: str | None  # FEWER_OOMS or SAVING with a pick
 
 
 def room_at(r: SimResult, events: I64, capacity: int, family: str) -> I64:

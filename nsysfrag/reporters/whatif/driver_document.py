@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nsysfrag.whatif.remedies import DriverVerdict, Remedy
+from nsysfrag.whatif.recommend import DriverVerdict, Remedy
 
 
 def _span(room: tuple[int, int] | None) -> dict[str, int] | None:

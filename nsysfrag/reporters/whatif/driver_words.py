@@ -7,8 +7,7 @@ from __future__ import annotations
 from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.whatif import PolicyOutcome
-from nsysfrag.whatif.recommend import SEGMENTS, Recommendation
-from nsysfrag.whatif.remedies import FEWER_OOMS, DriverVerdict, Remedy
+from nsysfrag.whatif.recommend import FEWER_OOMS, SEGMENTS, DriverVerdict, Recommendation, Remedy
 
 SNAPSHOT_HINT = (
     "take a PyTorch memory snapshot (nsysfrag record -- python train.py, or"
