@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -131,8 +135,8 @@ def history_command(
         if store.note is not None:
             _note(store.note)
         if json_path is not None:
-            runs = store.iter_runs(_limited(query, limit))
-            write_with(outputs[0], lambda out: write_json(runs, where, out))
+            runs = store.iter_runs(_limited(query, limit), values=False)
+            _write_whole(outputs[0], lambda out: write_json(runs, where, out))
         if trend is not None:
             runs = store.runs(_limited(query, limit or TREND_RUNS))[::-1]
             all_series = series(runs, trend)
@@ -158,6 +162,33 @@ def history_command(
             )
             if result:
                 raise click.exceptions.Exit(EXIT_GATE)
+
+
+def _write_whole(output: Output, write: Callable[[TextIO], object]) -> None:
+    """``write_with``, but to stdout only once ``write`` is done: a value refused in the
+    200,000th run must not leave 199,999 runs of a document on stdout, with no end, for a
+    dashboard to take. The document is staged in a temporary file (it can be GBs; a file
+    destination is written to a temporary name and renamed already)."""
+    if not output.to_stdout:
+        write_with(output, write)
+        return
+    try:
+        staged = tempfile.TemporaryFile("w+", encoding="utf-8", newline="")
+    except OSError as err:
+        raise InputError(
+            f"{output.option} -: cannot make a temporary file in {tempfile.gettempdir()}"
+            f" ({err.strerror}); set TMPDIR to a writable folder or write to a file"
+        ) from None
+    with staged:
+        try:
+            write(staged)
+            staged.seek(0)
+        except OSError as err:
+            raise InputError(
+                f"{output.option} -: cannot stage the document in {tempfile.gettempdir()}"
+                f" ({err.strerror}); set TMPDIR to a folder with room or write to a file"
+            ) from None
+        write_with(output, lambda out: shutil.copyfileobj(staged, out, 1 << 20))
 
 
 def _limited(query: RunQuery, limit: int | None) -> RunQuery:

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import BigInteger, Boolean, Connection, Double, Integer, String
 
 from nsysfrag import limits
 from nsysfrag.checks.documents import HEALTH_LEVELS, describe_value
 from nsysfrag.errors import InputError
-from nsysfrag.history.schema import OPTIONAL_FIELDS, SPACE_FIELDS, TABLES
+from nsysfrag.history.schema import OPTIONAL_FIELDS, SPACE_FIELDS, TABLES, SpaceField
 
 INT64 = (-(2**63), 2**63 - 1)
 # The indexes nsysfrag's migrations create, and SQLite's own tables and automatic indexes.
@@ -167,23 +167,26 @@ def _text(value: Any, optional: bool) -> bool:
     return (value is None and optional) or isinstance(value, str)
 
 
+_RUN_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "trace_path": lambda v: _text(v, False),
+    "trace_sha256": lambda v: _text(v, False),
+    "model": lambda v: _text(v, False),
+    "nsys_version": lambda v: _text(v, True),
+    "host": lambda v: _text(v, True),
+    "label": lambda v: _text(v, True),
+    "nsysfrag_version": lambda v: _text(v, True),
+    "granularity_bytes": lambda v: _integer(v, 1),
+    "capacity_override_bytes": lambda v: _integer(v, 0),
+    "rank": lambda v: v is None or _integer(v, 0, limits.MAX_RANK),
+}
+
+
 def run_values(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A ``runs`` row, checked; ``recorded_at`` as a naive UTC datetime."""
     run = row.get("id")
     if not _integer(run, 1):
         raise _refuse(where, f"a run's id is {describe_value(run)}")
-    checks = {
-        "trace_path": lambda v: _text(v, False),
-        "trace_sha256": lambda v: _text(v, False),
-        "model": lambda v: _text(v, False),
-        "nsys_version": lambda v: _text(v, True),
-        "host": lambda v: _text(v, True),
-        "label": lambda v: _text(v, True),
-        "nsysfrag_version": lambda v: _text(v, True),
-        "granularity_bytes": lambda v: _integer(v, 1),
-        "capacity_override_bytes": lambda v: _integer(v, 0),
-        "rank": lambda v: v is None or _integer(v, 0, limits.MAX_RANK),
-    }
+    checks = _RUN_CHECKS
     values = dict(row)
     for column, good in checks.items():
         if column in values and not good(values[column]):
@@ -195,28 +198,71 @@ def run_values(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     return values
 
 
+def _space_check(f: SpaceField) -> Callable[[Any], bool]:
+    if f.type in (BigInteger, Integer):
+        return _integer
+    if f.type is Double:
+        return _finite
+    if f.type is Boolean:
+        return lambda v: v in (0, 1, True, False)
+    if f.path == "health":
+        return lambda v: v in HEALTH_LEVELS
+    assert f.type is String
+    optional = f.path in OPTIONAL_FIELDS
+    return lambda v: _text(v, optional)
+
+
+# Each column of a space, its path and its check, worked out once: a history of 200,000 runs
+# checks 9 M of them.
+_SPACE_CHECKS = tuple(
+    (f.column, f.path, _space_check(f), f.path in OPTIONAL_FIELDS, f.type is Boolean)
+    for f in SPACE_FIELDS
+)
+
+
+_BY_KIND: dict[str, tuple[tuple[str, str], ...]] = {
+    kind: tuple((f.column, f.path) for f in SPACE_FIELDS if which(f))
+    for kind, which in {
+        "integer": lambda f: f.type in (BigInteger, Integer),
+        "double": lambda f: f.type is Double,
+        "boolean": lambda f: f.type is Boolean,
+        "text": lambda f: f.type is String and f.path != "health" and f.path not in OPTIONAL_FIELDS,
+        "optional": lambda f: f.type is String and f.path in OPTIONAL_FIELDS,
+    }.items()
+}
+_LIMIT = float(2**64)
+
+
+def _all_good(row: Mapping[str, Any]) -> bool:
+    """The checks of :data:`_SPACE_CHECKS` on every column at once, for exact types (what the
+    driver gives): True only where each of them holds. 200,000 rows in 1 s, not 5."""
+    ints = [row.get(c) for c, _ in _BY_KIND["integer"]]
+    doubles = [row.get(c) for c, _ in _BY_KIND["double"]]
+    return (
+        all(type(v) is int for v in ints)
+        and INT64[0] <= min(ints) and max(ints) <= INT64[1]
+        and all((type(v) is float or type(v) is int) and -_LIMIT < v < _LIMIT for v in doubles)
+        and all(row.get(c) in (0, 1) for c, _ in _BY_KIND["boolean"])
+        and all(type(row.get(c)) is str for c, _ in _BY_KIND["text"])
+        and all(row.get(c) is None or type(row.get(c)) is str for c, _ in _BY_KIND["optional"])
+        and row.get("health") in HEALTH_LEVELS
+    )  # fmt: skip
+
+
 def space_row_values(row: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A ``run_spaces`` row, checked, by SPACE_FIELDS path."""
-    run = row.get("run_id")
+    if _all_good(row):
+        return {path: bool(row.get(column)) if boolean else row.get(column)
+                for column, path, _, _, boolean in _SPACE_CHECKS}  # fmt: skip
     values: dict[str, Any] = {}
-    for f in SPACE_FIELDS:
-        value = row.get(f.column)
-        optional = f.path in OPTIONAL_FIELDS
-        if f.type in (BigInteger, Integer):
-            good = _integer(value)
-        elif f.type is Double:
-            good = _finite(value)
-        elif f.type is Boolean:
-            good = value in (0, 1, True, False)
-            value = bool(value) if good else value
-        elif f.path == "health":
-            good = value in HEALTH_LEVELS
-        else:
-            assert f.type is String
-            good = _text(value, optional)
-        if not good and not (value is None and optional):
-            raise _refuse(where, f"a space of run {run} stores {f.column} = {describe_value(value)}")
-        values[f.path] = value
+    for column, path, good, optional, boolean in _SPACE_CHECKS:
+        value = row.get(column)
+        if not good(value) and not (value is None and optional):
+            raise _refuse(
+                where,
+                f"a space of run {row.get('run_id')} stores {column} = {describe_value(value)}",
+            )
+        values[path] = bool(value) if boolean else value
     return values
 
 
@@ -230,9 +276,32 @@ def extra_value(
         _integer(run, 1) and _integer(pid) and _integer(device) and _text(model, False)
         and _text(path, False) and _finite(value)
     ):  # fmt: skip
-        shown = ", ".join(describe_value(v) for v in (run, pid, device, model, path, value))
-        raise _refuse(where, f"a space value row holds ({shown})")
+        raise _bad_value_row(row, where)
     return (run, pid, device, model), path, float(value)
+
+
+def _bad_value_row(row: Mapping[str, Any], where: str) -> NotOurs:
+    shown = ", ".join(
+        describe_value(row.get(c)) for c in ("run_id", "pid", "device", "model", "path", "value")
+    )
+    return _refuse(where, f"a space value row holds ({shown})")
+
+
+# A ``run_space_values`` row that :func:`extra_value` takes, as an SQLite condition: the same
+# checks (SQLite's integers are 64-bit; a NaN is stored as NULL; 2^64 is exact as a double),
+# so that 10 M values are checked in SQLite, not one by one in Python.
+SQLITE_VALUE_ROW_OK = (
+    "typeof(run_id) = 'integer' AND run_id >= 1 AND typeof(pid) = 'integer'"
+    " AND typeof(device) = 'integer' AND typeof(model) = 'text' AND typeof(path) = 'text'"
+    " AND (typeof(value) = 'integer' OR (typeof(value) = 'real'"
+    " AND value > -18446744073709551616.0 AND value < 18446744073709551616.0))"
+)
+
+
+def refuse_value_row(row: Mapping[str, Any], where: str) -> NoReturn:
+    """Refuse a row :data:`SQLITE_VALUE_ROW_OK` failed, in :func:`extra_value`'s words."""
+    extra_value(row, where)
+    raise _bad_value_row(row, where)  # the two checks disagree: still never a value read as good
 
 
 def tag_values(row: Mapping[str, Any], where: str) -> tuple[int, str, str]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.text import Text
 
-from nsysfrag.history.store import StoredRun
+from nsysfrag.history.store import StoredRun, StoredSpace
 from nsysfrag.history.trends import Series, format_value, models_words, space_words, sparkline
 from nsysfrag.printable import printable
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
@@ -138,9 +139,120 @@ def write_json(runs: Iterable[StoredRun], where: str, out: TextIO) -> None:
     out.write(opening + '"runs": [')
     first = True
     for run in runs:
-        text = json.dumps(run.document(), indent=2, ensure_ascii=False)
-        # One level deeper: JSON text holds no raw newline inside a string, so every line
-        # of the run's text is a line of the document.
-        out.write(("\n" if first else ",\n") + "    " + text.replace("\n", "\n    "))
+        out.write(("\n    " if first else ",\n    ") + run_json(run, 2))
         first = False
     out.write(("]" if first else "\n  ]") + closing)
+
+
+# ---------------------------------------------------------------- a run's JSON text, fast
+#
+# json.dumps with an indent runs the json module's pure-Python encoder: 2 s of every 9 s of
+# --json. A run's document always has one shape, and a space's the shape of its paths, so each
+# is written from a template made once per shape; only its scalars are encoded, each the way
+# json.dumps encodes it. tests/test_history_scale.py holds the text equal to json.dumps's.
+
+_ESCAPE = json.encoder.encode_basestring  # ensure_ascii=False's, in C where it can be
+
+
+def _float(value: float) -> str:
+    if value - value == 0:  # finite
+        return float.__repr__(value)
+    return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+
+
+# By exact type, as json.dumps tells them apart (a bool is not written as an int).
+_ENCODE: dict[type, Callable[[Any], str]] = {
+    str: _ESCAPE,
+    int: int.__repr__,
+    float: _float,
+    bool: lambda v: "true" if v else "false",
+    type(None): lambda v: "null",
+}
+
+
+def _scalar(value: Any) -> str:
+    """A scalar as ``json.dumps`` writes it (allow_nan: its NaN and Infinity)."""
+    encode = _ENCODE.get(type(value))
+    if encode is None:
+        raise TypeError(f"not a JSON scalar: {type(value).__name__}")
+    return encode(value)
+
+
+class _Slot:
+    """Where a template takes a value."""
+
+
+_SLOT = _Slot()
+_CUT = '"\\u0000"'  # a slot as json.dumps writes it: default() gives "\0", escaped
+
+
+def _template(document: Any, level: int) -> str:
+    """``json.dumps(document, indent=2, ensure_ascii=False)`` with its lines indented
+    ``2 * level`` more, as a ``%`` format with a ``%s`` at each ``_SLOT``."""
+    text = json.dumps(document, indent=2, ensure_ascii=False,
+                      default=lambda o: "\0" if isinstance(o, _Slot) else None)  # fmt: skip
+    return text.replace("\n", "\n" + "  " * level).replace("%", "%%").replace(_CUT, "%s")
+
+
+def _items(texts: list[str], level: int, brackets: str) -> str:
+    """A list or object of ``texts`` whose opening bracket is ``level`` deep, as json.dumps."""
+    if not texts:
+        return brackets
+    inner = "\n" + "  " * (level + 1)
+    return brackets[0] + inner + ("," + inner).join(texts) + "\n" + "  " * level + brackets[1]
+
+
+_SPACE_TEMPLATES: dict[tuple[tuple[str, ...], int], str] = {}
+_RUN_TEMPLATES: dict[tuple[tuple[str, ...], int], str] = {}
+_TAGS, _SPACES = _Slot(), _Slot()
+
+
+def _space_json(space: StoredSpace, level: int) -> str:
+    key = (tuple(space.values), level)
+    parts = _SPACE_TEMPLATES.get(key)
+    if parts is None:
+        parts = _SPACE_TEMPLATES[key] = _template(
+            StoredSpace(dict.fromkeys(space.values, _SLOT)).document(), level
+        )
+    try:
+        return parts % tuple([_ENCODE[type(v)](v) for v in space.values.values()])
+    except KeyError:  # a value of a type json.dumps does not write as a scalar
+        return parts % tuple(map(_scalar, space.values.values()))
+
+
+def _leaves(node: dict[str, Any], into: list[Any]) -> list[Any]:
+    for value in node.values():
+        if type(value) is dict:
+            _leaves(value, into)
+        else:
+            into.append(value)
+    return into
+
+
+def _slotted(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: _slotted(v) if isinstance(v, dict) else v if isinstance(v, _Slot) else _SLOT
+        for k, v in node.items()
+    }
+
+
+def run_json(run: StoredRun, level: int = 0) -> str:
+    """``json.dumps(run.document(), indent=2, ensure_ascii=False)`` with its lines indented
+    ``2 * level`` more (as in a document that holds it ``level`` deep)."""
+    # The run's own fields; its tags and spaces, which vary in number, go in whole.
+    head = run.document(spaces=False)
+    head["tags"], head["spaces"] = _TAGS, _SPACES
+    key = (tuple(head), level)
+    parts = _RUN_TEMPLATES.get(key)
+    if parts is None:
+        parts = _RUN_TEMPLATES[key] = _template(_slotted(head), level)
+    texts = []
+    for value in _leaves(head, []):
+        if value is _TAGS:
+            tags = [f"{_ESCAPE(k)}: {_scalar(v)}" for k, v in run.tags.items()]
+            texts.append(_items(tags, level + 1, "{}"))
+        elif value is _SPACES:
+            texts.append(_items([_space_json(s, level + 2) for s in run.spaces], level + 1, "[]"))
+        else:
+            texts.append(_scalar(value))
+    return parts % tuple(texts)
