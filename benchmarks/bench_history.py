@@ -38,6 +38,7 @@ for table in ("runs", "run_tags", "run_spaces", "run_space_values"):
 """
 COMMANDS = {
     "json": ["history", "--json", "{out}"],
+    "json-stdout": ["history", "--json", "-"],
     "table": ["history"],
     "table-all": ["history", "--limit", "{runs}"],
     "trend": ["history", "--trend", "global_frag"],

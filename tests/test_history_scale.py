@@ -196,7 +196,10 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "UPDATE runs SET recorded_at = 'later' WHERE id = 2",
     ],
 )
-def test_a_value_refused_late_leaves_no_document(big: Path, tmp_path: Path, damage: str) -> None:
+@pytest.mark.parametrize("only", [[], ["--limit", str(RUNS)]])  # every run: checked first
+def test_a_value_refused_late_leaves_no_document(
+    big: Path, tmp_path: Path, damage: str, only: list[str]
+) -> None:
     # main: the runs before it were on stdout already, a document with no end
     db = tmp_path / "history.sqlite"
     db.write_bytes(big.read_bytes())
@@ -204,12 +207,12 @@ def test_a_value_refused_late_leaves_no_document(big: Path, tmp_path: Path, dama
     with con:
         con.execute(damage)
     con.close()
-    out = run_nsysfrag(["history", "--json", "-", "--db", db], inputs=[db])
+    out = run_nsysfrag(["history", "--json", "-", *only, "--db", db], inputs=[db])
     assert out.returncode == 2 and out.stdout == "", out.stdout[:200]
     assert len(out.stderr.strip().splitlines()) == 1
     assert "run 2" in out.stderr or "(2, " in out.stderr, out.stderr
     target = tmp_path / "runs.json"
-    out = run_nsysfrag(["history", "--json", target, "--db", db], inputs=[db])
+    out = run_nsysfrag(["history", "--json", target, *only, "--db", db], inputs=[db])
     assert out.returncode == 2 and not target.exists() and not list(tmp_path.glob("*.part"))
 
 

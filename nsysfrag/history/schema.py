@@ -32,6 +32,12 @@ metadata = MetaData()
 # unique constraint (NULLs never compare equal), so re-recording would not be caught.
 NO_CAPACITY_OVERRIDE = 0
 
+
+def _run_id() -> Column[int]:
+    """The key of a row that belongs to a run: it goes when the run goes."""
+    return Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+
+
 runs = Table(
     "runs",
     metadata,
@@ -60,7 +66,7 @@ runs = Table(
 run_tags = Table(
     "run_tags",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    _run_id(),
     Column("key", String, nullable=False),
     Column("value", String, nullable=False),
     PrimaryKeyConstraint("run_id", "key", name="pk_run_tags"),
@@ -135,7 +141,7 @@ OPTIONAL_FIELDS = frozenset({"device_name", "process_name"})
 run_spaces = Table(
     "run_spaces",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    _run_id(),
     *(Column(f.column, f.type(), nullable=f.path in OPTIONAL_FIELDS) for f in SPACE_FIELDS),
     PrimaryKeyConstraint("run_id", "pid", "device", "model", name="pk_run_spaces"),
 )
@@ -145,7 +151,7 @@ run_spaces = Table(
 run_space_values = Table(
     "run_space_values",
     metadata,
-    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    _run_id(),
     Column("pid", BigInteger, nullable=False),
     Column("device", Integer, nullable=False),
     Column("model", String, nullable=False),
