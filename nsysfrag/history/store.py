@@ -305,19 +305,26 @@ class HistoryStore:
                     return Recorded(existing, False, _relabel(connection, existing, run))
             return Recorded(run_id, created=True)
 
-    def runs(self, query: RunQuery = RunQuery()) -> list[StoredRun]:
-        """The runs that match ``query``, newest first."""
-        return list(self.iter_runs(query))
+    def runs(
+        self, query: RunQuery = RunQuery(), *, values: bool | frozenset[str] = True
+    ) -> list[StoredRun]:
+        """The runs that match ``query``, newest first (``values``: as :meth:`iter_runs`)."""
+        return list(self.iter_runs(query, values=values))
 
     def iter_runs(
-        self, query: RunQuery = RunQuery(), chunk: int = 500, *, values: bool = True
+        self,
+        query: RunQuery = RunQuery(),
+        chunk: int = 500,
+        *,
+        values: bool | frozenset[str] = True,
     ) -> Iterator[StoredRun]:
         """:meth:`runs` one at a time, read ``chunk`` runs at a time in one read transaction:
         a history of 200,000 runs (10 M values) streams in the memory of one chunk.
 
         With ``values=False`` the spaces come without their other numeric keys (``extra``),
         for a reader that shows none: those are checked all the same, in SQLite itself where
-        it can (10 M values fetched into Python took 9 s of 20 s)."""
+        it can (10 M values fetched into Python took 9 s of 20 s). With a set of paths, only
+        those keys come (a trend draws one), the others checked as with ``False``."""
         if self._engine is None:
             return
         with self._errors(), self._connect(write=False) as connection, connection.begin():
@@ -341,8 +348,8 @@ class HistoryStore:
             if query.limit is not None:
                 stmt = stmt.limit(query.limit)
             ids = [row[0] for row in connection.execute(stmt)]
-            wanted: bool | None = values
-            if not values and connection.dialect.name == "sqlite" and query == RunQuery():
+            wanted: bool | frozenset[str] | None = values
+            if values is False and connection.dialect.name == "sqlite" and query == RunQuery():
                 # Every run: the table read in its own order is 5 s of checks for 10 M
                 # values, by run 7 s; and every value is checked before the first run is out.
                 self._check_every_value(connection)
@@ -366,7 +373,7 @@ class HistoryStore:
                 refuse_value_row(bad, self.location)
 
     def _chunk_of_runs(
-        self, connection: Connection, ids: list[int], values: bool | None = True
+        self, connection: Connection, ids: list[int], values: bool | frozenset[str] | None = True
     ) -> list[StoredRun]:
         """The runs ``ids``, in that order, with their tags, spaces and (``values``) their
         spaces' other numeric keys; those are checked either way (None: they were)."""
@@ -382,18 +389,21 @@ class HistoryStore:
         spaces: dict[int, list[StoredSpace]] = {r["id"]: [] for r in rows}
         extra: dict[tuple[int, int, int, str], dict[str, float]] = {}
         ours = select(*_raw(run_space_values)).where(run_space_values.c.run_id.in_(ids))
-        if values is None:
-            pass
-        elif not values and connection.dialect.name == "sqlite":
+        # Which keys to keep: all (True), these paths, or none (False; None: checked already).
+        keep: frozenset[str] | None = (
+            None if values is True else frozenset() if values is None or values is False else values
+        )
+        if keep is not None and values is not None and connection.dialect.name == "sqlite":
             bad = connection.execute(
                 ours.where(text(f"NOT ({SQLITE_VALUE_ROW_OK})")).limit(1)
             ).mappings().first()
             if bad is not None:
                 refuse_value_row(bad, self.location)
-        else:
+            ours = ours.where(run_space_values.c.path.in_(sorted(keep)))  # the rest: checked
+        if values is not None:
             for v in _dicts(connection.execute(ours)):
                 owner, path, value = extra_value(v, self.location)
-                if values:
+                if keep is None or path in keep:
                     extra.setdefault(owner, {})[path] = value
         for t in _dicts(connection.execute(
             select(*_raw(run_tags)).where(run_tags.c.run_id.in_(ids)).order_by(run_tags.c.key)
