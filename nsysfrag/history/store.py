@@ -548,7 +548,7 @@ def _dicts(result: CursorResult[Any]) -> Iterator[dict[str, Any]]:
     """The rows as plain dicts: a RowMapping's ``get`` is a Python call, 1.7 M of them for
     20,000 runs."""
     keys = list(result.keys())
-    for row in result:
+    for row in result.all():  # one fetchall: a chunk's rows, not one fetchone call each
         yield dict(zip(keys, row, strict=True))
 
 
