@@ -3,12 +3,13 @@
 A restructuring must not change a single output; a change of numbers must be on purpose. This
 script runs the CLI (the code of the checkout it sits in) on every sample in ``sample_traces/``
 and every genuine input beside the repository (``../shared/real_snapshots``, ``../shared/
-real_traces``, when present) and captures each output: analyze's terminal report at a fixed
+real_memory_traces``, ``../shared/real_traces``, when present) and captures each output: analyze's terminal report at a fixed
 width, JSON, CSV and HTML; whatif's terminal report and JSON; whatif --validate's JSON.
 
     python benchmarks/compare_outputs.py save /tmp/before      # on the old code
     python benchmarks/compare_outputs.py save /tmp/after       # on the new code
     python benchmarks/compare_outputs.py diff /tmp/before /tmp/after [--ignore-key KEY ...]
+    python benchmarks/compare_outputs.py save /tmp/before --inputs nsys   # exports only
 
 Inputs are linked into a scratch folder under fixed names and every command runs there, so the
 paths printed in reports are the same whichever checkout or folder runs the script. ``diff``
@@ -36,15 +37,18 @@ SHARED = REPO.parent / "shared"
 WIDTH = "120"
 
 
-def inputs() -> list[Path]:
-    found = sorted(
-        p for p in (REPO / "sample_traces").iterdir() if p.suffix in (".sqlite", ".pickle")
-    )
-    for folder in ("real_snapshots", "real_traces"):
+SUFFIXES = {"all": (".sqlite", ".pickle", ".pkl"), "nsys": (".sqlite",),
+            "snapshot": (".pickle", ".pkl")}
+
+
+def inputs(kind: str = "all") -> list[Path]:
+    """The samples and the genuine inputs; ``kind`` keeps only exports or only snapshots (a
+    change to one reader need not wait for the other's whatif runs)."""
+    suffixes = SUFFIXES[kind]
+    found = sorted(p for p in (REPO / "sample_traces").iterdir() if p.suffix in suffixes)
+    for folder in ("real_snapshots", "real_memory_traces", "real_traces"):
         if (SHARED / folder).is_dir():
-            found += sorted(
-                p for p in (SHARED / folder).iterdir() if p.suffix in (".sqlite", ".pickle", ".pkl")
-            )
+            found += sorted(p for p in (SHARED / folder).iterdir() if p.suffix in suffixes)
     return found
 
 
@@ -79,14 +83,14 @@ def _run(work: Path, stem: str, argv: list[str]) -> None:
     (work / "out" / f"{stem}.rc").write_text(f"{proc.returncode}\n")
 
 
-def save(target: Path, jobs: int) -> None:
+def save(target: Path, jobs: int, kind: str = "all") -> None:
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nsysfrag-outputs-") as scratch:
         work = Path(scratch)
         (work / "in").mkdir()
         (work / "out").mkdir()
         runs = []
-        for path in inputs():
+        for path in inputs(kind):
             name = _name(path)
             (work / "in" / name).symlink_to(path)
             snapshot = path.suffix in (".pickle", ".pkl")
@@ -166,6 +170,8 @@ def main() -> int:
     p_save = sub.add_parser("save", help="run every output into DIR")
     p_save.add_argument("dir", type=Path)
     p_save.add_argument("--jobs", type=int, default=2)
+    p_save.add_argument("--inputs", choices=sorted(SUFFIXES), default="all",
+                        help="every input, the nsys exports only, or the snapshots only")
     p_diff = sub.add_parser("diff", help="compare two saved folders")
     p_diff.add_argument("before", type=Path)
     p_diff.add_argument("after", type=Path)
@@ -173,7 +179,7 @@ def main() -> int:
     p_diff.add_argument("--limit", type=int, default=8, help="JSON differences shown per file")
     args = parser.parse_args()
     if args.command == "save":
-        save(args.dir, args.jobs)
+        save(args.dir, args.jobs, args.inputs)
         return 0
     return diff(args.before, args.after, set(args.ignore_key), args.limit)
 

@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
+from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, replay
+from nsysfrag.models.observed.slots import assign_slots
 from nsysfrag.models.series import (
     ALLOCATED,
     FREED,

@@ -187,3 +187,75 @@ def test_compiled_and_portable_readers_agree(path: Path, monkeypatch: pytest.Mon
     assert (compiled.allocation_calls, compiled.vmm_calls, compiled.skipped_rows) == (
         portable.allocation_calls, portable.vmm_calls, portable.skipped_rows
     )
+
+
+def _runtime_export(make_trace: MakeTrace) -> Path:
+    """Allocations whose calls are allocation calls and one whose call is not (a copy to a
+    symbol, correlation id 7), a launch sharing correlation id 2 with another process's
+    matched allocation (not needed), VMM calls (one without a thread: still counted) and
+    launches around them."""
+    memory = [
+        MemoryRow(10, 1, 0, BASE, MiB, correlation_id=1),
+        MemoryRow(20, 1, 0, BASE + MiB, MiB, correlation_id=7),
+        MemoryRow(30, 2, 0, BASE + 2 * MiB, MiB, correlation_id=2),
+        MemoryRow(40, 1, 0, BASE, MiB, op=1, correlation_id=8),
+    ]
+    api = [
+        ApiRow(9, 10, 1, 5, "cudaMalloc_v3020", 1),
+        ApiRow(12, 13, 1, 5, "cudaLaunchKernel_v7000", 3),
+        ApiRow(19, 20, 1, 6, "cudaMemcpyToSymbol_v3020", 7),
+        ApiRow(21, 22, 1, 5, "cudaLaunchKernel_v7000", 2),
+        ApiRow(29, 30, 2, 9, "cudaMalloc_v3020", 2, return_value=2),
+        ApiRow(31, 32, 1, 5, "cuMemCreate", 4, event_class=1),
+        ApiRow(33, 34, 1, 5, "cuMemMap", 5, event_class=1),
+        ApiRow(39, 40, 1, 5, "cudaFree_v3020", 8),
+    ]
+    path = make_trace(memory, api=api)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = NULL WHERE correlationId = 5")
+    con.commit()
+    con.close()
+    return path
+
+
+def _api_lists(trace: object) -> list[list[int]]:
+    api = trace.api  # type: ignore[attr-defined]
+    fields = ("start_ns", "pid", "tid", "correlation_id", "is_runtime", "is_failed_allocation")
+    return [getattr(api, f).tolist() for f in fields]
+
+
+def test_runtime_table_in_one_pass_reads_what_two_passes_read(
+    make_trace: MakeTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nsysfrag.inputs.nsys import reader
+
+    path = _runtime_export(make_trace)
+    one = read_trace(path)
+    # The allocation calls in row order, then the one other call an allocation needs.
+    assert one.api.correlation_id.tolist() == [1, 2, 7]
+    assert one.api.start_ns.tolist() == [9, 29, 19]
+    assert one.api.is_failed_allocation.tolist() == [False, True, False]
+    assert (one.allocation_calls, one.vmm_calls) == (2, 2)
+    monkeypatch.setattr(reader, "LITERAL_IDS", 0)  # a large memory table: the second pass
+    two = read_trace(path)
+    assert _api_lists(two) == _api_lists(one)
+    assert (two.allocation_calls, two.vmm_calls) == (one.allocation_calls, one.vmm_calls)
+
+
+def test_runtime_table_read_in_two_ranges_as_in_one(
+    make_trace: MakeTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nsysfrag.inputs.nsys import api_calls, sqlite_columns
+
+    if not sqlite_columns.available():
+        pytest.skip("no libsqlite3 for the compiled reader on this machine")
+    monkeypatch.setenv("NSYSFRAG_KERNELS", "compiled")  # the compiled reader, whatever the size
+    path = _runtime_export(make_trace)
+    whole = read_trace(path)
+    monkeypatch.setattr(api_calls, "_SPLIT_ROWS", 1)  # 8 rows: two ranges of 4
+    halves = read_trace(path)
+    assert _api_lists(halves) == _api_lists(whole)
+    assert (halves.allocation_calls, halves.vmm_calls) == (whole.allocation_calls, whole.vmm_calls)
+    monkeypatch.setattr(sqlite_columns, "_LIB", None)  # and the portable reader
+    portable = read_trace(path)
+    assert _api_lists(portable) == _api_lists(whole)

@@ -1,11 +1,18 @@
 """The runtime and driver API calls an nsys trace's memory events need: every allocation call
-(failures, and the thread of each allocation for its site) and the calls behind other
-allocation events, from CUPTI_ACTIVITY_KIND_RUNTIME (``reader`` reads the rest).
+(failures, and the thread of each allocation for its site), the calls behind other allocation
+events, and how many VMM calls there were, from CUPTI_ACTIVITY_KIND_RUNTIME (``reader`` reads
+the rest).
+
+A real export's runtime table is mostly kernel launches (millions of rows) and the rows needed
+are few, so the table is scanned once for all of them, by SQLite (``_select``), in two row
+ranges on two threads where the compiled reader serves.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -14,7 +21,13 @@ from nsysfrag import interpreted
 from nsysfrag.events import I64
 from nsysfrag.inputs.nsys import sqlite_columns
 from nsysfrag.inputs.nsys import sqlite_tables as db
-from nsysfrag.inputs.nsys.records import ALLOCATION_CALLS, ApiCalls, MemoryEvents, split_global_id
+from nsysfrag.inputs.nsys.records import (
+    ALLOCATION_CALLS,
+    VMM_CALLS,
+    ApiCalls,
+    MemoryEvents,
+    split_global_id,
+)
 
 RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
@@ -33,32 +46,83 @@ _NO_API = ApiCalls(*(np.zeros(0, dtype=np.int64),) * 4, *(np.zeros(0, dtype=np.b
 _API_REQUIRED = ("start", "globalTid", "correlationId")
 _API_COLUMNS = (*_API_REQUIRED, "eventClass", "nameId", "returnValue")
 # Correlation ids listed literally in a query; beyond this a subquery over the memory table is
-# cheaper than a huge statement.
-_LITERAL_IDS = 20_000
+# cheaper than a huge statement. Also the largest memory table whose allocations' calls are
+# looked for in the one pass: a subquery of a few thousand ids costs nothing beside a scan of
+# millions of launches, but one of a million ids costs more than the second pass it saves
+# (where, as in most traces, the memory events' calls are allocation calls, there is none).
+LITERAL_IDS = 20_000
+# The flags column of a row read (``_select``).
+_RUNTIME = 1  # a runtime (not driver) call
+_FAILED = 2  # a failed allocation call
+_ALLOCATION = 4  # an allocation call
+_VMM = 8  # a VMM call (counted, not kept)
+_VALID = 16  # start, thread and correlation id are integers (else the row is not kept)
+# Rows per range below which one thread reads the table: a second costs more than it saves.
+_SPLIT_ROWS = 1 << 20
 
 
-def read_api(
-    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], uri: str
-) -> ApiCalls:
-    """The allocation calls (for failures and sites). Rows correlated with other memory events
-    come from :func:`read_correlated_api` once the memory events are known."""
+@dataclass(frozen=True)
+class RuntimeCalls:
+    """What the pass over the runtime table found."""
+
+    allocations: ApiCalls  # every allocation call, in row order
+    vmm_calls: int | None  # how many VMM calls; None: not counted (the table lacks a column)
+    # Rows of other calls that an allocation of the memory table may name by correlation id
+    # (read_correlated_api keeps those it needs), in row order; None: not read in the pass.
+    correlated: ApiCalls | None = None
+
+
+def read_runtime(
+    con: sqlite3.Connection,
+    tables: dict[str, str],
+    names: dict[int, str],
+    uri: str,
+    memory_table: str | None = None,
+    alloc_op_id: int = 0,
+) -> RuntimeCalls:
+    """The allocation calls (for failures and sites) and the count of VMM calls, in one scan.
+    With ``memory_table`` (a small memory table with correlation ids) the same scan reads the
+    rows its allocations (operation ``alloc_op_id``) may be correlated with; otherwise
+    :func:`read_correlated_api` reads those once the memory events are known."""
     if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
-        return _NO_API
-    # SQLite's own filtered scan, through its C API (``_api_rows``): on a real export's
-    # millions of launches it costs a third of decoding every record from the pages (0.28 s
-    # against 0.92 s of CPU for 6 M rows, benchmarks/bench_real_shaped.py), and it keeps no
-    # more of the file in memory than its page cache.
-    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
-    return _api_rows(con, f"nameId IN ({alloc_ids})", alloc_ids, uri)
+        return RuntimeCalls(_NO_API, None)
+    alloc_ids = _ids(names, ALLOCATION_CALLS)
+    vmm_ids = _ids(names, VMM_CALLS)
+    wanted = [f"nameId IN ({alloc_ids})"]
+    if vmm_ids != "NULL":
+        wanted.append(f"nameId IN ({vmm_ids})")
+    if memory_table is not None:
+        wanted.append(
+            f"correlationId IN (SELECT correlationId FROM {memory_table}"
+            f" WHERE memoryOperationType = {int(alloc_op_id)})"
+        )
+    start, gtid, corr, flags = _select(con, " OR ".join(wanted), alloc_ids, vmm_ids, uri)
+    valid = (flags & _VALID) != 0
+    allocation = valid & ((flags & _ALLOCATION) != 0)
+    correlated = None
+    if memory_table is not None:
+        other = valid & ((flags & _ALLOCATION) == 0)
+        correlated = _api_calls(start[other], gtid[other], corr[other], flags[other])
+    return RuntimeCalls(
+        allocations=_api_calls(start[allocation], gtid[allocation], corr[allocation], flags[allocation]),
+        vmm_calls=int(np.count_nonzero(flags & _VMM)),
+        correlated=correlated,
+    )
+
+
+def _ids(names: dict[int, str], group: frozenset[str]) -> str:
+    return ",".join(str(i) for i, n in names.items() if n in group) or "NULL"
 
 
 def read_correlated_api(
-    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents, api: ApiCalls,
-    alloc_op_id: int, uri: str, memory_table: str,
+    con: sqlite3.Connection, tables: dict[str, str], names: dict[int, str], memory: MemoryEvents,
+    calls: RuntimeCalls, alloc_op_id: int, uri: str, memory_table: str,
 ) -> ApiCalls:
     """Add the API rows of allocation events whose call is not an allocation call (static
-    memory at module load, arrays, ...): usually few, so they are fetched by id (or by a
-    subquery of ``memory_table``, the memory events' table, when there are many)."""
+    memory at module load, arrays, ...): usually few, so they are kept from the rows the one
+    pass read (``calls.correlated``), else fetched by id (or by a subquery of
+    ``memory_table``, the memory events' table, when there are many)."""
+    api = calls.allocations
     if not db.has_columns(con, tables, RUNTIME_TABLE, *_API_COLUMNS):
         return api
     allocs = ~memory.is_free & (memory.correlation_id >= 0)
@@ -73,15 +137,12 @@ def read_correlated_api(
     missing = np.unique(wanted & 0xFFFFFFFF)
     if len(missing) == 0:
         return api
-    alloc_ids = ",".join(str(i) for i, n in names.items() if n in ALLOCATION_CALLS) or "NULL"
-    if len(missing) <= _LITERAL_IDS:
-        ids = ",".join(str(int(c)) for c in missing)
+    if calls.correlated is not None:
+        # Read in the pass already, with more (each id of an allocation): keep the rows a
+        # query by the missing ids would have returned, in the same (row) order.
+        extra = _take(calls.correlated, np.isin(calls.correlated.correlation_id, missing))
     else:
-        ids = f"SELECT correlationId FROM {memory_table} WHERE memoryOperationType = {alloc_op_id}"
-    extra = _api_rows(
-        con, f"correlationId IN ({ids}) AND coalesce(nameId NOT IN ({alloc_ids}), 1)", alloc_ids,
-        uri, chunked=len(missing) <= _LITERAL_IDS,
-    )
+        extra = _correlated_rows(con, names, missing, alloc_op_id, uri, memory_table)
     return ApiCalls(
         *(np.concatenate([a, b]) for a, b in zip(
             (api.start_ns, api.pid, api.tid, api.correlation_id, api.is_runtime, api.is_failed_allocation),
@@ -91,48 +152,98 @@ def read_correlated_api(
     )
 
 
-def _row_span(con: sqlite3.Connection, table: str, key: str) -> int:
-    """How many rows ``table`` has at most (its first to last ``key``, an index lookup each)."""
-    lo, hi = db.query(con, f"SELECT min({key}), max({key}) FROM {table}")[0]
-    return 0 if lo is None else int(hi) - int(lo) + 1
-
-
-def _api_rows(
-    con: sqlite3.Connection, where: str, alloc_ids: str, uri: str, chunked: bool = True
+def _correlated_rows(
+    con: sqlite3.Connection, names: dict[int, str], missing: I64, alloc_op_id: int, uri: str,
+    memory_table: str,
 ) -> ApiCalls:
-    columns = [
-        "start",
-        "globalTid",
-        "correlationId",
-        (
-            f"coalesce(eventClass = 0, 0)"
-            f" + 2 * coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0)"
-        ),
-    ]
+    """The rows of calls other than allocation calls with the ``missing`` correlation ids: a
+    second pass, for a memory table too large to fold into the first."""
+    alloc_ids = _ids(names, ALLOCATION_CALLS)
+    if len(missing) <= LITERAL_IDS:
+        ids = ",".join(str(int(c)) for c in missing)
+    else:
+        ids = f"SELECT correlationId FROM {memory_table} WHERE memoryOperationType = {alloc_op_id}"
+    start, gtid, corr, flags = _select(
+        con, f"correlationId IN ({ids}) AND coalesce(nameId NOT IN ({alloc_ids}), 1)", alloc_ids,
+        "NULL", uri, chunked=len(missing) <= LITERAL_IDS,
+    )
+    kept = (flags & _VALID) != 0
+    return _api_calls(start[kept], gtid[kept], corr[kept], flags[kept])
+
+
+def _take(api: ApiCalls, kept: np.ndarray) -> ApiCalls:
+    return ApiCalls(
+        api.start_ns[kept], api.pid[kept], api.tid[kept], api.correlation_id[kept],
+        api.is_runtime[kept], api.is_failed_allocation[kept],
+    )
+
+
+def _row_range(con: sqlite3.Connection, table: str, key: str) -> tuple[int, int] | None:
+    """``table``'s first and last ``key``: an index lookup each (SQLite looks a min() or a
+    max() up in the b-tree only when it is alone in its SELECT; both in one scan the table)."""
+    lo, hi = db.query(con, f"SELECT (SELECT min({key}) FROM {table}), (SELECT max({key}) FROM {table})")[0]
+    return None if lo is None else (int(lo), int(hi))
+
+
+def _select(
+    con: sqlite3.Connection, where: str, alloc_ids: str, vmm_ids: str, uri: str,
+    chunked: bool = True,
+) -> list[I64]:
+    """start, globalTid, correlationId and the flags (``_RUNTIME`` ...) of the rows ``where``
+    selects, in row order. A NULL or a non-integer start, thread or correlation id reads as 0
+    without ``_VALID``: every value is an integer, so the compiled reader never gives up on
+    one, and a VMM call is counted whatever its other columns hold."""
+    checked = [f"CASE WHEN typeof({c}) = 'integer' THEN {c} ELSE 0 END" for c in _API_REQUIRED]
+    valid = " AND ".join(f"typeof({c}) = 'integer'" for c in _API_REQUIRED)
+    flags = (
+        f"coalesce(eventClass = 0, 0) * {_RUNTIME}"
+        f" + coalesce(nameId IN ({alloc_ids}) AND returnValue != 0, 0) * {_FAILED}"
+        f" + coalesce(nameId IN ({alloc_ids}), 0) * {_ALLOCATION}"
+        f" + coalesce(nameId IN ({vmm_ids}), 0) * {_VMM}"
+        f" + ({valid}) * {_VALID}"
+    )
+    columns = [*checked, flags]
     # The compiled reader has no work budget (export_file.WorkBudget): it reads tables, not views.
     key = db.row_order(con, RUNTIME_TABLE)
-    compiled = (
-        sqlite_columns.read_int_columns(
-            uri, f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE {where}", 4, 1 << 16
-        )
-        if key is not None and not interpreted.interpret(_row_span(con, RUNTIME_TABLE, key))
-        else None
-    )
-    start, gtid, corr, flags = compiled or db.read_integers(
-        con, columns, RUNTIME_TABLE, where, _API_REQUIRED, chunked
-    )
-    return _api_calls(start, gtid, corr, flags)
+    rows = _row_range(con, RUNTIME_TABLE, key) if key is not None else None
+    if rows is not None and not interpreted.interpret(rows[1] - rows[0] + 1):
+        compiled = _compiled_select(uri, columns, where, key, *rows)  # type: ignore[arg-type]
+        if compiled is not None:
+            return compiled
+    return db.int_columns(con, columns, RUNTIME_TABLE, where, chunked)
+
+
+def _compiled_select(
+    uri: str, columns: list[str], where: str, key: str, lo: int, hi: int
+) -> list[I64] | None:
+    """:func:`_select` by the compiled reader: the rowids' two halves on two threads (SQLite
+    releases the GIL while it steps), joined in order; None where the reader declines."""
+    select = f"SELECT {', '.join(columns)} FROM {RUNTIME_TABLE} WHERE ({where})"
+    if hi - lo + 1 < 2 * _SPLIT_ROWS:
+        return sqlite_columns.read_int_columns(uri, select, len(columns), 1 << 16)
+    mid = lo + (hi - lo) // 2
+    ranges = [(lo, mid), (mid + 1, hi)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        halves = list(pool.map(
+            lambda r: sqlite_columns.read_int_columns(
+                uri, f"{select} AND {key} BETWEEN {r[0]} AND {r[1]}", len(columns), 1 << 14
+            ),
+            ranges,
+        ))
+    if any(h is None for h in halves):
+        return None
+    return [np.concatenate([a, b]) for a, b in zip(*halves, strict=True)]  # type: ignore[misc]
 
 
 def _api_calls(start: I64, gtid: I64, corr: I64, flags: I64) -> ApiCalls:
-    """API rows from their columns: start, globalTid, correlationId, and flags (1: a runtime
-    call, 2: a failed allocation)."""
+    """API rows from their columns: start, globalTid, correlationId, and flags (``_RUNTIME``,
+    ``_FAILED``)."""
     pid, tid = split_global_id(gtid)
     return ApiCalls(
         start_ns=start,
         pid=pid,
         tid=tid,
         correlation_id=correlation_ids(corr),
-        is_runtime=(flags & 1).astype(np.bool_),
-        is_failed_allocation=(flags & 2).astype(np.bool_),
+        is_runtime=(flags & _RUNTIME).astype(np.bool_),
+        is_failed_allocation=(flags & _FAILED).astype(np.bool_),
     )

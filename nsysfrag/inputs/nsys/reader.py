@@ -24,10 +24,11 @@ from nsysfrag.inputs.files import display_path
 from nsysfrag.inputs.nsys import export_file, sqlite_columns, sqlite_pages, target_info
 from nsysfrag.inputs.nsys import sqlite_tables as db
 from nsysfrag.inputs.nsys.api_calls import (
+    LITERAL_IDS,
     RUNTIME_TABLE,
     correlation_ids,
-    read_api,
     read_correlated_api,
+    read_runtime,
 )
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
@@ -135,13 +136,21 @@ def _read(
     # the API calls are read on connections of their own, in parallel, while this one reads the
     # small tables.
     names = _api_names(con, tables)
+    # One pass over the runtime table reads every call needed; with a small memory table it
+    # includes the calls its allocations name by correlation id (a real export's table is
+    # mostly launches: a second pass would cost as much as the first).
+    correlated_from = (
+        MEMORY_TABLE if query.has_correlation and query.total_rows <= LITERAL_IDS else None
+    )
     with ThreadPoolExecutor(max_workers=4) as pool:
-        calls = pool.submit(_on_own_connection, connect, lambda c: read_api(c, tables, names, uri))
+        calls = pool.submit(
+            _on_own_connection, connect,
+            lambda c: read_runtime(c, tables, names, uri, correlated_from, query.alloc_op_id),
+        )
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
         )
         nvtx = _read_nvtx(con, tables)
-        vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
         halves = compiled.result()
         if halves is None:
             positions = pool.submit(
@@ -162,10 +171,13 @@ def _read(
         pooled = bool(query.has_pools and halves[1] and (halves[1][2] >= 1 << _POOLED_BIT).any())
         memory = query.events(*halves, pools=query.pools(con, where) if pooled else None)
         del halves  # the scan's array: MemoryEvents keeps what it needs
-        allocation_calls = calls.result()
+        runtime = calls.result()
         api = read_correlated_api(
-            con, tables, names, memory, allocation_calls, query.alloc_op_id, uri, MEMORY_TABLE
+            con, tables, names, memory, runtime, query.alloc_op_id, uri, MEMORY_TABLE
         )
+    vmm_calls = runtime.vmm_calls
+    if vmm_calls is None:  # the table lacks a column the pass reads, maybe not nameId
+        vmm_calls = _count_calls(con, names, (VMM_CALLS,))[0]
     return Trace(
         path=display_path(path),
         nsys_version=metadata.get("EXPORT_PRODUCT_VERSION"),
@@ -178,7 +190,7 @@ def _read(
         skipped_rows=query.total_rows - len(memory),
         # Every row of an allocation call was read (those with a NULL start, thread or
         # correlation id aside).
-        allocation_calls=len(allocation_calls.start_ns),
+        allocation_calls=len(runtime.allocations.start_ns),
         vmm_calls=vmm_calls,
     )
 

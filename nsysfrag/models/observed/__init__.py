@@ -27,8 +27,9 @@ from nsysfrag.events import (
     AllocationEvents,
     MemoryPools,
 )
-from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, assign_slots, replay
+from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, replay
 from nsysfrag.models.observed.kernel import warm_up as warm_up
+from nsysfrag.models.observed.slots import assign_slots
 from nsysfrag.models.series import (
     ALLOCATED,
     NO_BLOCK,
