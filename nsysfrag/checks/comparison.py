@@ -25,7 +25,7 @@ from nsysfrag.checks.space_changes import (
 )
 from nsysfrag.checks.verdict import Piece, verdict
 from nsysfrag.errors import InputError
-from nsysfrag.reporters.json_report import SCHEMA
+from nsysfrag.schemas import ANALYSIS as SCHEMA
 
 SECONDS = Clock(0, True, "entry")  # a document whose clock is not known: seconds from 0
 

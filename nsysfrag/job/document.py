@@ -16,8 +16,8 @@ from typing import Any
 
 from nsysfrag.checks.gates import HEALTH_ORDER
 from nsysfrag.job.worker import RankOutcome
+from nsysfrag.schemas import JOB as SCHEMA
 
-SCHEMA = "nsysfrag-job/1"
 WORST_METRIC = "peak.global_frag"
 
 
