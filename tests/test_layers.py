@@ -26,19 +26,8 @@ DOC = REPO / "docs" / "ARCHITECTURE.md"
 
 # (importer, imported) module pairs that still run up; to be emptied.
 ALLOWED_UP: set[tuple[str, str]] = {
-    ('nsysfrag.analysis.advice', 'nsysfrag.reporters.time_base'),
     ('nsysfrag.capacity', 'nsysfrag.analysis.metrics'),
-    ('nsysfrag.checks.document_words', 'nsysfrag.job.document'),
-    ('nsysfrag.checks.document_words', 'nsysfrag.reporters.time_base'),
     ('nsysfrag.inputs.torch_snapshot', 'nsysfrag.record.facts'),
-    ('nsysfrag.job.command', 'nsysfrag.commands.analyze'),
-    ('nsysfrag.job.command', 'nsysfrag.commands.feedback'),
-    ('nsysfrag.job.command', 'nsysfrag.commands.outputs'),
-    ('nsysfrag.job.command', 'nsysfrag.commands.report_options'),
-    ('nsysfrag.job.pool', 'nsysfrag.commands'),
-    ('nsysfrag.job.pool', 'nsysfrag.commands.analyze'),
-    ('nsysfrag.job.worker', 'nsysfrag.commands.analyze'),
-    ('nsysfrag.job.worker', 'nsysfrag.commands.report_options'),
     ('nsysfrag.models', 'nsysfrag.inputs'),
     ('nsysfrag.models.observed', 'nsysfrag.inputs'),
     ('nsysfrag.models.segments', 'nsysfrag.analysis.metrics'),
@@ -50,8 +39,6 @@ ALLOWED_UP: set[tuple[str, str]] = {
     ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.columns'),
     ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.spaces'),
     ('nsysfrag.models.segments.window', 'nsysfrag.inputs.torch_snapshot.reader'),
-    ('nsysfrag.reporters.comparison_html', 'nsysfrag.job.comparison'),
-    ('nsysfrag.reporters.comparison_json', 'nsysfrag.job.comparison'),
     ('nsysfrag.whatif.run', 'nsysfrag.record.facts'),
 }
 
@@ -63,7 +50,6 @@ ALLOWED_CIRCLES: set[tuple[str, ...]] = {
     ('nsysfrag.inputs', 'nsysfrag.inputs.nsys', 'nsysfrag.inputs.nsys.api_calls', 'nsysfrag.inputs.nsys.export_file', 'nsysfrag.inputs.nsys.reader', 'nsysfrag.inputs.nsys.spaces', 'nsysfrag.inputs.nsys.target_info', 'nsysfrag.inputs.nsys.words', 'nsysfrag.inputs.torch_snapshot', 'nsysfrag.inputs.torch_snapshot.spaces', 'nsysfrag.inputs.torch_snapshot.words', 'nsysfrag.models', 'nsysfrag.models.observed', 'nsysfrag.models.segments'),
     ('nsysfrag.analysis.peak_sites', 'nsysfrag.analysis.results'),
     ('nsysfrag.analysis.failures', 'nsysfrag.analysis.summary'),
-    ('nsysfrag.checks.comparison', 'nsysfrag.checks.document_words', 'nsysfrag.commands.analyze', 'nsysfrag.commands.report_options', 'nsysfrag.job.cluster', 'nsysfrag.job.command', 'nsysfrag.job.comparison', 'nsysfrag.job.document', 'nsysfrag.job.heatmap', 'nsysfrag.job.html', 'nsysfrag.job.pool', 'nsysfrag.job.terminal', 'nsysfrag.job.worker', 'nsysfrag.reporters.comparison_cells', 'nsysfrag.reporters.comparison_table'),
     ('nsysfrag.whatif.driver', 'nsysfrag.whatif.recommend', 'nsysfrag.whatif.results', 'nsysfrag.whatif.streams', 'nsysfrag.whatif.summary', 'nsysfrag.whatif.validate'),
     ('nsysfrag.reporters.whatif', 'nsysfrag.reporters.whatif.html'),
 }

@@ -13,13 +13,13 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import basis_words, format_bytes
+from nsysfrag.checks.job_comparison import JobComparison
 from nsysfrag.checks.verdict import plain
-from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
+from nsysfrag.moments import moment_since
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
-from nsysfrag.reporters.time_base import moment_since
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 UNRECORDED = (
