@@ -13,7 +13,7 @@ from nsysfrag.analysis.results import FRAGMENTATION, Failure
 from nsysfrag.schemas import ANALYSIS as SCHEMA
 
 if TYPE_CHECKING:  # a snapshot's figures; an nsys trace's document loads no snapshot model
-    from nsysfrag.analysis.peak_sites import PeakSites
+    from nsysfrag.analysis.results import PeakSites
     from nsysfrag.models.segments import SnapshotSection
 
 # The sites each per-site list of a document names (the rest are one "other sites" total), so

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.units import format_bytes
 from nsysfrag.analysis.tried_settings import (
     RunSettings,
     Setting,
