@@ -13,7 +13,7 @@ from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
     from nsysfrag.capacity import Capacity
-    from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.models.section import SnapshotSection
     from nsysfrag.models.series import PoolColumns
 
 TIMELINE_POINTS = 2000

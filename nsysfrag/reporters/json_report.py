@@ -14,7 +14,7 @@ from nsysfrag.schemas import ANALYSIS as SCHEMA
 
 if TYPE_CHECKING:  # a snapshot's figures; an nsys trace's document loads no snapshot model
     from nsysfrag.analysis.results import PeakSites
-    from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.models.section import SnapshotSection
 
 # The sites each per-site list of a document names (the rest are one "other sites" total), so
 # that a document stays small whatever the input; compare reads them back.

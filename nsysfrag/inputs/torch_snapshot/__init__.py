@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsysfrag.inputs import InputFormat, InputOptions, Recording
+from nsysfrag.inputs.recording import InputFormat, InputOptions, Recording
 from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
 
