@@ -6,7 +6,7 @@ from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import Health, format_bytes
 from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
 from nsysfrag.analysis.time_base import moment
-from nsysfrag.analysis.tried_settings import Setting
+from nsysfrag.models.tried_settings import Setting
 
 SITES_NAMED = 3
 

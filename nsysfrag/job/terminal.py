@@ -19,7 +19,16 @@ from nsysfrag.job.document import RankSummary
 from nsysfrag.moments import moment_since
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
+from nsysfrag.reporters.layout import (
+    Cell,
+    Column,
+    FittedTable,
+    Layout,
+    Prose,
+    Site,
+    outside,
+    right,
+)
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 UNRECORDED = (
@@ -72,8 +81,7 @@ def failure(path: str, error: str | None) -> str:
 _RANK_COLUMNS = (
     Column("rank", justify="right"),
     Column("health", kind="words"),
-    Column("peak frag", justify="right"),
-    Column("peak memory", justify="right"),
+    *right("peak frag", "peak memory"),
     Column("OOMs", kind="words"),
     Column("top hotspot", kind="site"),
 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nsysfrag.analysis.tried_settings import Setting
+    from nsysfrag.models.tried_settings import Setting
     from nsysfrag.capacity import Capacity
     from nsysfrag.models.segments.device_replay import OomEvent
 

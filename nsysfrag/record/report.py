@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.inputs.torch_snapshot.facts import facts_beside
 from nsysfrag.moments import moment_since
-from nsysfrag.record.facts import facts_beside
 from nsysfrag.record.layout import RankFolder
 from nsysfrag.record.watch import ALERTS, RATINGS
 from nsysfrag.reporters.layout import Prose, outside

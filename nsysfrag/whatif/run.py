@@ -45,7 +45,7 @@ def whatif(
             " the ground truth); this looks like an nsys export"
         )
     if snapshot:
-        from nsysfrag.record.facts import facts_beside
+        from nsysfrag.inputs.torch_snapshot.facts import facts_beside
 
         columns = read_snapshot_columns(path)
         devices = recorded_devices(columns)

@@ -16,12 +16,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.tried_settings import (
-    RunSettings,
-    Setting,
-    recorded_requests,
-    tried_settings,
-)
 from nsysfrag.capacity import (
     DEVICE,
     OVERRIDE,
@@ -48,6 +42,12 @@ from nsysfrag.models.series import (
     StateSeries,
     StrandedSegment,
     from_replay,
+)
+from nsysfrag.models.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
 )
 from nsysfrag.releases import UNLIMITED_SPLIT
 from nsysfrag.units import format_bytes
