@@ -70,6 +70,7 @@ from nsysfrag.releases import (
     UNLIMITED_SPLIT,
     served_from_cache,
 )
+from nsysfrag.units import format_bytes
 
 # Where C came from (JSON ``capacity_source``), strongest evidence first.
 OVERRIDE = "--capacity"
@@ -118,8 +119,6 @@ class Capacity:
 
     def heading(self) -> str:
         """``15.50 GiB (from the recorded OOM)``: C and, unless the device said it, whence."""
-        from nsysfrag.analysis.metrics import format_bytes  # analysis imports this module
-
         return format_bytes(self.bytes) + (f" ({self.note})" if self.note else "")
 
 

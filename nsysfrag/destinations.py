@@ -298,7 +298,7 @@ def folder_batch(path: Path | str, option: str) -> Iterator[tuple[Path, Batch]]:
         raise InputError(f"{option} {_display(path)}: {why}")
     created = False
     try:
-        # The command line checked the parent exists (commands.outputs); a library caller
+        # The command line checked the parent exists (pipeline.outputs); a library caller
         # may name a new one.
         os.makedirs(path.parent, exist_ok=True)
         os.mkdir(path)

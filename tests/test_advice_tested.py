@@ -14,8 +14,8 @@ from nsysfrag.analysis import analyze
 from nsysfrag.analysis.advice import SITES_NAMED, advise, named_settings, out_of_capacity
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.analysis.results import CAPACITY
-from nsysfrag.analysis.tried_settings import RunSettings, max_split_sizes, tried_settings
 from nsysfrag.inputs import open_input
+from nsysfrag.models.tried_settings import RunSettings, max_split_sizes, tried_settings
 from nsysfrag.whatif import whatif
 from tests.conftest import SNAPSHOT_INPUTS
 

@@ -22,6 +22,8 @@ from nsysfrag.analysis import Analysis, analyze
 from nsysfrag.cli import cli
 from nsysfrag.commands import report_options
 from nsysfrag.inputs import open_input
+from nsysfrag.pipeline import request as report_request
+from nsysfrag.pipeline import single
 from nsysfrag.reporters import Reporter
 from tests.conftest import REPO
 
@@ -157,13 +159,14 @@ def test_a_report_format_is_one_registry_entry(
                    render="tests.test_architecture:one_line")  # fmt: skip
     monkeypatch.setattr(reporters, "REPORTERS", (*reporters.REPORTERS, toy))
     monkeypatch.setattr(report_options, "REPORTERS", reporters.REPORTERS)
+    monkeypatch.setattr(report_request, "REPORTERS", reporters.REPORTERS)
 
     @click.command()
     @click.argument("source", type=click.Path(path_type=Path))
     @report_options.report_options
     def command(source: Path, **options: object) -> None:
-        request = report_options.ReportRequest.from_options(options)
-        report_options.emit_reports(report_options.analyze_input(source, request), request, source)
+        request = report_request.ReportRequest.from_options(options)
+        single.emit_reports(single.analyze_input(source, request), request, source)
 
     sample = REPO / "sample_traces" / "multi_gpu.sqlite"
     result = CliRunner().invoke(command, ["--help"])

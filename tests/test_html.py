@@ -24,6 +24,7 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
+from nsysfrag.analysis.time_base import moment
 from nsysfrag.cli import cli
 from nsysfrag.events import SourceInfo
 from nsysfrag.inputs.nsys import read_export
@@ -42,7 +43,6 @@ from nsysfrag.testing.nsys_export import (
     NvtxRow,
     write_export,
 )
-from nsysfrag.reporters.time_base import moment
 from tests.conftest import BASE, SAMPLES, MiB
 
 EVIL = "<script>alert(1)</script>"

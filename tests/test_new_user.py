@@ -52,11 +52,11 @@ def test_a_wrong_file_names_both_inputs(tmp_path: Path, command: str) -> None:
 
 
 def test_the_first_run_notice_promises_no_time() -> None:
-    from nsysfrag.commands.feedback import Feedback
+    from nsysfrag.pipeline.feedback import Feedback
 
     doc = Feedback.compiling.__doc__ or ""
     assert "bench_startup" in doc  # what was measured is said where it was measured
-    source = Path(sys.modules["nsysfrag.commands.feedback"].__file__ or "").read_text()
+    source = Path(sys.modules["nsysfrag.pipeline.feedback"].__file__ or "").read_text()
     label = re.search(r'label = f"(compiling [^"]*)"', source)
     assert label is not None and not re.search(r"\d+ ?s\b|~", label.group(1)), label.group(1)
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from nsysfrag.capacity import DEVICE, OOM, DeviceBytes, read_record, snapshot_capacity
 from nsysfrag.events import ALLOC, FAILED_ALLOC, SEGMENT_ALLOC
+from nsysfrag.inputs.torch_snapshot.facts import parse_facts
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import FACTS_SCHEMA
-from nsysfrag.record.facts import parse_facts
 from tests.record_helpers import fake_env, record
 
 GiB, MiB = 1 << 30, 1 << 20

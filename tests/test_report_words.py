@@ -15,10 +15,11 @@ from rich.cells import cell_len
 
 from nsysfrag.analysis import SpaceAnalysis, analyze
 from nsysfrag.analysis.metrics import format_bytes
+from nsysfrag.analysis.time_base import moment, since_start_s, span_ns
 from nsysfrag.cli import cli
 from nsysfrag.inputs import InputOptions, open_input
+from nsysfrag.moments import decimals
 from nsysfrag.reporters.figures import fragmentation_timeline
-from nsysfrag.reporters.time_base import decimals, moment, since_start_s, span_ns
 from tests.conftest import REPO, SAMPLES
 
 REAL = REPO.parent / "shared" / "real_snapshots"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from nsysfrag.commands.feedback import Feedback
+from nsysfrag.pipeline.feedback import Feedback
 from tests.conftest import SAMPLES
 
 SNAPSHOT = SAMPLES / "training_snapshot.pickle"

@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from nsysfrag.analysis import analyze
+from nsysfrag.analysis.time_base import span_ns
 from nsysfrag.inputs import open_input
-from nsysfrag.reporters.time_base import GROWTH_SPAN_NS, span_ns
+from nsysfrag.moments import GROWTH_SPAN_NS
 from tests.conftest import REAL_TRACES, SAMPLES
 
 WIDTHS = [80, 200]

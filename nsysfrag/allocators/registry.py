@@ -23,7 +23,7 @@ FAMILIES: tuple[PolicyFamily, ...] = (
 )
 
 # What runs without --policy: every family (whatif adds the torch settings each input
-# suggests, nsysfrag.analysis.tried_settings, on top of the run's own).
+# suggests, nsysfrag.models.tried_settings, on top of the run's own).
 DEFAULT_POLICIES = (
     "torch",
     "cuda-async",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import Health, format_bytes
 from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
-from nsysfrag.analysis.tried_settings import Setting
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.analysis.time_base import moment
+from nsysfrag.models.tried_settings import Setting
 
 SITES_NAMED = 3
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,15 +18,13 @@ from nsysfrag.analysis.results import (
     FRAGMENTATION,
     UNKNOWN,
     Failure,
+    Fragmentation,
     PoolState,
     State,
     StrandedSite,
 )
 from nsysfrag.events import FAILED_ALLOC, AllocationEvents
 from nsysfrag.models.series import StateSeries, StrandedSegment
-
-if TYPE_CHECKING:
-    from nsysfrag.analysis.summary import Fragmentation
 
 # The sites whose blocks hold stranded memory at a point, largest first.
 StrandedAt = Callable[[int], tuple[StrandedSite, ...]]

@@ -14,32 +14,12 @@ Run-to-run comparison ranks sites by how these change (``nsysfrag.checks.site_ch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from nsysfrag.analysis.results import SiteBytes
+from nsysfrag.analysis.results import PeakSites, SiteBytes
 from nsysfrag.events import I64
 from nsysfrag.models import ModelRun
 from nsysfrag.models.series import ALLOCATED, NO_BLOCK, StateSeries, StrandedSegment
-
-
-@dataclass(frozen=True)
-class PeakSites:
-    """Every site's live and stranded bytes at one point, most bytes first (ties by name)."""
-
-    live: tuple[SiteBytes, ...]
-    stranded: tuple[SiteBytes, ...]
-    stranded_bytes: int  # of every segment holding stranded memory, each counted once
-    # Per such segment: its stranded bytes and the sites of its blocks, so that a list cut
-    # short can say how much stranded memory none of its sites pins.
-    segment_bytes: I64
-    segment_sites: tuple[frozenset[str], ...]
-
-    def unpinned_by(self, listed: set[str]) -> int:
-        """The stranded bytes of the segments that hold no block of a ``listed`` site."""
-        keep = [not (sites & listed) for sites in self.segment_sites]
-        return int(self.segment_bytes[np.asarray(keep, dtype=np.bool_)].sum()) if keep else 0
 
 
 def peak_sites(run: ModelRun, point: int) -> PeakSites:

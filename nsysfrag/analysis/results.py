@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from nsysfrag.analysis.metrics import F64, Health, HealthBasis, Unrated, size_class_label
 from nsysfrag.events import I64, InputCounts, SourceInfo
 
 if TYPE_CHECKING:
-    from nsysfrag.analysis.peak_sites import PeakSites
     from nsysfrag.capacity import Capacity
-    from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.models.section import SnapshotSection
     from nsysfrag.models.series import PoolColumns
 
 TIMELINE_POINTS = 2000
@@ -217,3 +217,100 @@ class Analysis:
     input_counts: InputCounts = field(default_factory=InputCounts)
     warnings: list[str] = field(default_factory=list)
     page_bytes: int | None = None  # the driver's page, where the model maps blocks onto pages
+
+
+class StateColumns(Protocol):
+    """The state after every event, as any model (or simulated allocator) gives it."""
+
+    @property
+    def free_bytes(self) -> I64: ...
+
+    @property
+    def largest_free_bytes(self) -> I64: ...
+
+    @property
+    def free_blocks(self) -> npt.NDArray[np.integer]: ...
+
+    @property
+    def live_bytes(self) -> I64: ...
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    """The rated figures of one state series on a device of C bytes (docs/metrics.md)."""
+
+    states: StateColumns
+    time_ns: I64
+    pool: PoolColumns | None
+    global_frag: F64  # per event
+    local_frag: F64
+    peak_index: int  # the first event at which global_frag is at its maximum
+    health: Health
+    health_basis: HealthBasis | None
+    growth_per_s: float
+
+    def state(self, i: int) -> State:
+        """The state after point ``i``."""
+        states, pool = self.states, self.pool
+        return State(
+            time_ns=int(self.time_ns[i]),
+            global_frag=float(self.global_frag[i]),
+            local_frag=float(self.local_frag[i]),
+            free_blocks=int(states.free_blocks[i]),
+            largest_free_bytes=int(states.largest_free_bytes[i]),
+            free_bytes=int(states.free_bytes[i]),
+            live_bytes=int(states.live_bytes[i]),
+            pool=None if pool is None else pool_state(pool, i),
+        )
+
+    @property
+    def max_live_bytes(self) -> int:
+        return int(self.states.live_bytes.max())
+
+    def headline(self) -> dict[str, Any]:
+        """The figures every summary of a series carries under the same names, as keyword
+        arguments: an analyzed space (:class:`SpaceAnalysis`) and a what-if policy's replay
+        (``PolicyOutcome``) both take them, so they are computed and named in one place."""
+        return {
+            "peak": self.state(self.peak_index),
+            "final": self.state(len(self.global_frag) - 1),
+            "max_global_frag": float(self.global_frag.max()),
+            "max_local_frag": float(self.local_frag.max()),
+            "max_free_blocks": int(self.states.free_blocks.max()),
+            "max_live_bytes": self.max_live_bytes,
+            "health": self.health,
+            "growth_per_s": self.growth_per_s,
+        }
+
+
+def pool_state(pool: PoolColumns, i: int) -> PoolState:
+    reserved, active = int(pool.reserved_bytes[i]), int(pool.active_bytes[i])
+    releasable = int(pool.releasable_bytes[i])
+    return PoolState(
+        reserved_bytes=reserved,
+        allocated_bytes=int(pool.allocated_bytes[i]),
+        active_bytes=active,
+        releasable_bytes=releasable,
+        # Never below 0: a memory pool can record less than its blocks' footprints.
+        stranded_bytes=max(0, reserved - active - releasable),
+        device_free_bytes=pool.device_free_at(i),
+        largest_block_bytes=int(pool.largest_block_bytes[i]),
+    )
+
+
+@dataclass(frozen=True)
+class PeakSites:
+    """Every site's live and stranded bytes at one point, most bytes first (ties by name)."""
+
+    live: tuple[SiteBytes, ...]
+    stranded: tuple[SiteBytes, ...]
+    stranded_bytes: int  # of every segment holding stranded memory, each counted once
+    # Per such segment: its stranded bytes and the sites of its blocks, so that a list cut
+    # short can say how much stranded memory none of its sites pins.
+    segment_bytes: I64
+    segment_sites: tuple[frozenset[str], ...]
+
+    def unpinned_by(self, listed: set[str]) -> int:
+        """The stranded bytes of the segments that hold no block of a ``listed`` site."""
+        keep = [not (sites & listed) for sites in self.segment_sites]
+        return int(self.segment_bytes[np.asarray(keep, dtype=np.bool_)].sum()) if keep else 0

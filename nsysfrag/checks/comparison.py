@@ -3,7 +3,7 @@ metrics' changes (which ``--fail-on-regression`` gates), the state at peak memor
 fragmentation and final, the sites' figures, and a verdict in words.
 
 Every document a comparison reads back comes through :func:`read_json` and
-:func:`checked_document` (a job's through ``nsysfrag.job.comparison``)."""
+:func:`checked_document` (a job's through ``nsysfrag.checks.job_comparison``)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from nsysfrag.checks.space_changes import (
 )
 from nsysfrag.checks.verdict import Piece, verdict
 from nsysfrag.errors import InputError
-from nsysfrag.reporters.json_report import SCHEMA
+from nsysfrag.schemas import ANALYSIS as SCHEMA
 
 SECONDS = Clock(0, True, "entry")  # a document whose clock is not known: seconds from 0
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nsysfrag.errors import InputError
-from nsysfrag.reporters.time_base import moment_since
+from nsysfrag.moments import moment_since
 
 SNAPSHOT_MODEL = "pytorch-segments"
 
@@ -63,8 +63,6 @@ def document_words(doc: dict[str, Any]) -> DocumentWords:
 
 
 def clock_of(doc: dict[str, Any]) -> Clock:
-    from nsysfrag.job.document import time_origin, time_span
-
     trace = _section(doc, "trace")
     origin = time_origin(doc)
     span = time_span(doc, origin)
@@ -107,3 +105,28 @@ def _description(kind: str) -> str:
 
     found = next((f.description for f in formats() if f.name == kind), None)
     return found if found is not None else f"a {kind} input"
+
+
+def time_origin(doc: dict[str, Any]) -> int:
+    """A rank's time origin: its input's first event, ``trace.first_event_ns``; for a document
+    from before that key, the earliest point of its timelines (each holds its space's first
+    event)."""
+    recorded = doc.get("trace", {}).get("first_event_ns")
+    if recorded is not None:
+        return int(recorded)
+    firsts = [s["timeline"]["time_ns"][0] for s in doc["spaces"] if s["timeline"]["time_ns"]]
+    return int(min(firsts, default=0))
+
+
+def time_span(doc: dict[str, Any], origin_ns: int) -> int | None:
+    """From ``origin_ns`` to the last moment a space of ``doc`` states (its final state, its
+    worst, what set its health): what the resolution of the rank's times follows; None where no
+    space states one."""
+    ends = [
+        int(s[part]["time_ns"])
+        for s in doc.get("spaces", ())
+        if isinstance(s, dict)
+        for part in ("final", "peak", "health_basis")
+        if isinstance(s.get(part), dict) and isinstance(s[part].get("time_ns"), int)
+    ]
+    return max(ends) - origin_ns if ends else None

@@ -1,44 +1,20 @@
-"""``nsysfrag analyze TRACE``, and the nsys plumbing ``profile`` shares with it."""
+"""``nsysfrag analyze TRACE...``: one input or a job, each through ``pipeline.single``."""
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
-from rich.live import Live
-from rich.text import Text
 
 from nsysfrag import limits
-from nsysfrag.analysis import Analysis
 from nsysfrag.checks.keys import key_list
-from nsysfrag.commands.feedback import say as say_line
-from nsysfrag.commands.outputs import stderr_console
 from nsysfrag.commands.params import Seconds
-from nsysfrag.commands.report_options import (
-    ReportRequest,
-    analyze_input,
-    check_outputs,
-    emit_reports,
-    report_options,
-)
-from nsysfrag.errors import InputError, NsysError
-from nsysfrag.inputs import format_of
-from nsysfrag.inputs.files import check_input_file, check_regular_file
-from nsysfrag.inputs.nsys import TRACE_FILE, is_report
+from nsysfrag.commands.report_options import report_options
 from nsysfrag.job.command import job_options
 from nsysfrag.job.inputs import is_job
-from nsysfrag.printable import printable
-
-if TYPE_CHECKING:
-    from nsysfrag.inputs.nsys.runner import Nsys
-
-_SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+from nsysfrag.pipeline.request import ExportOptions, ReportRequest, check_outputs
+from nsysfrag.pipeline.single import analyze_argument, emit_reports, exports_of
 
 
 def nsys_option(f: Any) -> Any:
@@ -55,16 +31,6 @@ def nsys_option(f: Any) -> Any:
         help="The nsys to run (default: $NSYS, then PATH, then /opt/nvidia/nsight-systems/*/bin"
         " and /usr/local/cuda*/bin, newest first).",
     )(f)
-
-
-@dataclass(frozen=True, slots=True)
-class ExportOptions:
-    """How a .nsys-rep becomes the SQLite export that is analyzed."""
-
-    nsys_path: str | None = None
-    cache_dir: Path | None = None
-    reexport: bool = False
-    nsys_timeout: float | None = None  # --nsys-timeout; None: limits.NSYS_EXPORT_S
 
 
 @click.command(
@@ -133,135 +99,3 @@ def analyze_command(
         raise click.exceptions.Exit(code)
 
 
-def analyze_argument(
-    trace: Path,
-    request: ReportRequest,
-    export: ExportOptions,
-    *,
-    interactive: bool = True,
-    say: Callable[[str], None] | None = None,
-) -> tuple[Analysis, Path]:
-    """The analysis of one TRACE argument of any kind (a report is exported first), and the
-    file it read: the report's export, else ``trace``. A single-input run and each rank of a
-    job go through here.
-
-    ``interactive=False`` (a job's worker) shows no progress, and ``say`` receives the notes
-    that would go to stderr.
-    """
-    check_regular_file(trace)  # before anything opens it: a FIFO would block the open
-    if is_report(trace):
-        trace = export_report(
-            trace, export.nsys_path, export.cache_dir, export.reexport,
-            say=say, interactive=interactive, nsys_timeout=export.nsys_timeout,
-        )
-        check_outputs(request, trace)
-    elif export.reexport or export.cache_dir is not None:
-        raise InputError(
-            f"{trace}: --reexport and --cache-dir apply to .nsys-rep reports, not to"
-            f" {format_of(trace).description}; analyze it without them"
-        )
-    return analyze_input(trace, request, interactive=interactive), trace
-
-
-def export_report(
-    report: Path,
-    nsys_path: str | None,
-    cache_dir: Path | None,
-    reexport: bool,
-    *,
-    say: Callable[[str], None] | None = None,
-    interactive: bool = True,
-    nsys_timeout: float | None = None,
-) -> Path:
-    """The SQLite export of ``report``: reused when fresh, else written by nsys."""
-    check_input_file(
-        report, expected="pass an nsys report (.nsys-rep) or its .sqlite", directory=TRACE_FILE
-    )
-    from nsysfrag.inputs.nsys import runner as nsys  # only a report needs the nsys runner
-
-    say = say or note
-    if cache_dir is not None:
-        try:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise InputError(f"--cache-dir {cache_dir}: cannot create it ({err.strerror})") from None
-    plan = nsys.plan_export(report, cache_dir, reexport)
-    if plan.avoided is not None:
-        say(f"{plan.avoided} was not exported from {report.name}; leaving it alone and"
-             f" using {plan.path.name}")
-    if plan.reusable:
-        say(f"using {plan.path}, exported earlier from {report.name} (--reexport to redo it)")
-        return plan.path
-    if not os.access(plan.path.parent, os.W_OK):
-        raise InputError(
-            f"{plan.path.parent}: not writable, so the export of {report.name} cannot go there;"
-            " pass --cache-dir DIR"
-        )
-    try:
-        tool = locate_nsys(nsys_path, say, nsys_timeout)
-    except NsysError as err:
-        # The report may have come from a machine that has nsys: exporting there also works.
-        raise NsysError(
-            f"{err}; or run `nsys export --type sqlite {report}` where nsys is installed and"
-            " analyze the .sqlite"
-        ) from None
-    with phase(f"exporting {report.name}") if interactive else nullcontext():
-        return nsys.export_sqlite(tool, report, plan.path)
-
-
-def exports_of(trace: Path, cache_dir: Path | None) -> list[Path]:
-    """Where a report's export may go (none for any other input): files no output replaces."""
-    if not is_report(trace):
-        return []
-    from nsysfrag.inputs.nsys.runner import export_candidates
-
-    return list(export_candidates(trace, cache_dir))
-
-
-def locate_nsys(
-    explicit: str | None,
-    say: Callable[[str], None] | None = None,
-    timeout_s: float | None = None,
-) -> Nsys:
-    """Find nsys and say which one (and which version) does the work; ``timeout_s`` bounds
-    each of its commands (--nsys-timeout)."""
-    from nsysfrag.inputs.nsys import runner as nsys
-
-    tool = nsys.nsys_version(nsys.find_nsys(explicit), timeout_s)
-    (say or note)(f"using {tool.version} ({tool.path})")
-    return tool
-
-
-def note(message: str) -> None:
-    say_line(message)
-
-
-def clock(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-@dataclass(frozen=True)
-class _PhaseLine:
-    """A spinner, the phase and its elapsed time, computed afresh at every refresh."""
-
-    label: str
-    started: float = field(default_factory=time.monotonic)
-
-    def __rich__(self) -> Text:
-        elapsed = time.monotonic() - self.started
-        frame = _SPINNER[int(elapsed * 10) % len(_SPINNER)]
-        label = printable(self.label)
-        return Text.assemble((f"{frame} ", "cyan"), (label, "bold"), f"  {clock(elapsed)}")
-
-
-@contextmanager
-def phase(label: str) -> Iterator[None]:
-    """A transient status line on stderr while the block runs; nothing unless it is a terminal."""
-    console = stderr_console()
-    if not console.is_terminal:
-        yield
-        return
-    with Live(_PhaseLine(label), console=console, transient=True, refresh_per_second=8):
-        yield

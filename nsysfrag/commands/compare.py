@@ -8,13 +8,13 @@ from pathlib import Path
 import click
 
 from nsysfrag.checks.comparison import Comparison, compare
+from nsysfrag.checks.job_comparison import JobComparison, compare_jobs, is_job_document
 from nsysfrag.commands.compare_inputs import documents
-from nsysfrag.commands.feedback import say_tripped
-from nsysfrag.commands.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.commands.params import ByteSize, Delta
-from nsysfrag.commands.report_options import ReportRequest
 from nsysfrag.job import terminal as job_terminal
-from nsysfrag.job.comparison import JobComparison, compare_jobs, is_job_document
+from nsysfrag.pipeline.feedback import say_tripped
+from nsysfrag.pipeline.outputs import Kept, Output, check_destinations, report_console, write_text
+from nsysfrag.pipeline.request import ReportRequest
 from nsysfrag.reporters import comparison_html, comparison_json, comparison_table, json_report
 
 

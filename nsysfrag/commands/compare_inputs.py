@@ -2,7 +2,7 @@
 by ``analyze --json``, a single input's or a job's) or made here (an input analyzed now: a
 snapshot, an export, a report; a folder or a glob of a job's inputs).
 
-Documents are read through ``nsysfrag.job.comparison.load_either``, the one reader of analyses
+Documents are read through ``nsysfrag.checks.job_comparison.load_either``, the one reader of analyses
 written earlier. Two arguments of different kinds are refused before any analysis.
 """
 
@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from nsysfrag.checks.document_words import document_words, other_kinds, same_model
-from nsysfrag.commands.report_options import ReportRequest
+from nsysfrag.checks.job_comparison import is_job_document, load_either, same_kind
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.files import check_regular_file
-from nsysfrag.job.comparison import is_job_document, load_either, same_kind
 from nsysfrag.job.inputs import is_job
+from nsysfrag.pipeline.request import ReportRequest
 from nsysfrag.reporters import json_report
 
 _SNIFF = 64
@@ -75,7 +75,8 @@ def _kind(path: Path, doc: dict[str, Any] | None) -> tuple[str, str] | None:
 def _analyzed(path: Path, request: ReportRequest) -> dict[str, Any]:
     """``path`` analyzed now, every site listed (nothing is written, so nothing need be
     small); a job's inputs rank by rank."""
-    from nsysfrag.commands.analyze import ExportOptions, analyze_argument
+    from nsysfrag.pipeline.request import ExportOptions
+    from nsysfrag.pipeline.single import analyze_argument
 
     if is_job([path]):
         from nsysfrag.job.command import job_document_of

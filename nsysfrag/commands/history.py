@@ -12,13 +12,13 @@ from typing import TextIO
 
 import click
 
-from nsysfrag.commands.feedback import say
-from nsysfrag.commands.outputs import Output, check_destinations, report_console, write_with
 from nsysfrag.commands.params import Delta
 from nsysfrag.errors import EXIT_GATE, InputError
 from nsysfrag.history import RunQuery, StoredRun, open_store, parse_tags
 from nsysfrag.history.render import render_runs, trend_lines, write_json
 from nsysfrag.history.trends import DEFAULT_METRIC, check, nothing_compared, resolve_metric, series
+from nsysfrag.pipeline.feedback import say
+from nsysfrag.pipeline.outputs import Output, check_destinations, report_console, write_with
 
 TABLE_RUNS = 20
 TREND_RUNS = 50

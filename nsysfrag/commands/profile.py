@@ -13,17 +13,13 @@ from typing import Any
 
 import click
 
-from nsysfrag.commands.analyze import clock, locate_nsys, note, nsys_option, phase
-from nsysfrag.commands.outputs import Output
-from nsysfrag.commands.report_options import (
-    ReportRequest,
-    analyze_input,
-    check_outputs,
-    emit_reports,
-    report_options,
-)
+from nsysfrag.commands.analyze import nsys_option
+from nsysfrag.commands.report_options import report_options
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import runner as nsys
+from nsysfrag.pipeline.outputs import Output
+from nsysfrag.pipeline.request import ReportRequest, check_outputs
+from nsysfrag.pipeline.single import analyze_input, clock, emit_reports, locate_nsys, note, phase
 
 TORCH_WARNING = (
     "recorded with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (--torch-tensors): every tensor was its own"

@@ -10,11 +10,12 @@ from typing import Any
 
 import click
 
-from nsysfrag.commands.feedback import say
 from nsysfrag.commands.profile import check_program
-from nsysfrag.commands.report_options import ReportRequest, report_options
+from nsysfrag.commands.report_options import report_options
 from nsysfrag.errors import InputError
 from nsysfrag.limits import RECORD_GRACE_S
+from nsysfrag.pipeline.feedback import say
+from nsysfrag.pipeline.request import ReportRequest
 from nsysfrag.printable import printable
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import MIN_INTERVAL_S, STACKS, Options
 
@@ -157,8 +158,8 @@ record_command.params = [p for p in record_command.params if p.name not in NOT_O
 def _check_outputs(request: ReportRequest, out: Path) -> None:
     """Before the command starts: every report can be written and replaces nothing of the
     record's, and a --baseline is a job's document (the record is analyzed as a job)."""
-    from nsysfrag.commands.outputs import Kept, check_destinations
-    from nsysfrag.job.comparison import load_job_document
+    from nsysfrag.pipeline.outputs import Kept, check_destinations
+    from nsysfrag.checks.job_comparison import load_job_document
 
     kept = [Kept("the record folder", out)]
     if request.baseline is not None:
@@ -170,7 +171,7 @@ def _check_outputs(request: ReportRequest, out: Path) -> None:
 def _analyze(out: Path, request: ReportRequest) -> int:
     """The job report of the record folder; 0 with a line saying why when nothing was
     recorded."""
-    from nsysfrag.commands.analyze import ExportOptions
+    from nsysfrag.pipeline.request import ExportOptions
     from nsysfrag.job.command import JobOptions, run_job
     from nsysfrag.record.layout import rank_folders
     from nsysfrag.record.why import nothing_recorded

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nsysfrag.commands.feedback import say, say_tripped
-from nsysfrag.commands.report_options import ReportRequest
 from nsysfrag.errors import InputError
+from nsysfrag.pipeline.feedback import say, say_tripped
+from nsysfrag.pipeline.request import ReportRequest
 from nsysfrag.record.bootstrap.nsysfrag_recorder.options import Options
 from nsysfrag.trial.measure import RankFigures
 from nsysfrag.trial.predict import Predictions
@@ -70,7 +70,7 @@ def run_try(
 ) -> int:
     """The round, its reports and gates; the exit code (1 for a tripped gate, the baseline's
     own failure else, 0)."""
-    from nsysfrag.commands.outputs import Kept, check_destinations
+    from nsysfrag.pipeline.outputs import Kept, check_destinations
     from nsysfrag.commands.profile import check_program
     from nsysfrag.trial import rounds
     from nsysfrag.trial.settings import already_set, program_conf
@@ -195,7 +195,7 @@ def _report(
 ) -> int:
     from nsysfrag import destinations
     from nsysfrag.checks.gates import evaluate
-    from nsysfrag.commands.outputs import report_console, write_text
+    from nsysfrag.pipeline.outputs import report_console, write_text
     from nsysfrag.trial import html, terminal
 
     text = json.dumps(doc, indent=1, sort_keys=False, ensure_ascii=False) + "\n"

@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from nsysfrag.allocators import DEFAULT_POLICIES, DRIVER_REMEDIES, parse_policy
-from nsysfrag.commands.feedback import feedback, say
-from nsysfrag.commands.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.commands.params import ByteSize
 from nsysfrag.inputs.files import check_regular_file
 from nsysfrag.inputs.nsys import is_report
+from nsysfrag.pipeline.feedback import feedback, say
+from nsysfrag.pipeline.outputs import Kept, Output, check_destinations, report_console, write_text
 
 
 @click.command("whatif")
@@ -77,7 +77,7 @@ def whatif_command(
     outputs = [o for o in (json_out, html_out) if o is not None]
     check_destinations(outputs, [Kept("the input", source)])
     if is_report(source):
-        from nsysfrag.commands.analyze import export_report
+        from nsysfrag.pipeline.single import export_report
 
         source = export_report(source, None, None, False)
         check_destinations(outputs, [Kept("the input's export", source)])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.live import Live
@@ -21,10 +21,7 @@ from nsysfrag.errors import InputError
 from nsysfrag.inputs.nsys import is_report
 from nsysfrag.job.inputs import RankInput, job_inputs
 from nsysfrag.job.worker import RankOutcome, RankTask
-
-if TYPE_CHECKING:  # the command modules import this one
-    from nsysfrag.commands.analyze import ExportOptions
-    from nsysfrag.commands.report_options import ReportRequest
+from nsysfrag.pipeline.request import ExportOptions, ReportRequest
 
 F = TypeVar("F", bound=Callable[..., Any])
 # The reports of a whole job (every other report is one input's: analyze that rank alone).
@@ -83,7 +80,7 @@ def run_job(
     arguments: Sequence[Path], request: ReportRequest, export: ExportOptions, options: JobOptions
 ) -> int:
     """Analyze every rank, write the job's reports; return the exit code."""
-    from nsysfrag.job.comparison import load_job_document
+    from nsysfrag.checks.job_comparison import load_job_document
 
     if any(r.name not in JOB_REPORTS for r, _ in request.reports):
         raise InputError(
@@ -141,10 +138,10 @@ def _check_outputs(
     request: ReportRequest, inputs: Sequence[RankInput], cache_dir: Path | None
 ) -> None:
     """No output may overwrite an input (or where a report's export goes, beside it or in
-    --cache-dir), the baseline or the history; checked before any work (commands.outputs)
+    --cache-dir), the baseline or the history; checked before any work (pipeline.outputs)
     and again as each output is written (nsysfrag.destinations)."""
     from nsysfrag import destinations
-    from nsysfrag.commands.outputs import Kept, check_destinations
+    from nsysfrag.pipeline.outputs import Kept, check_destinations
     from nsysfrag.inputs.nsys.runner import export_candidates
 
     kept = [Kept("the input trace", i.path) for i in inputs]
@@ -190,10 +187,10 @@ def _report(
     outcomes: list[RankOutcome], request: ReportRequest, baseline: dict[str, Any] | None
 ) -> int:
     from nsysfrag.checks.gates import evaluate
-    from nsysfrag.commands.feedback import say, say_tripped
-    from nsysfrag.commands.outputs import report_console, write_text
+    from nsysfrag.pipeline.feedback import say, say_tripped
+    from nsysfrag.pipeline.outputs import report_console, write_text
     from nsysfrag.job import terminal
-    from nsysfrag.job.comparison import compare_jobs
+    from nsysfrag.checks.job_comparison import compare_jobs
     from nsysfrag.job.document import job_document, summaries_of
     from nsysfrag.job.terminal import failure
     from nsysfrag.reporters import json_report
@@ -280,7 +277,7 @@ def _records(arguments: Sequence[Path]) -> _Records:
 
 
 def _record(outcomes: Sequence[RankOutcome], request: ReportRequest) -> None:
-    from nsysfrag.commands.report_options import record_run
+    from nsysfrag.pipeline.single import record_run
 
     for outcome in outcomes:
         if outcome.document is not None and outcome.source is not None:
@@ -306,7 +303,7 @@ def _relay_notes(outcomes: Sequence[RankOutcome]) -> None:
 
 
 def _note(message: str) -> None:
-    from nsysfrag.commands.feedback import say
+    from nsysfrag.pipeline.feedback import say
 
     say(message)
 
@@ -315,7 +312,7 @@ def _note(message: str) -> None:
 def _progress() -> Iterator[Callable[[int, int], None] | None]:
     """A transient line on stderr, only on a terminal; redrawn by the caller (no thread, so
     forking a worker is safe while it shows)."""
-    from nsysfrag.commands.outputs import stderr_console
+    from nsysfrag.pipeline.outputs import stderr_console
 
     console = stderr_console()
     if not console.is_terminal:

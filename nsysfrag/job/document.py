@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nsysfrag.checks.document_words import time_origin, time_span
 from nsysfrag.checks.gates import HEALTH_ORDER
 from nsysfrag.job.worker import RankOutcome
+from nsysfrag.schemas import JOB as SCHEMA
 
-SCHEMA = "nsysfrag-job/1"
 WORST_METRIC = "peak.global_frag"
 
 
@@ -122,31 +123,6 @@ class RankSummary:
             timestamps=summary.timestamps,
             span_ns=summary.span_ns,
         )
-
-
-def time_origin(doc: dict[str, Any]) -> int:
-    """A rank's time origin: its input's first event, ``trace.first_event_ns``; for a document
-    from before that key, the earliest point of its timelines (each holds its space's first
-    event)."""
-    recorded = doc.get("trace", {}).get("first_event_ns")
-    if recorded is not None:
-        return int(recorded)
-    firsts = [s["timeline"]["time_ns"][0] for s in doc["spaces"] if s["timeline"]["time_ns"]]
-    return int(min(firsts, default=0))
-
-
-def time_span(doc: dict[str, Any], origin_ns: int) -> int | None:
-    """From ``origin_ns`` to the last moment a space of ``doc`` states (its final state, its
-    worst, what set its health): what the resolution of the rank's times follows; None where no
-    space states one."""
-    ends = [
-        int(s[part]["time_ns"])
-        for s in doc.get("spaces", ())
-        if isinstance(s, dict)
-        for part in ("final", "peak", "health_basis")
-        if isinstance(s.get(part), dict) and isinstance(s[part].get("time_ns"), int)
-    ]
-    return max(ends) - origin_ns if ends else None
 
 
 def _peak_memory(space: dict[str, Any]) -> tuple[int, str]:

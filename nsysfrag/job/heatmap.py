@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nsysfrag.job.document import time_origin
+from nsysfrag.checks.document_words import time_origin
 
 # Colour by global fragmentation: the upper bounds of each band (the last is open), YlOrRd;
 # 20 % and 40 % are the warn and critical thresholds, so they are band edges.

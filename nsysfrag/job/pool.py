@@ -320,7 +320,7 @@ def _load_analysis(tasks: Sequence[RankTask]) -> None:
     job's inputs need: this runs before any worker starts, so all of it is the job's serial
     part (a job of traces needs no snapshot model, and the other way round)."""
     from nsysfrag import analysis  # noqa: F401
-    from nsysfrag.commands import analyze  # noqa: F401
+    from nsysfrag.pipeline import single  # noqa: F401  (each rank's walk)
     from nsysfrag.inputs import InputFormat, format_of
     from nsysfrag.inputs.nsys import NSYS_EXPORT
     from nsysfrag.inputs.torch_snapshot import TORCH_SNAPSHOT

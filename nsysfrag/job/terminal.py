@@ -13,13 +13,22 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import basis_words, format_bytes
+from nsysfrag.checks.job_comparison import JobComparison
 from nsysfrag.checks.verdict import plain
-from nsysfrag.job.comparison import JobComparison
 from nsysfrag.job.document import RankSummary
+from nsysfrag.moments import moment_since
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside
-from nsysfrag.reporters.time_base import moment_since
+from nsysfrag.reporters.layout import (
+    Cell,
+    Column,
+    FittedTable,
+    Layout,
+    Prose,
+    Site,
+    outside,
+    right,
+)
 
 HEALTH_STYLE = {"ok": "green", "warn": "yellow", "critical": "bold red"}
 UNRECORDED = (
@@ -72,8 +81,7 @@ def failure(path: str, error: str | None) -> str:
 _RANK_COLUMNS = (
     Column("rank", justify="right"),
     Column("health", kind="words"),
-    Column("peak frag", justify="right"),
-    Column("peak memory", justify="right"),
+    *right("peak frag", "peak memory"),
     Column("OOMs", kind="words"),
     Column("top hotspot", kind="site"),
 )

@@ -57,8 +57,8 @@ def failed(rank: int, path: str, error: str, exit_code: int = EXIT_INPUT) -> Ran
 def analyze_rank(task: RankTask) -> RankOutcome:
     """Analyze one rank exactly as ``nsysfrag analyze PATH`` would; never raises for bad input."""
     # Imported here: a Dask worker unpickles this function before anything of nsysfrag loads.
-    from nsysfrag.commands.analyze import ExportOptions, analyze_argument
-    from nsysfrag.commands.report_options import ReportRequest
+    from nsysfrag.pipeline.request import ExportOptions, ReportRequest
+    from nsysfrag.pipeline.single import analyze_argument
     from nsysfrag.reporters import json_report
 
     given = _Paths(task)

@@ -21,11 +21,11 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.record.facts import facts_beside
+from nsysfrag.inputs.torch_snapshot.facts import facts_beside
+from nsysfrag.moments import moment_since
 from nsysfrag.record.layout import RankFolder
 from nsysfrag.record.watch import ALERTS, RATINGS
 from nsysfrag.reporters.layout import Prose, outside
-from nsysfrag.reporters.time_base import moment_since
 
 POINTS = 2000  # at most this many points per series, as the document's own timeline
 LINES_MAX = 2_000_000  # a timeline of a week at one sample a second

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.inputs.torch_snapshot.facts import DeviceFacts, facts_beside, parse_facts
 from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
 from nsysfrag.record.alerts import Alert, Levels, send
-from nsysfrag.record.bootstrap.nsysfrag_recorder.names import STATE_PREFIX
 from nsysfrag.record.bootstrap.nsysfrag_recorder.files import append_bytes
-from nsysfrag.record.facts import DeviceFacts, facts_beside, parse_facts
+from nsysfrag.record.bootstrap.nsysfrag_recorder.names import STATE_PREFIX
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import Rating, rate_state
 

@@ -30,6 +30,7 @@ from matplotlib.patches import Patch
 
 from nsysfrag.analysis import SpaceAnalysis, Timeline
 from nsysfrag.analysis.metrics import F64
+from nsysfrag.analysis.time_base import since_start_array, since_start_s
 from nsysfrag.events import I64
 from nsysfrag.models.series import ALLOCATED
 from nsysfrag.reporters.address_raster import U8, paint_blocks, pixel_spans
@@ -47,7 +48,6 @@ from nsysfrag.reporters.figure_axes import (
     short_site,
     time_axis,
 )
-from nsysfrag.reporters.time_base import since_start_array, since_start_s
 
 MIN_BLOCK_PX = 2
 OVERSAMPLE = 2  # image cells per screen pixel of the plot

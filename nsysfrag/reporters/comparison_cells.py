@@ -10,8 +10,8 @@ from nsysfrag.checks.comparison import Comparison, MetricDelta, SpaceComparison
 from nsysfrag.checks.site_changes import GONE, MOVED, NEW, SAME, UNLISTED, SiteChange
 from nsysfrag.checks.space_changes import BYTES, RATIO, FigureChange, SiteFigure
 from nsysfrag.checks.verdict import CAPACITY_MARK, signed, signed_bytes, signed_share
+from nsysfrag.moments import GROWTH_SPAN_NS
 from nsysfrag.reporters.state_cells import percent
-from nsysfrag.reporters.time_base import GROWTH_SPAN_NS
 
 WORSE, BETTER = "worse", "better"
 # For these a larger value is better; for the neutral ones (what the program asked for) a change

@@ -22,7 +22,7 @@ from nsysfrag.reporters.comparison_cells import (
 from nsysfrag.reporters.html_page import BASE_CSS, esc, page, table, warnings_box
 
 if TYPE_CHECKING:
-    from nsysfrag.job.comparison import JobComparison
+    from nsysfrag.checks.job_comparison import JobComparison
 
 # The sites a table lists on the page (the largest changes; the JSON has every listed site).
 SITES_SHOWN = 25

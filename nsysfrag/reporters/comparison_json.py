@@ -17,7 +17,7 @@ from nsysfrag.checks.space_changes import FigureChange, SiteFigure
 from nsysfrag.checks.verdict import plain
 
 if TYPE_CHECKING:
-    from nsysfrag.job.comparison import JobComparison
+    from nsysfrag.checks.job_comparison import JobComparison
 
 SCHEMA = "nsysfrag-compare/1"
 

@@ -13,7 +13,7 @@ from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.advice import CAPACITY_REMEDY, fragmentation_remedy
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.analysis.results import CAPACITY, FRAGMENTATION, Failure
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.analysis.time_base import moment
 
 # The failures the terminal shows per space; the JSON and the HTML list every one.
 TERMINAL_SHOWN = 10

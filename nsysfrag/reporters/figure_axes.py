@@ -2,7 +2,7 @@
 titles and legends. The figures themselves are in ``figures`` and ``address_map``.
 
 Time runs on an x axis of seconds since the input's first event, the time base of every table
-and sentence of a report (``reporters.time_base``): :func:`seconds_since_start` and
+and sentence of a report (``analysis.time_base``): :func:`seconds_since_start` and
 :func:`time_axis` are the one place figures make that choice.
 """
 
@@ -22,8 +22,8 @@ from matplotlib.ticker import FixedFormatter, Formatter, Locator, MaxNLocator
 
 from nsysfrag.analysis import SpaceAnalysis
 from nsysfrag.analysis.metrics import F64, format_bytes
+from nsysfrag.analysis.time_base import axis_label, since_start_array, since_start_s
 from nsysfrag.printable import printable
-from nsysfrag.reporters.time_base import axis_label, since_start_array, since_start_s
 
 FIGSIZE_IN = (10.0, 4.5)
 DPI = 100

@@ -6,7 +6,7 @@ pyplot, so building figures touches no global state and is safe from several thr
 
 Time series are step functions (each point is the state after an event and holds until the
 next), on an x axis of seconds since the input's first event (the report's one time base,
-``reporters.time_base``), drawn from the points
+``analysis.time_base``), drawn from the points
 ``timeline_points`` picks (bounded, every extreme kept); each failed allocation is a red line.
 """
 
@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 
 from nsysfrag.analysis import Bucket, SpaceAnalysis
 from nsysfrag.analysis.metrics import format_bytes, size_class_label
+from nsysfrag.analysis.time_base import moment, since_start_s
 from nsysfrag.models.series import PoolColumns
 from nsysfrag.reporters.address_map import address_map
 from nsysfrag.reporters.figure_axes import (
@@ -57,7 +58,6 @@ from nsysfrag.reporters.figure_axes import (
     time_axis,
     zoomed_top,
 )
-from nsysfrag.reporters.time_base import moment, since_start_s
 from nsysfrag.reporters.timeline_points import TIME_BINS, drawn_indices
 
 FigureBuilder = Callable[[SpaceAnalysis], Figure]

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label, unrated_words
+from nsysfrag.analysis.time_base import growth_words, moment
 from nsysfrag.events import Words
 from nsysfrag.reporters.failure_words import (
     failure_table,
@@ -37,7 +38,6 @@ from nsysfrag.reporters.html_page import (
     warnings_box,
 )
 from nsysfrag.reporters.state_cells import Cell, health_reason, state_table
-from nsysfrag.reporters.time_base import growth_words, moment
 
 output_file_extension = "html"
 TOP_HOTSPOTS = 20

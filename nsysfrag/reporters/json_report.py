@@ -10,12 +10,12 @@ from nsysfrag.analysis import Analysis, Bucket, SpaceAnalysis, State
 from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import HealthBasis, size_class_label
 from nsysfrag.analysis.results import FRAGMENTATION, Failure
+from nsysfrag.schemas import ANALYSIS as SCHEMA
 
 if TYPE_CHECKING:  # a snapshot's figures; an nsys trace's document loads no snapshot model
-    from nsysfrag.analysis.peak_sites import PeakSites
-    from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.analysis.results import PeakSites
+    from nsysfrag.models.section import SnapshotSection
 
-SCHEMA = "nsysfrag/1"
 # The sites each per-site list of a document names (the rest are one "other sites" total), so
 # that a document stays small whatever the input; compare reads them back.
 SITES_LISTED = 50

@@ -194,6 +194,11 @@ class Column:
     floor: int = NAME_FLOOR  # the narrowest a name column folds to (or its longest entry)
 
 
+def right(*headers: str) -> tuple[Column, ...]:
+    """Figure columns, right-justified: most of a table's columns are."""
+    return tuple(Column(h, justify="right") for h in headers)
+
+
 @dataclass(frozen=True)
 class Layout:
     """One way to lay a table out: columns, rows, and which rows end a section."""

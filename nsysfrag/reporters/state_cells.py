@@ -23,7 +23,7 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
-from nsysfrag.reporters.time_base import moment
+from nsysfrag.analysis.time_base import moment
 
 # The columns after the row's label and its time (a space without allocator figures).
 HEADINGS = ("global frag", "local frag", "free blocks", "largest free", "free", "live")

@@ -16,6 +16,7 @@ from nsysfrag.analysis.metrics import (
     size_class_label,
     unrated_words,
 )
+from nsysfrag.analysis.time_base import growth_words, moment
 from nsysfrag.printable import printable
 from nsysfrag.reporters import state_cells
 from nsysfrag.reporters.failure_words import (
@@ -26,7 +27,6 @@ from nsysfrag.reporters.failure_words import (
     unknown_note,
 )
 from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, Site, outside, wrap_lines
-from nsysfrag.reporters.time_base import growth_words, moment
 
 STYLE = {Health.OK: "green", Health.WARN: "yellow", Health.CRITICAL: "bold red"}
 TOP_HOTSPOTS = 5

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nsysfrag.inputs.torch_snapshot.facts import FACTS_MAX_BYTES
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import STEPS, TIMELINE, facts_name
-from nsysfrag.record.facts import FACTS_MAX_BYTES
 from nsysfrag.record.layout import RankFolder, process_events, rank_folders
 
 LINES_MAX = 2_000_000  # a week of samples at one a second

@@ -11,31 +11,20 @@ from rich.console import Console
 from rich.text import Text
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside
+from nsysfrag.reporters.layout import Cell, Column, FittedTable, Layout, Prose, outside, right
 from nsysfrag.trial.compare import bar_words, change
 
 COLUMNS = (
     Column("setting", kind="name"),
-    Column("rank", justify="right"),
-    Column("peak reserved", justify="right"),
-    Column("peak allocated", justify="right"),
-    Column("OOMs", justify="right"),
-    Column("frag at peak", justify="right"),
-    Column("retries", justify="right"),
-    Column("wall", justify="right"),
-    Column("per step", justify="right"),
-    Column("what-if peak (error)", justify="right"),
+    *right("rank", "peak reserved", "peak allocated", "OOMs", "frag at peak", "retries", "wall",
+           "per step", "what-if peak (error)"),
 )
 
 # The same rows for a narrow terminal: two figures to a cell.
 NARROW = (
     Column("setting", kind="name"),
-    Column("rank", justify="right"),
-    Column("peak reserved\nallocated", justify="right"),
-    Column("OOMs\nretries", justify="right"),
-    Column("frag at\npeak", justify="right"),
-    Column("wall\nper step", justify="right"),
-    Column("what-if\n(error)", justify="right"),
+    *right("rank", "peak reserved\nallocated", "OOMs\nretries", "frag at\npeak", "wall\nper step",
+           "what-if\n(error)"),
 )
 
 ENDED = {  # how a run ended, when not by itself

@@ -17,7 +17,8 @@ from __future__ import annotations
 from nsysfrag.allocators import DEFAULT_POLICIES
 from nsysfrag.whatif.ranking import rank_policies
 from nsysfrag.whatif.recommend import Recommendation, recommend
-from nsysfrag.whatif.results import PolicyOutcome, SpaceComparison, WhatifReport, rank_key
+from nsysfrag.whatif.report import SpaceComparison, WhatifReport
+from nsysfrag.whatif.results import PolicyOutcome, rank_key
 from nsysfrag.whatif.run import whatif
 from nsysfrag.whatif.summary import summarize
 from nsysfrag.whatif.validate import (

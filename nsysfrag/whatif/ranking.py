@@ -10,7 +10,8 @@ from nsysfrag.allocators import Policy
 from nsysfrag.allocators.base import FREE, SimResult
 from nsysfrag.whatif.recommend import model_error, recommend
 from nsysfrag.whatif.remedies import recommend_remedy, with_repeats
-from nsysfrag.whatif.results import SpaceComparison, rank_key
+from nsysfrag.whatif.report import SpaceComparison
+from nsysfrag.whatif.results import rank_key
 from nsysfrag.whatif.streams import RequestSource
 from nsysfrag.whatif.summary import summarize
 

@@ -13,7 +13,8 @@ from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
 from nsysfrag.whatif.capacity import recorded_devices
 from nsysfrag.whatif.driver import PROGRAM_DRIVER, PROGRAM_SEGMENTS
 from nsysfrag.whatif.ranking import rank_policies
-from nsysfrag.whatif.results import NSYS, SNAPSHOT, WhatifReport
+from nsysfrag.whatif.report import WhatifReport
+from nsysfrag.whatif.results import NSYS, SNAPSHOT
 from nsysfrag.whatif.streams import RequestSource, nsys_streams, snapshot_streams, tried_policy
 from nsysfrag.whatif.validate import Validation, validate_snapshot
 
@@ -44,7 +45,7 @@ def whatif(
             " the ground truth); this looks like an nsys export"
         )
     if snapshot:
-        from nsysfrag.record.facts import facts_beside
+        from nsysfrag.inputs.torch_snapshot.facts import facts_beside
 
         columns = read_snapshot_columns(path)
         devices = recorded_devices(columns)

@@ -23,12 +23,6 @@ from nsysfrag.allocators.base import ALLOC, FREE, I64, RequestStream
 from nsysfrag.allocators.driver import NAME as DRIVER
 from nsysfrag.allocators.torch import split_options
 from nsysfrag.analysis.results import Counts
-from nsysfrag.analysis.tried_settings import (
-    RunSettings,
-    Setting,
-    recorded_requests,
-    tried_settings,
-)
 from nsysfrag.events import ALLOC as ENTRY_ALLOC
 from nsysfrag.events import FAILED_ALLOC, FREE_COMPLETED
 from nsysfrag.events import FREE as ENTRY_FREE
@@ -36,6 +30,12 @@ from nsysfrag.inputs.torch_snapshot.columns import SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.spaces import history_times
 from nsysfrag.models.segments.requests import SnapshotRequests, snapshot_requests
 from nsysfrag.models.series import ALLOCATED
+from nsysfrag.models.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
 from nsysfrag.whatif.capacity import RecordedDevice, replay_capacity
 from nsysfrag.whatif.driver import (
     PROGRAM_DRIVER,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsysfrag.inputs import InputFormat, InputOptions, Recording
+from nsysfrag.inputs.recording import InputFormat, InputOptions, Recording
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 TRACE_FILE = "pass a trace file (.sqlite or .nsys-rep)"  # what to pass instead of a folder

@@ -22,11 +22,12 @@ from nsysfrag.events import (
     MemoryPools,
     SourceInfo,
 )
-from nsysfrag.inputs import InputOptions, RecordedSpace, Recording, check_space_count
 from nsysfrag.inputs.nsys.records import Trace
 from nsysfrag.inputs.nsys.sites import SiteResolver
 from nsysfrag.inputs.nsys.words import WORDS
+from nsysfrag.inputs.recording import InputOptions, Recording, check_space_count
 from nsysfrag.models.observed import MAX_ARENA_BYTES, MODEL_NAME, ObservedModel
+from nsysfrag.models.space import RecordedSpace
 
 SpaceKey = tuple[int, int]  # (pid, CUDA device id as the process saw it)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nsysfrag.inputs import InputFormat, InputOptions, Recording
+from nsysfrag.inputs.recording import InputFormat, InputOptions, Recording
 from nsysfrag.inputs.torch_snapshot.reader import is_snapshot
 
 
@@ -15,7 +15,7 @@ def open_snapshot(path: Path, options: InputOptions) -> Recording:
     """The snapshot read into columns (``columns``), one space per device (``spaces``)."""
     from nsysfrag.inputs.torch_snapshot.columns import read_snapshot_columns
     from nsysfrag.inputs.torch_snapshot.spaces import recording_of
-    from nsysfrag.record.facts import facts_beside
+    from nsysfrag.inputs.torch_snapshot.facts import facts_beside
 
     # A snapshot of `nsysfrag record` has its devices' sizes beside it (X.device.json).
     warnings: list[str] = []

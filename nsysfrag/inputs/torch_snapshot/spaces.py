@@ -14,7 +14,7 @@ import numpy as np
 
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo
-from nsysfrag.inputs import InputOptions, RecordedSpace, Recording, check_space_count
+from nsysfrag.inputs.recording import InputOptions, Recording, check_space_count
 from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
@@ -26,8 +26,10 @@ from nsysfrag.inputs.torch_snapshot.reader import (
 )
 from nsysfrag.inputs.torch_snapshot.stacks import program_stack
 from nsysfrag.inputs.torch_snapshot.words import WORDS
-from nsysfrag.models.segments import MODEL_NAME, SegmentsModel, SnapshotFacts
+from nsysfrag.models.section import SnapshotFacts
+from nsysfrag.models.segments import MODEL_NAME, SegmentsModel
 from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
+from nsysfrag.models.space import RecordedSpace
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512

@@ -42,8 +42,8 @@ from nsysfrag.models.series import (
 from nsysfrag.units import format_bytes
 
 if TYPE_CHECKING:
-    from nsysfrag.inputs import RecordedSpace
-    from nsysfrag.models.segments import SnapshotSection
+    from nsysfrag.models.section import SnapshotSection
+    from nsysfrag.models.space import RecordedSpace
 
 MODEL_NAME = "observed"
 DEFAULT_GRANULARITY = 512

@@ -16,13 +16,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.analysis.tried_settings import (
-    RunSettings,
-    Setting,
-    recorded_requests,
-    tried_settings,
-)
 from nsysfrag.capacity import (
     DEVICE,
     OVERRIDE,
@@ -33,8 +26,9 @@ from nsysfrag.capacity import (
 )
 from nsysfrag.events import AllocationEvents, ProgressCallback
 from nsysfrag.inputs.torch_snapshot.reader import Segment
+from nsysfrag.models.section import SnapshotFacts, SnapshotSection, WindowFigures
 from nsysfrag.models.segments.compiled import CompiledDevice
-from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
+from nsysfrag.models.segments.device_replay import DeviceReplay
 from nsysfrag.models.segments.replay import (
     free_blocks_after,
     replay_device,
@@ -49,59 +43,20 @@ from nsysfrag.models.series import (
     StrandedSegment,
     from_replay,
 )
+from nsysfrag.models.tried_settings import (
+    RunSettings,
+    Setting,
+    recorded_requests,
+    tried_settings,
+)
 from nsysfrag.releases import UNLIMITED_SPLIT
+from nsysfrag.units import format_bytes
 
 if TYPE_CHECKING:
-    from nsysfrag.inputs import RecordedSpace
+    from nsysfrag.models.space import RecordedSpace
 
 MODEL_NAME = "pytorch-segments"
 REFERENCE_ENV = "NSYSFRAG_SEGMENTS_REFERENCE"  # =1: the pure-Python replay, for comparison
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotFacts:
-    """What the snapshot says about itself."""
-
-    layout: str  # which of the snapshot layouts the file has, in words
-    allocator_conf: str | None  # PYTORCH_CUDA_ALLOC_CONF as the allocator saw it
-    expandable_segments: bool
-    time_origin_unix_us: int | None  # time 0 of the report
-
-
-@dataclass(frozen=True, slots=True)
-class WindowFigures:
-    """How the window of the snapshot's history was rebuilt."""
-
-    trace_entries: int
-    initial_blocks: int  # blocks live when the window opens
-    initial_reserved_bytes: int
-    timestamps: bool  # False: times are entry numbers
-    conflicts: int  # entries the rebuilt layout could not fit
-    final_mismatches: int  # segments or blocks the replay's end differs from the snapshot in
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotSection:
-    """The figures only a snapshot has, in the order the JSON document lists them."""
-
-    facts: SnapshotFacts
-    capacity: Capacity  # C, where it came from and that in words
-    reserved_bytes_peak: int
-    allocated_bytes_peak: int  # PyTorch's allocated_bytes.all.peak (over the window)
-    active_bytes_peak: int  # PyTorch's active_bytes.all.peak
-    requested_bytes_peak: int
-    reserved_bytes_at_frag_peak: int
-    # Free blocks that are whole cudaMalloc segments: PyTorch can return them to CUDA.
-    releasable_bytes_at_frag_peak: int
-    reserved_bytes_final: int
-    allocated_bytes_final: int
-    active_bytes_final: int
-    requested_bytes_final: int
-    window: WindowFigures
-    oom_events: tuple[OomEvent, ...]
-    # The PYTORCH_CUDA_ALLOC_CONF settings `whatif` tries by default on this device (and so
-    # the only ones advice may name).
-    tried_settings: tuple[Setting, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from nsysfrag.analysis.metrics import (
     local_frag_health,
 )
 from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
-from nsysfrag.reporters.whatif import words
+import nsysfrag.reporters.whatif.words as words
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
     VALIDATION_TARGET_PEAK,

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-if TYPE_CHECKING:  # a job's reports use moment_since without loading the analysis
-    from nsysfrag.analysis import SpaceAnalysis
+from nsysfrag.moments import GROWTH_SPAN_NS, decimals, moment_since
+
+if TYPE_CHECKING:
+    from nsysfrag.analysis.results import SpaceAnalysis
 
 F64 = npt.NDArray[np.float64]
 
@@ -42,23 +44,10 @@ def since_start_array(space: SpaceAnalysis, time_ns: npt.NDArray[np.int64]) -> F
     return x
 
 
-# Below this span a report's times are told to the microsecond (a snapshot of a few hundred
-# microseconds would otherwise put every moment "at 0.000 s"), from it to the millisecond.
-SHORT_SPAN_NS = 1_000_000_000
-# Growth per second over a span shorter than this means nothing (a 1 ms snapshot's +38443
-# points/s): it is not shown.
-GROWTH_SPAN_NS = 1_000_000_000
-
-
 def span_ns(space: SpaceAnalysis) -> int:
     """From the input's first event to the space's last: what its times' resolution follows."""
     t = space.timeline.time_ns
     return int(t[-1]) - _origin(space) if len(t) else 0
-
-
-def decimals(span: int | None) -> int:
-    """Decimals of a second for times over ``span`` ns (None: not known, milliseconds)."""
-    return 6 if span is not None and span < SHORT_SPAN_NS else 3
 
 
 def moment(space: SpaceAnalysis, time_ns: int) -> str:
@@ -66,21 +55,6 @@ def moment(space: SpaceAnalysis, time_ns: int) -> str:
     second), or ``entry 17`` (``event 17``) without timestamps."""
     untimed = space.source.words.untimed
     return moment_since(time_ns, _origin(space), space.timestamps, untimed, span_ns(space))
-
-
-def moment_since(
-    time_ns: int,
-    origin_ns: int,
-    timestamps: bool = True,
-    untimed: str = "entry",
-    span: int | None = None,
-) -> str:
-    """:func:`moment` from its parts, for a report that has a JSON document rather than the
-    analysis (a job's rank: ``trace.first_event_ns``, ``trace.timestamps``); ``span``, the
-    input's in ns, sets the resolution."""
-    if not timestamps:
-        return f"{untimed} {int(time_ns) - origin_ns}"
-    return f"{(int(time_ns) - origin_ns) / 1e9:.{decimals(span)}f} s"
 
 
 def growth_words(space: SpaceAnalysis) -> str:

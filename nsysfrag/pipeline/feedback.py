@@ -24,9 +24,9 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from nsysfrag.commands.outputs import stderr_console
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.events import ProgressCallback
+from nsysfrag.pipeline.outputs import stderr_console
 from nsysfrag.printable import printable
 
 

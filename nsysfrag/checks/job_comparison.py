@@ -10,8 +10,8 @@ from nsysfrag.checks.comparison import COMPARED, Comparison, checked_document, c
 from nsysfrag.checks.document_words import document_words
 from nsysfrag.checks.documents import check_job
 from nsysfrag.errors import InputError
-from nsysfrag.job.document import SCHEMA
-from nsysfrag.reporters.json_report import SCHEMA as ANALYSIS_SCHEMA
+from nsysfrag.schemas import JOB as SCHEMA
+from nsysfrag.schemas import ANALYSIS as ANALYSIS_SCHEMA
 
 
 @dataclass(frozen=True, slots=True)

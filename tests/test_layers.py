@@ -1,0 +1,216 @@
+"""The layers of docs/ARCHITECTURE.md, held to the code's own imports.
+
+Every ``import`` of a module of ``nsysfrag/`` counts — at the top, inside a function, under
+``TYPE_CHECKING`` — because each is a dependency someone has to know about. A *room* is a
+top-level entry of the package (a subpackage or a module); the floors, drawn in the document,
+put every room in order, bottom first. An import may look sideways (its own room) or down,
+never up, and no modules may import each other in a circle. ``record/bootstrap`` is a package
+of its own that runs inside the user's program on the standard library alone: its imports are
+not read, and it is a room of its own, ``record.bootstrap``, on the bottom floor (what it holds,
+such as the record folder's names, is a contract both sides read).
+
+A failure names the import to move. ``ALLOWED_UP`` and ``ALLOWED_CIRCLES`` list what is still
+against the drawing while other work finishes; they may only shrink (a test fails on an entry
+that no longer occurs), and both are to be empty.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "nsysfrag"
+DOC = REPO / "docs" / "ARCHITECTURE.md"
+
+# (importer, imported) module pairs that still run up; to be emptied.
+ALLOWED_UP: set[tuple[str, str]] = {
+    ('nsysfrag.models.segments', 'nsysfrag.inputs.torch_snapshot.reader'),
+    ('nsysfrag.models.segments.compiled', 'nsysfrag.inputs.torch_snapshot.reader'),
+    ('nsysfrag.models.segments.replay', 'nsysfrag.inputs.torch_snapshot.reader'),
+    ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.columns'),
+    ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.spaces'),
+    ('nsysfrag.models.segments.window', 'nsysfrag.inputs.torch_snapshot.reader'),
+}
+
+# Circles of modules still in the code, each as the sorted tuple of its modules; to be emptied.
+ALLOWED_CIRCLES: set[tuple[str, ...]] = {
+    # allocators/: the registry, --policy parsing and the package's __init__ (being untangled
+    # on its own; the registry is to stop importing the package that re-exports it).
+    ("nsysfrag.allocators", "nsysfrag.allocators.policy", "nsysfrag.allocators.registry"),
+    ('nsysfrag.inputs.nsys', 'nsysfrag.inputs.nsys.api_calls', 'nsysfrag.inputs.nsys.export_file', 'nsysfrag.inputs.nsys.reader', 'nsysfrag.inputs.nsys.target_info'),
+}
+
+
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    found = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _read(module: str) -> bool:
+    """Whether ``module``'s own imports count (not the recorder's bootstrap package's)."""
+    return not module.startswith("nsysfrag.record.bootstrap")
+
+
+def _imports(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Importer -> the nsysfrag modules it names: ``from a.b import c`` names ``a.b`` and,
+    when ``c`` is a module, ``a.b.c``; the top package ``nsysfrag`` itself is not counted."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = defaultdict(set)
+    for module, path in modules.items():
+        if not _read(module):
+            continue
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    name = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    name = node.module or ""
+                targets = [name] + [f"{name}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith("nsysfrag"):
+                    found = resolve(target)
+                    if found not in (None, module, "nsysfrag"):
+                        edges[module].add(found)  # type: ignore[arg-type]
+    return edges
+
+
+def room(module: str) -> str:
+    if not _read(module):
+        return "record.bootstrap"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "nsysfrag"
+
+
+def floors() -> list[list[str]]:
+    """The floors drawn in docs/ARCHITECTURE.md, bottom first: the block after "## Layers",
+    one floor a line, top first, its rooms before the ``│``."""
+    section = DOC.read_text(encoding="utf-8").split("## Layers", 1)[1]
+    block = re.search(r"```\n(.*?)```", section, re.DOTALL)
+    assert block is not None, "docs/ARCHITECTURE.md draws no floors under ## Layers"
+    drawn = [line.split("│", 1)[0].split() for line in block.group(1).splitlines() if "│" in line]
+    return list(reversed([rooms for rooms in drawn if rooms]))
+
+
+def _circles(nodes: list[str], edges: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[tuple[str, ...]] = []
+    for start in nodes:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(tuple(sorted(component)))
+    return found
+
+
+MODULES = _modules()
+EDGES = _imports(MODULES)
+
+
+def test_every_room_is_on_one_floor() -> None:
+    drawn = [r for floor in floors() for r in floor]
+    rooms = {room(m) for m in MODULES}
+    assert sorted(set(drawn)) == sorted(drawn), "a room is drawn on two floors"
+    assert not rooms - set(drawn), f"rooms on no floor of docs/ARCHITECTURE.md: {sorted(rooms - set(drawn))}"
+    assert not set(drawn) - rooms, f"floors name rooms that are gone: {sorted(set(drawn) - rooms)}"
+
+
+def test_imports_only_look_down() -> None:
+    level = {r: i for i, floor in enumerate(floors()) for r in floor}
+    up = {
+        (a, b)
+        for a, targets in EDGES.items()
+        for b in targets
+        if room(a) != room(b) and level[room(b)] > level[room(a)]
+    }
+    new = sorted(up - ALLOWED_UP)
+    assert not new, "imports that run up a floor (move the definition down, or the importer up):\n" + "\n".join(
+        f"  {a} ({room(a)}) imports {b} ({room(b)})" for a, b in new
+    )
+    assert not ALLOWED_UP - up, f"no longer up, drop from ALLOWED_UP: {sorted(ALLOWED_UP - up)}"
+
+
+def test_no_module_circles() -> None:
+    circles = set(_circles(sorted(MODULES), EDGES))
+    new = sorted(circles - ALLOWED_CIRCLES)
+    described = []
+    for circle in new:
+        inside = set(circle)
+        arrows = [f"    {a} -> {b}" for a in circle for b in sorted(EDGES[a] & inside)]
+        described.append(f"  {', '.join(circle)}:\n" + "\n".join(arrows))
+    assert not new, "modules that import each other in a circle:\n" + "\n".join(described)
+    assert not ALLOWED_CIRCLES - circles, (
+        f"no longer a circle, drop from ALLOWED_CIRCLES: {sorted(ALLOWED_CIRCLES - circles)}"
+    )
+
+
+def test_the_counting_sees_imports_in_functions_and_type_checking(tmp_path: Path) -> None:
+    # GIVEN a package whose imports hide in a function, under TYPE_CHECKING and as relative
+    # names WHEN its imports are read THEN each counts (else a circle could hide there).
+    package = tmp_path / "nsysfrag"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("from . import deep\n")
+    (package / "low" / "deep.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nsysfrag.high import X\n"
+    )
+    (package / "high.py").write_text("def f():\n    from nsysfrag.low.deep import Y\n")
+    edges = _imports(_modules(package))
+    assert edges == {
+        "nsysfrag.low": {"nsysfrag.low.deep"},
+        "nsysfrag.low.deep": {"nsysfrag.high"},
+        "nsysfrag.high": {"nsysfrag.low.deep"},
+    }
+    assert _circles(sorted(_modules(package)), edges) == [("nsysfrag.high", "nsysfrag.low.deep")]
+    assert _circles(["a", "b", "c"], {"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [("a", "b", "c")]
+    assert _circles(["a", "b"], {"a": {"b"}}) == []
