@@ -28,12 +28,16 @@ DOC = REPO / "docs" / "ARCHITECTURE.md"
 
 # (importer, imported) module pairs that still run up; to be emptied.
 ALLOWED_UP: set[tuple[str, str]] = {
-    ('nsysfrag.models.segments', 'nsysfrag.inputs.torch_snapshot.reader'),
-    ('nsysfrag.models.segments.compiled', 'nsysfrag.inputs.torch_snapshot.reader'),
-    ('nsysfrag.models.segments.replay', 'nsysfrag.inputs.torch_snapshot.reader'),
-    ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.columns'),
-    ('nsysfrag.models.segments.requests', 'nsysfrag.inputs.torch_snapshot.spaces'),
-    ('nsysfrag.models.segments.window', 'nsysfrag.inputs.torch_snapshot.reader'),
+    # The segments model replays the snapshot reader's records (Segment, HistoryEntry,
+    # ACTION_KINDS, NO_STACK; HistoryColumns; history_times): those types are to move down
+    # beside the model (models/segments/), the reader importing them, once the reader's
+    # current rework has landed.
+    ("nsysfrag.models.segments", "nsysfrag.inputs.torch_snapshot.reader"),
+    ("nsysfrag.models.segments.compiled", "nsysfrag.inputs.torch_snapshot.reader"),
+    ("nsysfrag.models.segments.replay", "nsysfrag.inputs.torch_snapshot.reader"),
+    ("nsysfrag.models.segments.requests", "nsysfrag.inputs.torch_snapshot.columns"),
+    ("nsysfrag.models.segments.requests", "nsysfrag.inputs.torch_snapshot.spaces"),
+    ("nsysfrag.models.segments.window", "nsysfrag.inputs.torch_snapshot.reader"),
 }
 
 # Circles of modules still in the code, each as the sorted tuple of its modules; to be emptied.
@@ -41,7 +45,17 @@ ALLOWED_CIRCLES: set[tuple[str, ...]] = {
     # allocators/: the registry, --policy parsing and the package's __init__ (being untangled
     # on its own; the registry is to stop importing the package that re-exports it).
     ("nsysfrag.allocators", "nsysfrag.allocators.policy", "nsysfrag.allocators.registry"),
-    ('nsysfrag.inputs.nsys', 'nsysfrag.inputs.nsys.api_calls', 'nsysfrag.inputs.nsys.export_file', 'nsysfrag.inputs.nsys.reader', 'nsysfrag.inputs.nsys.target_info'),
+    # inputs/nsys/: export_file takes TRACE_FILE and is_report from the package's __init__, which
+    # calls the reader; the readers name their siblings through the package
+    # (`from nsysfrag.inputs.nsys import sqlite_tables`). Those two definitions are to move into
+    # export_file.py and the imports to name the modules, once the readers' rework has landed.
+    (
+        "nsysfrag.inputs.nsys",
+        "nsysfrag.inputs.nsys.api_calls",
+        "nsysfrag.inputs.nsys.export_file",
+        "nsysfrag.inputs.nsys.reader",
+        "nsysfrag.inputs.nsys.target_info",
+    ),
 }
 
 
@@ -107,7 +121,8 @@ def floors() -> list[list[str]]:
     section = DOC.read_text(encoding="utf-8").split("## Layers", 1)[1]
     block = re.search(r"```\n(.*?)```", section, re.DOTALL)
     assert block is not None, "docs/ARCHITECTURE.md draws no floors under ## Layers"
-    drawn = [line.split("│", 1)[0].split() for line in block.group(1).splitlines() if "│" in line]
+    lines = [line for line in block.group(1).splitlines() if "│" in line]
+    drawn = [line.split("│", 1)[0].split() for line in lines]
     return list(reversed([rooms for rooms in drawn if rooms]))
 
 
@@ -161,7 +176,8 @@ def test_every_room_is_on_one_floor() -> None:
     drawn = [r for floor in floors() for r in floor]
     rooms = {room(m) for m in MODULES}
     assert sorted(set(drawn)) == sorted(drawn), "a room is drawn on two floors"
-    assert not rooms - set(drawn), f"rooms on no floor of docs/ARCHITECTURE.md: {sorted(rooms - set(drawn))}"
+    missing = sorted(rooms - set(drawn))
+    assert not missing, f"rooms on no floor of docs/ARCHITECTURE.md: {missing}"
     assert not set(drawn) - rooms, f"floors name rooms that are gone: {sorted(set(drawn) - rooms)}"
 
 
@@ -174,9 +190,9 @@ def test_imports_only_look_down() -> None:
         if room(a) != room(b) and level[room(b)] > level[room(a)]
     }
     new = sorted(up - ALLOWED_UP)
-    assert not new, "imports that run up a floor (move the definition down, or the importer up):\n" + "\n".join(
-        f"  {a} ({room(a)}) imports {b} ({room(b)})" for a, b in new
-    )
+    described = "\n".join(f"  {a} ({room(a)}) imports {b} ({room(b)})" for a, b in new)
+    hint = "move the definition down, or the importer up"
+    assert not new, f"imports that run up a floor ({hint}):\n{described}"
     assert not ALLOWED_UP - up, f"no longer up, drop from ALLOWED_UP: {sorted(ALLOWED_UP - up)}"
 
 
