@@ -45,17 +45,6 @@ ALLOWED_CIRCLES: set[tuple[str, ...]] = {
     # allocators/: the registry, --policy parsing and the package's __init__ (being untangled
     # on its own; the registry is to stop importing the package that re-exports it).
     ("nsysfrag.allocators", "nsysfrag.allocators.policy", "nsysfrag.allocators.registry"),
-    # inputs/nsys/: export_file takes TRACE_FILE and is_report from the package's __init__, which
-    # calls the reader; the readers name their siblings through the package
-    # (`from nsysfrag.inputs.nsys import sqlite_tables`). Those two definitions are to move into
-    # export_file.py and the imports to name the modules, once the readers' rework has landed.
-    (
-        "nsysfrag.inputs.nsys",
-        "nsysfrag.inputs.nsys.api_calls",
-        "nsysfrag.inputs.nsys.export_file",
-        "nsysfrag.inputs.nsys.reader",
-        "nsysfrag.inputs.nsys.target_info",
-    ),
 }
 
 

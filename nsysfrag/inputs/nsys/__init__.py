@@ -5,23 +5,18 @@ opens it without ever writing, ``sqlite_pages`` decodes its big tables from the 
 a trace into one space per (process, device), and ``runner`` runs nsys itself to record or
 export.
 
-Only the reader loads on use: recognising a path imports none of it.
+What kind of file a path names is ``file_kinds`` (the modules here name each other directly,
+never through this package). Only the reader loads on use: recognising a path imports none of it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from nsysfrag.inputs.nsys.file_kinds import REPORT_SUFFIXES, TRACE_FILE, is_report
 from nsysfrag.inputs.recording import InputFormat, InputOptions, Recording
 
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-TRACE_FILE = "pass a trace file (.sqlite or .nsys-rep)"  # what to pass instead of a folder
-
-
-def is_report(path: Path) -> bool:
-    """True for an nsys report (``.nsys-rep``, or ``.qdrep`` from nsys before 2021.4)."""
-    return path.name.lower().endswith(REPORT_SUFFIXES)
-
+__all__ = ["NSYS_EXPORT", "REPORT_SUFFIXES", "TRACE_FILE", "is_report", "read_export"]
 
 def read_export(path: Path, options: InputOptions | None = None) -> Recording:
     """Read the SQLite export at ``path`` into a recording."""

@@ -19,8 +19,8 @@ import numpy as np
 
 from nsysfrag import interpreted
 from nsysfrag.events import I64
-from nsysfrag.inputs.nsys import sqlite_columns
-from nsysfrag.inputs.nsys import sqlite_tables as db
+import nsysfrag.inputs.nsys.sqlite_columns as sqlite_columns
+import nsysfrag.inputs.nsys.sqlite_tables as db
 from nsysfrag.inputs.nsys.records import (
     ALLOCATION_CALLS,
     VMM_CALLS,

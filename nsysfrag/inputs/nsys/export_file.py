@@ -19,7 +19,7 @@ from urllib.parse import quote
 from nsysfrag import limits
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.files import check_input_file, present_bytes
-from nsysfrag.inputs.nsys import TRACE_FILE, is_report
+from nsysfrag.inputs.nsys.file_kinds import TRACE_FILE, is_report
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 HEADER_BYTES = 100

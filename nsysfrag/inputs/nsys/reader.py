@@ -21,8 +21,11 @@ from nsysfrag import interpreted
 from nsysfrag.errors import InputError
 from nsysfrag.events import I64, ProgressCallback
 from nsysfrag.inputs.files import display_path
-from nsysfrag.inputs.nsys import export_file, sqlite_columns, sqlite_pages, target_info
-from nsysfrag.inputs.nsys import sqlite_tables as db
+import nsysfrag.inputs.nsys.export_file as export_file
+import nsysfrag.inputs.nsys.sqlite_columns as sqlite_columns
+import nsysfrag.inputs.nsys.sqlite_pages as sqlite_pages
+import nsysfrag.inputs.nsys.target_info as target_info
+import nsysfrag.inputs.nsys.sqlite_tables as db
 from nsysfrag.inputs.nsys.api_calls import (
     LITERAL_IDS,
     RUNTIME_TABLE,

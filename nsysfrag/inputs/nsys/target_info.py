@@ -10,8 +10,8 @@ import sqlite3
 from pathlib import Path
 
 from nsysfrag.errors import InputError
-from nsysfrag.inputs.nsys import export_file
-from nsysfrag.inputs.nsys import sqlite_tables as db
+import nsysfrag.inputs.nsys.export_file as export_file
+import nsysfrag.inputs.nsys.sqlite_tables as db
 from nsysfrag.inputs.nsys.records import Gpu
 
 # Where nsys records the report it exported, most specific first: 2022.x wrote EXPORT_INPUT_*,
