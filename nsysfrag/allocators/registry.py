@@ -7,19 +7,28 @@ Adding a policy: write its model as a module that defines a
 
 from __future__ import annotations
 
-from nsysfrag.allocators import arena, buddy, cuda_async, driver, heap, slab, small_pool, torch
+# Each family from its own module, never through the package: the package's __init__ re-exports
+# this registry, so importing the package from here would close a circle.
+from nsysfrag.allocators.arena import FAMILY as ARENA
+from nsysfrag.allocators.buddy import FAMILY as BUDDY
+from nsysfrag.allocators.cuda_async import FAMILY as CUDA_ASYNC
+from nsysfrag.allocators.driver import FAMILY as DRIVER
 from nsysfrag.allocators.family import PolicyFamily
+from nsysfrag.allocators.heap import BEST_FIT_FAMILY, FIRST_FIT_FAMILY
+from nsysfrag.allocators.slab import FAMILY as SLAB
+from nsysfrag.allocators.small_pool import FAMILY as SMALL_POOL
+from nsysfrag.allocators.torch import FAMILY as TORCH
 
 FAMILIES: tuple[PolicyFamily, ...] = (
-    torch.FAMILY,
-    cuda_async.FAMILY,
-    heap.BEST_FIT_FAMILY,
-    heap.FIRST_FIT_FAMILY,
-    buddy.FAMILY,
-    slab.FAMILY,
-    arena.FAMILY,
-    small_pool.FAMILY,
-    driver.FAMILY,
+    TORCH,
+    CUDA_ASYNC,
+    BEST_FIT_FAMILY,
+    FIRST_FIT_FAMILY,
+    BUDDY,
+    SLAB,
+    ARENA,
+    SMALL_POOL,
+    DRIVER,
 )
 
 # What runs without --policy: every family (whatif adds the torch settings each input
