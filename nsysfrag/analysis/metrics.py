@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nsysfrag.events import I64, BoolArray
-from nsysfrag.units import format_bytes as format_bytes
+from nsysfrag.units import format_bytes as format_bytes  # re-exported: the reports' byte words
 
 F64 = npt.NDArray[np.float64]
 # local_frag and free_blocks rate a space only where at least this share of the device is free:

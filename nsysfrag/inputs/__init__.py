@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# re-exported: what callers of the inputs name, under the package's name
 from nsysfrag.inputs.recording import InputFormat as InputFormat
 from nsysfrag.inputs.recording import InputOptions as InputOptions
 from nsysfrag.inputs.recording import Recording as Recording

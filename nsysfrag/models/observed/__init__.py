@@ -28,7 +28,7 @@ from nsysfrag.events import (
     MemoryPools,
 )
 from nsysfrag.models.observed.kernel import KernelEvents, KernelOutput, replay
-from nsysfrag.models.observed.kernel import warm_up as warm_up
+from nsysfrag.models.observed.kernel import warm_up as warm_up  # re-exported: inputs.nsys warms it
 from nsysfrag.models.observed.slots import assign_slots
 from nsysfrag.models.series import (
     ALLOCATED,
