@@ -24,6 +24,7 @@ import shutil
 import socket
 import stat
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,25 @@ def process_events(out: Path) -> list[dict[str, Any]]:
     except OSError:
         pass
     return events
+
+
+LINES_MAX = 2_000_000  # a timeline of a week at one sample a second
+
+
+def json_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a rank's ``.jsonl`` file (its timeline, ratings, alerts, steps),
+    within its first ``LINES_MAX`` lines: a line that is not one is skipped (a rank killed
+    mid-line leaves a partial last line), and a file that cannot be read holds none."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f):
+                if n >= LINES_MAX:
+                    return
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    yield record
+    except OSError:
+        return

@@ -10,9 +10,8 @@ places the snapshot's events; samples before the snapshot's history window come 
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,11 @@ from rich.text import Text
 from nsysfrag.analysis.metrics import format_bytes
 from nsysfrag.inputs.torch_snapshot.facts import facts_beside
 from nsysfrag.moments import moment_since
-from nsysfrag.record.layout import RankFolder
+from nsysfrag.record.layout import RankFolder, json_lines
 from nsysfrag.record.watch import ALERTS, RATINGS
 from nsysfrag.reporters.layout import Prose, outside
 
 POINTS = 2000  # at most this many points per series, as the document's own timeline
-LINES_MAX = 2_000_000  # a timeline of a week at one sample a second
 TIMELINE_KEYS = ("reserved_bytes", "allocated_bytes", "active_bytes", "device_free_bytes")
 RATING_KEYS = ("global_frag", "local_frag", "free_blocks")
 
@@ -101,25 +99,9 @@ def _origin_ns(document: dict[str, Any]) -> int | None:
 
 
 def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a ``.jsonl`` file; a line that is not one is skipped (a rank killed
-    mid-line leaves a partial last line)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            yield from _records_of(f)
-    except OSError:
-        return
-
-
-def _records_of(f: Iterable[str]) -> Iterator[dict[str, Any]]:
-    for n, line in enumerate(f):
-        if n >= LINES_MAX:
-            return
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("time_unix_ns"), int):
-            yield record
+    """The JSON objects of a ``.jsonl`` file that say when they were written (every sample,
+    rating and alert does; a line without its time places nothing)."""
+    return (r for r in json_lines(path) if isinstance(r.get("time_unix_ns"), int))
 
 
 def _timeline(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

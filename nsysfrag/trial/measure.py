@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nsysfrag.inputs.torch_snapshot.facts import FACTS_MAX_BYTES
 from nsysfrag.record.bootstrap.nsysfrag_recorder.names import STEPS, TIMELINE, facts_name
-from nsysfrag.record.layout import RankFolder, process_events, rank_folders
+from nsysfrag.record.layout import RankFolder, json_lines, process_events, rank_folders
 
-LINES_MAX = 2_000_000  # a week of samples at one a second
 _MAX = 1 << 62
 
 
@@ -112,7 +110,7 @@ def _stats(r: RankFolder) -> dict[str, int]:
         for d in _get(facts, "devices") or []:
             if isinstance(d, dict) and isinstance(d.get("memory_stats"), dict):
                 take(d["memory_stats"], True)
-    for line in _lines(r.path / TIMELINE):
+    for line in json_lines(r.path / TIMELINE):
         if line.get("event") == "oom":
             ooms_seen += 1
         else:
@@ -135,7 +133,7 @@ def _cuda_started(folder: Path) -> dict[int, int]:
 def _steps(path: Path) -> tuple[int, float | None]:
     """(the last step reported, seconds per step between the first and last lines)."""
     points = []
-    for line in _lines(path):
+    for line in json_lines(path):
         step, at = _int(line.get("step")), _int(line.get("time_unix_ns"))
         if step is not None and at is not None:
             points.append((step, at))
@@ -176,23 +174,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a ``.jsonl`` file (a partial last line of a killed rank skipped)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for n, line in enumerate(f):
-                if n >= LINES_MAX:
-                    return
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    yield record
-    except OSError:
-        return
 
 
 def _get(data: dict[str, Any] | None, key: str) -> Any:
