@@ -87,6 +87,8 @@ def _v1_space_columns() -> list[Column[object]]:
 
 def v1_initial(connection: Connection) -> None:
     """Runs, their tags and their spaces' summaries."""
+    # These tables repeat much of schema.py on purpose: this step is frozen as version 1 made
+    # them, and sharing code with the live schema would let a later change rewrite it.
     md = MetaData()
     Table(
         "runs",

@@ -33,9 +33,17 @@ metadata = MetaData()
 NO_CAPACITY_OVERRIDE = 0
 
 
-def _run_id() -> Column[int]:
-    """The key of a row that belongs to a run: it goes when the run goes."""
-    return Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+def _run_rows(
+    name: str, key: tuple[str, ...], *columns: Column[Any], index: Index | None = None
+) -> Table:
+    """A table of rows that belong to a run (they go when the run goes), keyed by the run and
+    ``key``."""
+    run_id = Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+    extra = () if index is None else (index,)
+    return Table(
+        name, metadata, run_id, *columns, PrimaryKeyConstraint("run_id", *key, name=f"pk_{name}"),
+        *extra,
+    )
 
 
 runs = Table(
@@ -63,15 +71,12 @@ runs = Table(
     Index("ix_runs_recorded_at", "recorded_at"),
 )
 
-run_tags = Table(
-    "run_tags",
-    metadata,
-    _run_id(),
+run_tags = _run_rows(
+    "run_tags", ("key",),
     Column("key", String, nullable=False),
     Column("value", String, nullable=False),
-    PrimaryKeyConstraint("run_id", "key", name="pk_run_tags"),
-    Index("ix_run_tags_key_value", "key", "value"),
-)
+    index=Index("ix_run_tags_key_value", "key", "value"),
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,27 +143,21 @@ SPACE_FIELDS: tuple[SpaceField, ...] = (
 # May be absent from a document (extra keys) or a space row (recorded before schema 2).
 OPTIONAL_FIELDS = frozenset({"device_name", "process_name"})
 
-run_spaces = Table(
-    "run_spaces",
-    metadata,
-    _run_id(),
+run_spaces = _run_rows(
+    "run_spaces", ("pid", "device", "model"),
     *(Column(f.column, f.type(), nullable=f.path in OPTIONAL_FIELDS) for f in SPACE_FIELDS),
-    PrimaryKeyConstraint("run_id", "pid", "device", "model", name="pk_run_spaces"),
-)
+)  # fmt: skip
 
 # Every other numeric key of a space (checks.keys.numeric_keys), one row each: trends and
 # checks follow any key of the analyze JSON, not only the columns above.
-run_space_values = Table(
-    "run_space_values",
-    metadata,
-    _run_id(),
+run_space_values = _run_rows(
+    "run_space_values", ("pid", "device", "model", "path"),
     Column("pid", BigInteger, nullable=False),
     Column("device", Integer, nullable=False),
     Column("model", String, nullable=False),
     Column("path", String, nullable=False),
     Column("value", Double, nullable=False),
-    PrimaryKeyConstraint("run_id", "pid", "device", "model", "path", name="pk_run_space_values"),
-)
+)  # fmt: skip
 
 schema_version = Table(
     "schema_version",
