@@ -138,17 +138,9 @@ def _memory(
     if top is not None:
         if abs(top.delta) <= abs(delta):
             verb = "is live" if delta > 0 else "was live"
-            clause += [
-                Piece(f"; {format_bytes(abs(top.delta))} of it {verb} at "),
-                Piece(top.site, True),
-            ]
+            clause += _named(top, LIVE, f"; {format_bytes(abs(top.delta))} of it {verb} at ")
         else:
-            clause += [
-                Piece("; live at "),
-                Piece(top.site, True),
-                Piece(f" {signed_bytes(top.delta)}"),
-            ]
-        clause += _status(top, LIVE)
+            clause += _named(top, LIVE, "; live at ", f" {signed_bytes(top.delta)}")
     return [clause]
 
 
@@ -162,14 +154,9 @@ def _stranded(moment: MomentChange | None, stranded: SiteFigure | None) -> list[
         share = abs(top.delta) / abs(figure.delta)
         if share <= 1:
             verb = "pinned by" if figure.delta > 0 else "of it was pinned by"
-            clause += [Piece(f", {share * 100:.0f} % {verb} "), Piece(top.site, True)]
+            clause += _named(top, STRANDED, f", {share * 100:.0f} % {verb} ")
         else:  # other sites' stranded bytes moved the other way
-            clause += [
-                Piece("; pinned by "),
-                Piece(top.site, True),
-                Piece(f": {signed_bytes(top.delta)}"),
-            ]
-        clause += _status(top, STRANDED)
+            clause += _named(top, STRANDED, "; pinned by ", f": {signed_bytes(top.delta)}")
     return [clause]
 
 
@@ -181,9 +168,8 @@ def _fragmentation(moment: MomentChange | None, holes: SiteFigure | None) -> lis
         clause.append(Piece(f"worst global frag {b:.1f} % → {c:.1f} %"))
     top = _top(holes, 1.0)
     if top is not None and _news(top.delta, top.base or 0):
-        clause.append(Piece((", " if clause else "") + f"holes {signed_bytes(top.delta)} from "))
-        clause.append(Piece(top.site, True))
-        clause += _status(top, HOLES)
+        lead = (", " if clause else "") + f"holes {signed_bytes(top.delta)} from "
+        clause += _named(top, HOLES, lead)
     return [clause] if clause else []
 
 
@@ -197,6 +183,13 @@ def _top(figure: SiteFigure | None, direction: float) -> SiteChange | None:
 # How a site that appeared or vanished is told, per figure.
 _APPEARED = {LIVE: " (new)", STRANDED: " (it pinned none before)", HOLES: " (a new hotspot)"}
 _VANISHED = {LIVE: " (gone)", STRANDED: " (it pins none now)", HOLES: " (no longer a hotspot)"}
+
+
+def _named(top: SiteChange, figure: str, before: str, after: str = "") -> list[Piece]:
+    """A clause's site: ``before``, the site, ``after`` (where there is one), and whether the
+    site appeared, vanished or was another in the base run."""
+    return [Piece(before), Piece(top.site, True), *([Piece(after)] if after else []),
+            *_status(top, figure)]  # fmt: skip
 
 
 def _status(change: SiteChange, figure: str) -> list[Piece]:
