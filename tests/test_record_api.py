@@ -82,3 +82,19 @@ def test_monitor_under_nsysfrag_record_leaves_the_recording_to_it(tmp_path: Path
     (rank,) = rank_folders(tmp_path / "rec")
     states = [e for e in jsonl(rank.timeline) if "state" in e]
     assert len(states) >= 3  # each 2nd step() sampled with a state snapshot
+
+
+def test_monitor_defaults_are_the_recorders_own() -> None:
+    # monitor spells out the recorder's options in its own signature (the bootstrap package is
+    # copied alone into a recorded interpreter and cannot import nsysfrag to share them): the
+    # two lists must not drift apart.
+    import inspect
+
+    from nsysfrag.record.bootstrap.nsysfrag_recorder.options import Options
+    from nsysfrag.torch import monitor
+
+    ours = inspect.signature(monitor).parameters
+    recorder = inspect.signature(Options).parameters
+    renamed = {"interval_s": "interval", "max_pause_s": "max_pause"}
+    for name, option in recorder.items():
+        assert ours[renamed.get(name, name)].default == option.default, name
