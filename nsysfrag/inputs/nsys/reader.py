@@ -148,7 +148,9 @@ def _read(
     with ThreadPoolExecutor(max_workers=4) as pool:
         calls = pool.submit(
             _on_own_connection, connect,
-            lambda c: read_runtime(c, tables, names, uri, correlated_from, query.alloc_op_id),
+            lambda c: read_runtime(
+                c, tables, names, uri, correlated_from, query.alloc_op_id, (path, query.total_rows)
+            ),
         )
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
