@@ -273,7 +273,9 @@ def test_runtime_table_of_a_dense_trace_decoded_from_pages_as_sqlite_reads_it(
     path = _runtime_export(make_trace)
     if thread_of_every_call:
         with sqlite3.connect(path) as con:
-            con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 5 WHERE globalTid IS NULL")
+            con.execute(
+                "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 5 WHERE globalTid IS NULL"
+            )
         con.close()
     monkeypatch.setattr(reader, "LITERAL_IDS", 0)  # a large memory table: no correlated pass
     sqlite_read = read_trace(path)
