@@ -141,11 +141,13 @@ def replay_rate(path: Path) -> tuple[float, int]:
 # The steps of `analyze --json` on one trace, each timed (wall, CPU of every thread) with the
 # peak RSS so far; run in a process of its own so that nothing earlier is loaded or counted.
 _PHASES = """
-import resource, sys, time
+import sys, time
 from pathlib import Path
 rows = []
 def step(name, start, cpu):
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's at fork.
+    status = open("/proc/self/status").read().split("VmHWM:")[1]
+    rss = int(status.split()[0]) * 1024
     rows.append((name, time.perf_counter() - start, time.process_time() - cpu, rss))
     return time.perf_counter(), time.process_time()
 t, c = time.perf_counter(), time.process_time()
