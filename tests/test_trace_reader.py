@@ -259,3 +259,40 @@ def test_runtime_table_read_in_two_ranges_as_in_one(
     monkeypatch.setattr(sqlite_columns, "_LIB", None)  # and the portable reader
     portable = read_trace(path)
     assert _api_lists(portable) == _api_lists(whole)
+
+
+@pytest.mark.parametrize("thread_of_every_call", [True, False], ids=["decoded", "declined"])
+def test_runtime_table_of_a_dense_trace_decoded_from_pages_as_sqlite_reads_it(
+    make_trace: MakeTrace, monkeypatch: pytest.MonkeyPatch, thread_of_every_call: bool
+) -> None:
+    """Where the memory table is as long as the runtime table, the page decoder reads the
+    allocation and VMM calls; a VMM call without a thread (NULL) makes it decline, and SQLite's
+    pass reads the table, counting that call all the same."""
+    from nsysfrag.inputs.nsys import api_calls, reader, sqlite_pages
+
+    path = _runtime_export(make_trace)
+    if thread_of_every_call:
+        with sqlite3.connect(path) as con:
+            con.execute(
+                "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = 5 WHERE globalTid IS NULL"
+            )
+        con.close()
+    monkeypatch.setattr(reader, "LITERAL_IDS", 0)  # a large memory table: no correlated pass
+    sqlite_read = read_trace(path)
+    monkeypatch.setenv("NSYSFRAG_KERNELS", "compiled")  # the decoder, whatever the size
+    monkeypatch.setattr(api_calls, "_DENSE_MEMORY_ROWS_PER_CALL", 0.0)
+    decoded: list[bool] = []
+    read_columns = sqlite_pages.read_columns
+
+    def spied(*args: object, **kwargs: object) -> object:
+        got = read_columns(*args, **kwargs)  # type: ignore[arg-type]
+        if args[2] == api_calls.RUNTIME_TABLE:
+            decoded.append(got is not None)
+        return got
+
+    monkeypatch.setattr(sqlite_pages, "read_columns", spied)
+    dense = read_trace(path)
+    assert decoded == [thread_of_every_call]
+    assert _api_lists(dense) == _api_lists(sqlite_read)
+    assert (dense.allocation_calls, dense.vmm_calls) == (sqlite_read.allocation_calls, 2)
+    assert dense.api.is_failed_allocation.tolist() == [False, True, False]

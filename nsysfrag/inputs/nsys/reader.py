@@ -148,7 +148,9 @@ def _read(
     with ThreadPoolExecutor(max_workers=4) as pool:
         calls = pool.submit(
             _on_own_connection, connect,
-            lambda c: read_runtime(c, tables, names, uri, correlated_from, query.alloc_op_id),
+            lambda c: read_runtime(
+                c, tables, names, uri, correlated_from, query.alloc_op_id, (path, query.total_rows)
+            ),
         )
         compiled = pool.submit(
             _on_own_connection, connect, lambda c: query.compiled(c, uri, pool, progress, path)
@@ -477,9 +479,10 @@ class _MemoryQuery:
             columns = [a[order] for a in columns]
         start, address, nbytes, corr, gpid, device, kind, op = columns[:8]
         pid, _ = split_global_id(gpid)
-        if start.base is not None:
-            # Rows of the one array the scan filled: the kept ones are copied out so that the
-            # rest (process ids, kinds, operations: 48 MB per 2 M rows) is freed.
+        if start.base is not None and start.base is kind.base:
+            # Rows of the one array SQLite's reader filled: the kept ones are copied out so
+            # that the rest (process ids, kinds, operations: 48 MB per 2 M rows) is freed. The
+            # page decoder gives each column an array of its own: nothing to copy.
             start, address, nbytes, corr, device = (
                 np.array(a) for a in (start, address, nbytes, corr, device)
             )

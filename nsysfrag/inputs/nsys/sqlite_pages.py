@@ -244,22 +244,29 @@ def _read_leaves(
     # A page holds at most (usable - 8) / 2 cell pointers: the rows one batch can add.
     per_batch = batch * ((usable - 8) // 2)
     # Every row kept: SQLite's count sizes the output. Filtered: it grows with the rows kept,
-    # never with the rows the table has.
-    out = np.empty((spec.shape[0], rows if where < 0 else min(rows, per_batch)), dtype=np.int64)
+    # never with the rows the table has. An array per column, not one block: a caller keeps
+    # the columns it needs and the others' memory goes, with no copy.
+    width = rows if where < 0 else min(rows, per_batch)
+    out = tuple(np.empty(width, dtype=np.int64) for _ in range(spec.shape[0]))
     state = np.zeros(3, dtype=np.int64)  # rows kept, rows seen, last rowid
     for first in range(0, len(level), batch):
         numbers = level[first : first + batch]
-        if where >= 0 and out.shape[1] - state[0] < min(per_batch, rows - state[1]):
-            grown = np.empty((out.shape[0], min(rows, max(2 * out.shape[1], state[0] + per_batch))), dtype=np.int64)
-            grown[:, : state[0]] = out[:, : state[0]]
-            out = grown
+        if where >= 0 and len(out[0]) - state[0] < min(per_batch, rows - state[1]):
+            width = min(rows, max(2 * len(out[0]), state[0] + per_batch))
+            out = tuple(_grown(column, int(state[0]), width) for column in out)
         buffer = file.read(numbers, buffer)
         if _leaves(buffer, numbers, size, usable, root, spec, where, ids, out, state) < 0:
             raise _Declined("damaged leaf page")
     kept, seen = int(state[0]), int(state[1])
     if seen != rows:
         raise _Declined("another row count than SQLite's")
-    return [out[c, :kept] for c in range(spec.shape[0])]
+    return [column[:kept] for column in out]
+
+
+def _grown(column: I64, kept: int, width: int) -> I64:
+    grown = np.empty(width, dtype=np.int64)
+    grown[:kept] = column[:kept]
+    return grown
 
 
 @numba.njit(cache=True, nogil=True)
@@ -371,9 +378,9 @@ def _children(data, numbers, page_size, usable, pages, root, out):  # type: igno
 @numba.njit(cache=True, nogil=True)
 def _leaves(data, numbers, page_size, usable, root, spec, where, ids, out, state):  # type: ignore[no-untyped-def]
     """Rows of the leaf table pages ``numbers`` (read one after another into ``data``) into
-    ``out`` from column ``state[0]`` on (one row per output column, as ``spec`` says: record
-    column, mode, other column), those whose column ``where`` is one of ``ids`` (sorted) if
-    ``where`` >= 0. ``state`` is (rows kept, rows seen, last rowid), carried from one call to
+    ``out`` from index ``state[0]`` on (a tuple of one array per output column, as ``spec``
+    says: record column, mode, other column), those whose column ``where`` is one of ``ids``
+    (sorted) if ``where`` >= 0. ``state`` is (rows kept, rows seen, last rowid), carried from one call to
     the next; returns the rows kept, or -1."""
     last = max(where, 0)
     for c in range(spec.shape[0]):
@@ -440,7 +447,7 @@ def _leaves(data, numbers, page_size, usable, root, spec, where, ids, out, state
                 at = np.searchsorted(ids, value)
                 if at == len(ids) or ids[at] != value:
                     continue
-            if n >= out.shape[1]:
+            if n >= len(out[0]):
                 return _FAILED
             for c in range(spec.shape[0]):
                 j = spec[c, 0]
@@ -457,17 +464,17 @@ def _leaves(data, numbers, page_size, usable, root, spec, where, ids, out, state
                         flags = 1
                     if other != 0 and _integer(data, offsets[spec[c, 2]], other) != 0:
                         flags += 2
-                    out[c, n] = flags
+                    out[c][n] = flags
                     continue
                 if serial == 0 and mode == INTEGER_OR_MINUS_ONE:
-                    out[c, n] = -1
+                    out[c][n] = -1
                     continue
                 if not _is_integer(serial):
                     return _FAILED
                 value = _integer(data, offsets[j], serial)
                 if mode == FLAGGED and serials[spec[c, 2]] != 0:
                     value |= np.int64(1) << 62
-                out[c, n] = value
+                out[c][n] = value
             n += 1
     state[0] = n
     state[1] = seen
