@@ -19,6 +19,16 @@ from hypothesis import strategies as st
 from nsysfrag.inputs.nsys import sqlite_pages as pages
 from tests.hostile.child_fuzz import fuzz_in_child
 
+
+
+@pytest.fixture(autouse=True)
+def _compiled_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder is a compiled kernel that declines (returns None) wherever kernels run
+    interpreted, by design: the reader then asks SQLite. These tests hold the decoder itself to
+    SQLite, so they pin it compiled even in a suite run with ``NSYSFRAG_KERNELS=interpreted``."""
+    monkeypatch.setenv("NSYSFRAG_KERNELS", "compiled")
+
+
 EXAMPLES = int(os.environ.get("NSYSFRAG_PROPERTY_EXAMPLES", "150"))
 
 INTEGERS = st.one_of(
