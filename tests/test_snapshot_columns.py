@@ -182,3 +182,63 @@ def test_a_pickle_of_plain_data_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "s.pickle"
     path.write_bytes(pickle.dumps(data, protocol=4))
     assert read_snapshot_columns(path).histories[0].address.tolist() == [S]
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name[:50])
+def test_a_file_read_chunk_by_chunk_as_its_entries_are_freed_keeps_every_figure(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_snapshot_columns empties the trace lists as it goes; small chunks make it cross many
+    chunk boundaries, and stacks met again after their first lists were freed keep their ids
+    (compared on one object graph: ids are numbered by chunk and by the frames' addresses)."""
+    monkeypatch.setattr(sc, "CHUNK", 97)
+    data = load_plain_pickle(path)
+    records, whole = parse_snapshot(data, path.name), snapshot_columns(data, path.name)
+    consumed = snapshot_columns(data, path.name, consume=True)
+    traces = data.get("device_traces", []) if isinstance(data, dict) else []
+    assert all(not trace for trace in traces)  # every entry went
+    assert_same_entries(records, consumed)
+    assert consumed.stack_site.tolist() == whole.stack_site.tolist()
+    assert consumed.site_names == whole.site_names
+    for device, col in whole.histories.items():
+        assert consumed.histories[device].stack.tolist() == col.stack.tolist()
+    assert_same_entries(records, read_snapshot_columns(path))
+
+
+def test_entries_are_freed_while_later_ones_become_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The graph shrinks as the columns grow: by the last chunk, most entries are gone."""
+    traced: list[int] = []
+    fast_chunk = sc._fast_chunk
+
+    def measured(part: list[Any], start: int) -> Any:
+        traced.append(tracemalloc.get_traced_memory()[0])
+        return fast_chunk(part, start)
+
+    monkeypatch.setattr(sc, "CHUNK", 500)
+    monkeypatch.setattr(sc, "_fast_chunk", measured)
+    tracemalloc.start()
+    try:
+        columns = read_snapshot_columns(SAMPLES / "training_snapshot.pickle")
+    finally:
+        tracemalloc.stop()
+    assert len(columns.histories[0]) == 8000 and len(traced) == 16
+    assert traced[-1] < traced[0] / 2, traced
+
+
+def test_a_trace_list_named_twice_is_read_whole_for_each_device(tmp_path: Path) -> None:
+    trace = [_entry(), _entry("free_requested"), _entry("free_completed")]
+    data = {"segments": [], "device_traces": [trace, trace]}  # one list, through the memo
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    histories = read_snapshot_columns(path).histories
+    assert [len(histories[d]) for d in (0, 1)] == [3, 3]
+    assert histories[0].action.tolist() == histories[1].action.tolist()
+
+
+def test_columns_of_the_callers_data_leave_it_as_it_was() -> None:
+    trace = [_entry(), _entry("free_requested")]
+    data = {"segments": [], "device_traces": [trace]}
+    snapshot_columns(data, "s")
+    assert data["device_traces"][0] is trace and len(trace) == 2

@@ -103,21 +103,33 @@ def read_snapshot_columns(
     # containers are alive, it would scan them all once before they are freed anyway.
     with paused_gc():
         data, pickle_bytes = load_pickle_bytes(path, progress)
-        columns = snapshot_columns(data, str(path), pickle_bytes, progress)
-        del data  # the only reference to the object graph
+        # The graph is ours alone: its entries are freed as they become columns.
+        columns = snapshot_columns(data, str(path), pickle_bytes, progress, consume=True)
+        del data  # the only reference to what is left of the object graph
     return columns
 
 
 def snapshot_columns(
-    data: Any, path: str, file_bytes: int | None = None, progress: ProgressCallback | None = None
+    data: Any,
+    path: str,
+    file_bytes: int | None = None,
+    progress: ProgressCallback | None = None,
+    consume: bool = False,
 ) -> SnapshotColumns:
-    """Columns from an unpickled snapshot (``file_bytes`` bounds its expansion)."""
+    """Columns from an unpickled snapshot (``file_bytes`` bounds its expansion). ``consume``:
+    empty each trace list as it is read (``data`` is the caller's no more), so that the entries
+    and the columns made of them are never all alive at once: at a million entries that is the
+    difference between the object graph's peak and the graph's plus the columns'."""
     with paused_gc():
         parts = snapshot_parts(data, path, file_bytes)
         limit = ExpansionLimit.for_file(path, file_bytes) if file_bytes is not None else None
         stacks = StackTable(limit)
         reader = _TraceReader(path, stacks, progress, sum(map(len, parts.raw_traces)))
-        histories = {d: reader.device(d, entries) for d, entries in enumerate(parts.raw_traces)}
+        # A list named twice (through the memo) must be read whole the second time too.
+        consume = consume and len(set(map(id, parts.raw_traces))) == len(parts.raw_traces)
+        histories = {
+            d: reader.device(d, entries, consume) for d, entries in enumerate(parts.raw_traces)
+        }
     times = [h.time_us[h.time_us != NO_TIME] for h in histories.values()]
     timed = [t for t in times if len(t)]
     return SnapshotColumns(
@@ -161,10 +173,18 @@ class _TraceReader:
         self.unknown: Counter[str] = Counter()
         self.skipped = 0
 
-    def device(self, device: int, entries: list[Any]) -> HistoryColumns:
+    def device(self, device: int, entries: list[Any], consume: bool) -> HistoryColumns:
+        """The columns of ``entries``; ``consume``: emptying the list a chunk at a time. The
+        stack table's keys (frame identities) stay valid as entries are freed: every frame a
+        later entry names was alive beside the freed ones, so no address is ever reused."""
         chunks = []
-        for start in range(0, len(entries), CHUNK):
-            part = entries[start : start + CHUNK]
+        total = len(entries)
+        for start in range(0, total, CHUNK):
+            if consume:
+                part = entries[:CHUNK]
+                del entries[:CHUNK]
+            else:
+                part = entries[start : start + CHUNK]
             try:
                 chunk = _fast_chunk(part, start)
                 if chunk is None:
@@ -173,7 +193,9 @@ class _TraceReader:
                 raise InputError(
                     f"{self.path}: not a usable PyTorch memory snapshot: {err}"
                 ) from None
-            chunks.append((chunk, self.stacks.intern(chunk.frames)))
+            ids = self.stacks.intern(chunk.frames)
+            chunk.frames = []  # the stacks are ids now: their lists may go with the entries
+            chunks.append((chunk, ids))
             self.done += len(part)
             if self.progress is not None:
                 self.progress("parsing trace entries", self.done, self.total)
