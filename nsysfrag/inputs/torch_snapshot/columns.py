@@ -40,30 +40,15 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     paused_gc,
     snapshot_parts,
 )
-from nsysfrag.inputs.torch_snapshot.stacks import Frame, StackTable, frames_of
+from nsysfrag.inputs.torch_snapshot.stacks import StackTable, frames_of
+from nsysfrag.models.snapshot_entries import NO_TIME, HistoryColumns
+
+# The history's columns are defined beside the model that replays them; read from here too.
+__all__ = ["NO_TIME", "HistoryColumns"]
 
 # The action column holds the event model's kinds (``nsysfrag.events``) as they are.
 _SITE_KINDS = np.array(sorted(ACTION_KINDS[a] for a in SITE_ACTIONS), dtype=np.int8)
-NO_TIME = np.iinfo(np.int64).min  # the entry has no time_us (PyTorch before 2.1)
 CHUNK = 1 << 16
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryColumns:
-    """One device's history, oldest first, one array element per kept entry."""
-
-    action: I8  # the event kinds of nsysfrag.events (reader.ACTION_KINDS)
-    address: I64  # 0 for oom and snapshot
-    size: I64  # requested bytes (alloc/free_*), segment or mapped bytes, rounded request (oom)
-    stream: I64
-    time_us: I64  # NO_TIME where the entry has none
-    stack: I64  # id into SnapshotColumns.stack_site; 0: no stack recorded or not kept
-    oom_rows: I64  # the entries that are OOMs
-    oom_device_free: I64  # per OOM: what cudaMemGetInfo reported free, -1 if not recorded
-    oom_frames: tuple[tuple[Frame, ...], ...]  # per OOM: the failed request's whole stack
-
-    def __len__(self) -> int:
-        return len(self.action)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from nsysfrag import events
 from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot.limits import ExpansionLimit
 from nsysfrag.inputs.torch_snapshot.unpickle import (
@@ -29,8 +28,26 @@ from nsysfrag.inputs.torch_snapshot.unpickle import (
     load_plain_pickle,
     paused_gc,
 )
+from nsysfrag.models.snapshot_entries import (
+    ACTION_KINDS,
+    NO_STACK,
+    Block,
+    HistoryEntry,
+    Segment,
+)
 
-__all__ = ["load_pickle_bytes", "load_plain_pickle", "paused_gc"]  # read from here by the other snapshot readers
+# Read from here by the other snapshot readers, and the records' types (defined beside the
+# model that replays them) by whoever read them from here before.
+__all__ = [
+    "ACTION_KINDS",
+    "NO_STACK",
+    "Block",
+    "HistoryEntry",
+    "Segment",
+    "load_pickle_bytes",
+    "load_plain_pickle",
+    "paused_gc",
+]
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 MAX_INT = 1 << 62  # addresses and sizes beyond this are not a GPU's; totals must fit int64
@@ -44,19 +61,6 @@ MAX_TIME_US = 1 << 53
 BLOCK_ACTIONS = frozenset({"alloc", "free_requested", "free_completed", "free"})
 SEGMENT_ACTIONS = frozenset({"segment_alloc", "segment_free", "segment_map", "segment_unmap"})
 KNOWN_ACTIONS = BLOCK_ACTIONS | SEGMENT_ACTIONS | {"oom", "snapshot"}
-# Each action as a kind of the one event model; "free" is a free with nothing pending.
-ACTION_KINDS = {
-    "alloc": events.ALLOC,
-    "free": events.FREE,
-    "free_requested": events.FREE_REQUESTED,
-    "free_completed": events.FREE_COMPLETED,
-    "segment_alloc": events.SEGMENT_ALLOC,
-    "segment_free": events.SEGMENT_FREE,
-    "segment_map": events.SEGMENT_MAP,
-    "segment_unmap": events.SEGMENT_UNMAP,
-    "oom": events.FAILED_ALLOC,
-    "snapshot": events.MARK,
-}
 SITE_ACTIONS = frozenset({"alloc", "free_completed", "free", "oom"})  # entries whose stack is kept
 
 ALLOCATED = "allocated"
@@ -70,7 +74,6 @@ _BLOCK_STATES = {
     "inactive": INACTIVE,
 }
 
-NO_STACK = "(no stack recorded)"
 NO_PYTHON_FRAME = "(no Python frame)"
 FRAME_CHARS = 500  # the longest frame text a report shows
 # A frame inside PyTorch itself: any path with a directory named torch (site-packages/torch/…,
@@ -78,43 +81,6 @@ FRAME_CHARS = 500  # the longest frame text a report shows
 _TORCH_DIR = re.compile(r"(^|[\\/])torch[\\/]")
 # Backward runs on the autograd engine's C++ thread: no Python frame, but the node is named.
 _AUTOGRAD_NODE = re.compile(r"(\w+Backward\w*)::apply")
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A block of a segment in the final state (free blocks are not kept)."""
-
-    address: int
-    size: int  # bytes the block takes in its segment (rounded, or unsplit)
-    requested_bytes: int  # what the program asked for
-    pending_free: bool  # freed by the program, waiting on other streams' events
-    site: str
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One cudaMalloc'd segment, or one contiguous mapped range of an expandable segment."""
-
-    device: int
-    address: int
-    size: int
-    stream: int
-    small_pool: bool | None  # None where the snapshot does not say
-    expandable: bool
-    blocks: tuple[Block, ...]  # allocated and pending-free blocks, by address
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    """One entry of a device's history, the ring buffer PyTorch records (its ``TraceEntry``)."""
-
-    action: str
-    address: int  # 0 for oom and snapshot
-    size: int  # requested bytes (alloc/free_*), segment or mapped bytes, rounded request (oom)
-    stream: int
-    time_us: int | None  # absent before PyTorch 2.1
-    site: str
-    device_free: int | None = None  # oom: what cudaMemGetInfo reported free
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from nsysfrag.errors import InputError
-from nsysfrag.events import I64, AllocationEvents, InputCounts, KnownSites, SourceInfo
+from nsysfrag.events import AllocationEvents, InputCounts, KnownSites, SourceInfo
 from nsysfrag.inputs.recording import InputOptions, Recording, check_space_count
-from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, NO_TIME, SnapshotColumns
+from nsysfrag.inputs.torch_snapshot.columns import EMPTY_HISTORY, SnapshotColumns
 from nsysfrag.inputs.torch_snapshot.reader import (
     ACTION_KINDS,
     NO_STACK,
@@ -29,7 +29,10 @@ from nsysfrag.inputs.torch_snapshot.words import WORDS
 from nsysfrag.models.section import SnapshotFacts
 from nsysfrag.models.segments import MODEL_NAME, SegmentsModel
 from nsysfrag.models.segments.rules import K_MIN_BLOCK, AllocatorSettings
+from nsysfrag.models.snapshot_entries import history_times
 from nsysfrag.models.space import RecordedSpace
+
+__all__ = ["history_times"]  # defined beside the model that replays it; read from here too
 
 SNAPSHOT_PID = 0  # a snapshot names no process
 DEFAULT_GRANULARITY = 512
@@ -158,18 +161,6 @@ def columns_events(columns: SnapshotColumns, device: int) -> tuple[AllocationEve
         failure_stacks=tuple(map(program_stack, history.oom_frames)),
     )
     return events, timestamps
-
-
-def history_times(time_us: I64, origin_us: int) -> tuple[I64, bool]:
-    """ns since ``origin_us`` per entry, never decreasing (an entry without a time takes the
-    one before it, the first ones the first time there is); entry numbers when the history has
-    no timestamps at all."""
-    present = time_us != NO_TIME
-    if not present.any():
-        return np.arange(len(time_us), dtype=np.int64), False
-    rel = np.where(present, time_us - origin_us, np.iinfo(np.int64).min)
-    rel[0] = max(int(rel[0]), int(rel[np.argmax(present)]))
-    return np.maximum.accumulate(rel) * 1000, True
 
 
 def device_events(entries: Sequence[HistoryEntry], origin_us: int) -> tuple[AllocationEvents, bool]:

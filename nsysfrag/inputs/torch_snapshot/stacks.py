@@ -35,11 +35,13 @@ from nsysfrag.inputs.torch_snapshot.reader import (
     outside_torch,
     site_of,
 )
+from nsysfrag.models.snapshot_entries import Frame
+
+__all__ = ["Frame"]  # defined beside the model that replays a snapshot; read from here too
 
 NO_STACK_ID = 0
 MAX_STACK_FRAMES = 64  # of an OOM's stack a report keeps
 ROUNDS = 4  # of grouping by content before the remaining lists are interned one by one
-Frame = tuple[str, str, str]  # file, line, function: as text, whatever the pickle held
 
 
 class StackTable:

@@ -25,7 +25,6 @@ from nsysfrag.capacity import (
     snapshot_capacity,
 )
 from nsysfrag.events import AllocationEvents, ProgressCallback
-from nsysfrag.inputs.torch_snapshot.reader import Segment
 from nsysfrag.models.section import SnapshotFacts, SnapshotSection, WindowFigures
 from nsysfrag.models.segments.compiled import CompiledDevice
 from nsysfrag.models.segments.device_replay import DeviceReplay
@@ -43,6 +42,7 @@ from nsysfrag.models.series import (
     StrandedSegment,
     from_replay,
 )
+from nsysfrag.models.snapshot_entries import Segment
 from nsysfrag.models.tried_settings import (
     RunSettings,
     Setting,

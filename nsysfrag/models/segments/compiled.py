@@ -31,7 +31,6 @@ from nsysfrag.events import (
     AllocationEvents,
     ProgressCallback,
 )
-from nsysfrag.inputs.torch_snapshot.reader import NO_STACK, Segment
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.kernel import (
     F_HOLE,
@@ -90,6 +89,7 @@ from nsysfrag.models.segments.replay import MAX_REPAIR_ROUNDS
 from nsysfrag.models.segments.rules import AllocatorSettings
 from nsysfrag.models.segments.window import _final_segments
 from nsysfrag.models.series import FreeBlocks, StrandedSegment
+from nsysfrag.models.snapshot_entries import NO_STACK, Segment
 
 _SEGMENT_ACTIONS = np.array([SEGMENT_ALLOC, SEGMENT_FREE, SEGMENT_MAP, SEGMENT_UNMAP], np.int8)
 _NO_ADDRESS = np.array([FAILED_ALLOC, MARK], np.int8)

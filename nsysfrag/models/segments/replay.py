@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from nsysfrag.events import AllocationEvents, NameCodes
-from nsysfrag.inputs.torch_snapshot.reader import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 from nsysfrag.models.segments.device_replay import DeviceReplay, OomEvent
 from nsysfrag.models.segments.layout import Layout, _Block, _Seg
 from nsysfrag.models.segments.rules import (
@@ -53,6 +52,7 @@ from nsysfrag.models.series import (
     FreeBlocks,
     StrandedSegment,
 )
+from nsysfrag.models.snapshot_entries import ACTION_KINDS, NO_STACK, HistoryEntry, Segment
 
 _SEGMENT_CODES = {
     "segment_alloc": SEGMENT_ALLOC,

@@ -23,9 +23,8 @@ import numpy.typing as npt
 
 from nsysfrag import interpreted
 from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, FREE_COMPLETED, I64
-from nsysfrag.inputs.torch_snapshot.columns import HistoryColumns
-from nsysfrag.inputs.torch_snapshot.spaces import history_times
 from nsysfrag.models.segments.compiled import WindowLayout
+from nsysfrag.models.snapshot_entries import HistoryColumns, history_times
 
 EVENT_ALLOC = 0  # allocators.base.ALLOC
 EVENT_FREE = 1  # allocators.base.FREE

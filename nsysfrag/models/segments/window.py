@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nsysfrag.inputs.torch_snapshot.reader import HistoryEntry, Segment
 from nsysfrag.models.segments.layout import SegmentSet, _Seg
 from nsysfrag.models.segments.rules import K_SMALL_BUFFER, expandable_page
+from nsysfrag.models.snapshot_entries import HistoryEntry, Segment
 
 
 @dataclass(slots=True)

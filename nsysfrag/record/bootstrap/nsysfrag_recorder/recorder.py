@@ -13,9 +13,10 @@ import atexit
 import os
 import signal
 import threading
-from typing import Any, Callable, Dict, List  # noqa: UP035  (the program may run Python 3.8)
+from typing import Any
 
-from . import facts as device_facts
+from .facts import devices as describe_devices
+from .facts import facts, identity, launcher_rank, restart_count
 from .files import Folder
 from .names import (
     ATTEMPT_INFIX,
@@ -30,11 +31,9 @@ from .names import (
     oom_name,
 )
 from .options import Options
-from .sampler import Sampler
+from .process_log import log_process
+from .sampler import OnState, Sampler
 from .stderr import warn
-
-# (the state snapshot's segments, its facts); typing's names: the program may run Python 3.8.
-OnState = Callable[[List[Any], Dict[str, Any]], None]  # noqa: UP006
 
 
 class Unsupported(Exception):
@@ -50,7 +49,7 @@ class Recorder:
         self.out_dir = out_dir
         self.on_state = on_state
         self.pid = os.getpid()
-        self.launcher = device_facts.launcher_rank()
+        self.launcher = launcher_rank()
         self.rank = None if self.launcher is None else self.launcher[0]
         self.folder = Folder(out_dir, f"pid {self.pid}")  # the record folder until claim()
         self.claimed = False
@@ -77,7 +76,7 @@ class Recorder:
             # Inside torch's initialization the counts are 0; the Python API may start later.
             devices = list(range(int(self.torch.cuda.device_count())))
             self.sampler.counted_at_start = self.sampler.count_history(devices)
-        self.who = device_facts.identity(self.torch)
+        self.who = identity(self.torch)
         if self.launcher is not None:
             self.claim()  # the launcher named it: the folder exists before the first allocation
         atexit.register(self.finish, "exit")
@@ -97,14 +96,12 @@ class Recorder:
             used = sorted({device} if device is not None else set(self.devices_in_use()))
             if self.launcher is None and not used:
                 return False  # a process that never held memory has nothing to record
-            names = folder_names(self.launcher, device_facts.restart_count(), used, self.pid)
+            names = folder_names(self.launcher, restart_count(), used, self.pid)
             name, rank, named_by = make_rank_folder(self.out_dir, names)
             label = f"pid {self.pid}" if rank is None else f"rank {rank} (pid {self.pid})"
             self.folder = Folder(os.path.join(self.out_dir, name), label)
             self.who.update(folder=name, rank=rank, named_by=named_by)
             self.claimed = True
-        from . import log_process
-
         log_process(self.out_dir, "folder", folder=name, named_by=named_by)
         self.sampler.described = self.describe(self.devices_in_use())
         return True
@@ -144,7 +141,7 @@ class Recorder:
         about = {
             **self.who,
             "options": self.options.as_dict(),
-            "devices": device_facts.devices(self.torch, in_use, False),
+            "devices": describe_devices(self.torch, in_use, False),
         }
         return self.folder.write_json(PROCESS, about)
 
@@ -186,7 +183,7 @@ class Recorder:
             self.sampler.described = self.describe(in_use)
         if not self.folder.write_with(name, self.torch.cuda.memory._dump_snapshot):
             return False
-        about = device_facts.facts(self.torch, self.who, in_use, reason, snapshot=name, **extra)
+        about = facts(self.torch, self.who, in_use, reason, snapshot=name, **extra)
         return self.folder.write_json(facts_name(name), about)
 
     def finish(self, reason: str = "exit") -> None:

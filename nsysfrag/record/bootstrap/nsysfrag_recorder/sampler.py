@@ -23,14 +23,39 @@ from __future__ import annotations
 import pickle
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Dict, List  # noqa: UP035  (Python 3.8)
 
 from .facts import facts, usage
 from .names import TIMELINE, facts_name, state_name
 from .stderr import warn
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
+    from typing import Protocol
+
+    from .files import Folder
+    from .options import Options
+
+    class Sampled(Protocol):
+        """What the sampler reads of the process it samples (``recorder.Recorder``), named
+        here so that the sampler need not import the recorder that starts it."""
+
+        torch: Any
+        options: Options
+        folder: Folder
+        no_history: str | None
+        who: dict[str, Any]
+        on_state: OnState | None
+
+        def devices_in_use(self) -> list[int]: ...
+
+        def claim(self, device: int | None = None) -> bool: ...
+
+        def describe(self, in_use: list[int]) -> bool: ...
+
+
+# What each state snapshot is handed to (the Python API rates it): its segments, its facts.
+# typing's names: the program may run Python 3.8.
+OnState = Callable[[List[Any], Dict[str, Any]], None]  # noqa: UP006
 
 MOVED_SHARE = 0.01
 # Before any state snapshot was measured: what one history entry with a Python stack may cost
@@ -49,7 +74,7 @@ class Sampler:
     """The sampling of one process; ``start()`` runs it on a daemon thread, ``sample()`` takes
     one sample now (the Python API's ``step()``)."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Sampled) -> None:
         self.recorder = recorder
         self.options = recorder.options
         self.samples = 0
