@@ -146,47 +146,38 @@ def _t_erase(t: I64, n: int) -> None:
 
 
 @kernel_step
-def _t_lower_bound(t: I64, k1: int, k2: int) -> int:
-    """The first node whose key is >= (k1, k2), or 0."""
+def _around(t: I64, k1: int, k2: int, kid: int) -> tuple[int, int]:
+    """(the last node whose key is < (k1, k2, kid), the first whose key is >=), 0 for none:
+    one descent finds both, the one from the turns right, the other from the turns left."""
     a = t[0, K1]
-    best = 0
+    last_before = 0
+    first_from = 0
     while a != 0:
-        if _before(t, a, k1, k2, 0):
+        if _before(t, a, k1, k2, kid):
+            last_before = a
             a = t[a, RT]
         else:
-            best = a
+            first_from = a
             a = t[a, LT]
-    return best
+    return last_before, first_from
+
+
+@kernel_step
+def _t_lower_bound(t: I64, k1: int, k2: int) -> int:
+    """The first node whose key is >= (k1, k2), or 0."""
+    return _around(t, k1, k2, 0)[1]  # ids start at 1: every (k1, k2, id) is >= (k1, k2, 0)
 
 
 @kernel_step
 def _t_before(t: I64, k1: int, k2: int, kid: int) -> int:
     """The last node whose key is < (k1, k2, kid), or 0."""
-    a = t[0, K1]
-    best = 0
-    while a != 0:
-        if _before(t, a, k1, k2, kid):
-            best = a
-            a = t[a, RT]
-        else:
-            a = t[a, LT]
-    return best
+    return _around(t, k1, k2, kid)[0]
 
 
 @kernel_step
 def _t_next(t: I64, n: int) -> int:
     """The node right after ``n`` in key order, or 0."""
-    a = t[0, K1]
-    best = 0
-    k1 = t[n, K1]
-    k2 = t[n, K2]
-    while a != 0:
-        if _before(t, a, k1, k2, n + 1):
-            a = t[a, RT]
-        else:
-            best = a
-            a = t[a, LT]
-    return best
+    return _around(t, t[n, K1], t[n, K2], n + 1)[1]
 
 
 @kernel_step
