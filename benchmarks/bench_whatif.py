@@ -14,12 +14,27 @@ compiling); the figure is the warm total. The last line is machine-readable:
 With ``--snapshot-entries N`` it also times ``whatif`` end to end on a snapshot of N trace
 entries from ``big_snapshot.py`` (read once into columns, request streams, the torch model's
 validation, every policy), the best of ``--repeat`` runs.
+
+``--first-run`` measures the first ``whatif`` after installing instead (issue 37, item 2):
+
+    python benchmarks/bench_whatif.py --first-run
+
+what one event costs each policy's interpreted twin (and its compiled kernel, warm), then, each
+in a process of its own with a fresh, empty kernel cache and the background compiler off, the
+first ``whatif -q --json`` of the sample snapshot, of the largest genuine snapshot beside the
+repository (when present) and of a synthetic one of about 20,000 request events, and a second
+run on the cache the first one left. The load average is printed beside the figures (a loaded
+machine slows everything: compare figures of one run), and one line per target:
+``target NAME: <seconds> s vs <limit> s: PASS|FAIL``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +49,14 @@ from nsysfrag.whatif import summarize, whatif
 
 GiB, MiB = 1 << 30, 1 << 20
 LIMIT_S = 60.0
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "sample_traces" / "training_snapshot.pickle"
+GENUINE = (REPO.parent / "shared" / "real_snapshots"
+           / "Wedsonlin+assignment2-systems__results__medium_512_training_memory_snapshot.pickle")  # fmt: skip
+# big_snapshot's training loop makes about 0.7 request events per trace entry (as the genuine
+# one does: 22,332 entries, 15,625 events), so this many entries give some 20,000 events.
+SYNTHETIC_ENTRIES = 28_600
+FIRST_RUN_LIMITS_S = {"sample": 8.0, "genuine": 15.0, "synthetic": 15.0}
 
 
 def training_like_stream(n_requests: int, seed: int = 7) -> RequestStream:
@@ -58,7 +81,11 @@ def main() -> int:
     ap.add_argument("--capacity-gib", type=int, default=80)
     ap.add_argument("--snapshot-entries", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--first-run", action="store_true",
+                    help="the first whatif on an empty cache, and the twins' cost per event")  # fmt: skip
     args = ap.parse_args()
+    if args.first_run:
+        return first_run()
     capacity = args.capacity_gib * GiB
     policies = [parse_policy(p) for p in DEFAULT_POLICIES]
 
@@ -105,6 +132,74 @@ def snapshot_whatif(n_entries: int, repeat: int) -> None:
     print(f"whatif on a {n_entries:,}-entry snapshot ({path.stat().st_size / 1e6:.0f} MB,"
           f" {space.requests:,} requests, {len(space.outcomes)} policies): best of {repeat}"
           f" {min(times):.2f} s ({', '.join(f'{t:.2f}' for t in times)})")
+
+
+def _load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def twin_costs(n_requests: int = 3_000, capacity: int = 80 * GiB) -> None:
+    """Each default policy on one small stream, interpreted and compiled (warm): µs an event."""
+    stream = training_like_stream(n_requests, seed=3)
+    print(f"per-event cost, {stream.n_events:,} events (load {_load()}):")
+    print(f"{'policy':34s} {'twin µs':>9s} {'compiled µs':>12s} {'ratio':>7s}")
+    before = os.environ.get("NSYSFRAG_KERNELS")
+    try:
+        for p in (parse_policy(name) for name in DEFAULT_POLICIES):
+            spent = {}
+            for way in ("compiled", "interpreted"):
+                os.environ["NSYSFRAG_KERNELS"] = way
+                p.simulate(stream, capacity)  # compiled: compile, or load from the cache, first
+                started = time.perf_counter()
+                p.simulate(stream, capacity)
+                spent[way] = (time.perf_counter() - started) / stream.n_events * 1e6
+            print(f"{p.name:34s} {spent['interpreted']:9.1f} {spent['compiled']:12.2f}"
+                  f" {spent['interpreted'] / spent['compiled']:6.0f}×")  # fmt: skip
+    finally:
+        if before is None:
+            os.environ.pop("NSYSFRAG_KERNELS", None)
+        else:
+            os.environ["NSYSFRAG_KERNELS"] = before
+
+
+def _whatif_seconds(path: Path, cache: Path) -> float:
+    """Process start to exit of ``nsysfrag whatif PATH -q --json`` on the cache in ``cache``,
+    as a user runs it on a fresh install, less the background compiler."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO),
+           "NSYSFRAG_BACKGROUND_COMPILE": "off"}  # fmt: skip
+    for name in ("NUMBA_CACHE_DIR", "NSYSFRAG_KERNELS"):
+        env.pop(name, None)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "nsysfrag", "whatif", str(path), "-q", "--json", os.devnull],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"nsysfrag whatif {path} failed: {done.stderr}")
+    return time.perf_counter() - started
+
+
+def first_run() -> int:
+    from big_snapshot import big_snapshot
+
+    twin_costs()
+    inputs = {"sample": SAMPLE, "genuine": GENUINE, "synthetic": big_snapshot(SYNTHETIC_ENTRIES)}
+    print(f"first whatif on an empty cache, then a second on what it left (load {_load()}):")
+    firsts = {}
+    for name, path in inputs.items():
+        if not path.exists():
+            print(f"{name:10s} {path.name}: not here, skipped")
+            continue
+        with tempfile.TemporaryDirectory(prefix="nsysfrag-bench-cache-") as folder:
+            firsts[name] = _whatif_seconds(path, Path(folder))
+            later = _whatif_seconds(path, Path(folder))
+        print(f"{name:10s} first {firsts[name]:6.2f} s, later {later:6.2f} s  {path.name}"
+              f" (load {_load()})")  # fmt: skip
+    for name, seconds in firsts.items():
+        limit = FIRST_RUN_LIMITS_S[name]
+        verdict = "PASS" if seconds <= limit else "FAIL"
+        print(f"target first_whatif_{name}: {seconds:.2f} s vs {limit:.0f} s: {verdict}")
+    return 0
 
 
 if __name__ == "__main__":

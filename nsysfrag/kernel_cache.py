@@ -11,22 +11,56 @@ every kernel module calls :func:`install` before defining its kernels, and their
 - a folder of the user's in the temporary directory when that one cannot be written.
 
 numba keys each entry by the source file's path and contents, so two installs never share one
-by mistake and a reinstall compiles afresh. A user who set ``NUMBA_CACHE_DIR`` gets numba's own
+by mistake and a reinstall compiles afresh. But only by the kernel's own file, while a kernel
+compiles in what it calls from other files (the treap's queries, the heap's steps): after one of
+those alone changed, numba would load the old machine code. So the folder holds a subfolder per
+state of all the kernel-bearing sources together (:func:`sources_key`), and a change to any of
+them compiles every kernel afresh. A user who set ``NUMBA_CACHE_DIR`` gets numba's own
 behaviour: that folder. Compiled code is cached only for nsysfrag's own modules; nothing else
 in the process is affected.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
 import tempfile
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# A source that names numba or the package's compile decorator may hold code a kernel compiles
+# in; one that only mentions them costs a recompile when it changes, nothing worse.
+_KERNEL_BEARING = (b"numba", b"kernel_step")
+
+
+def sources_key(package: Path = PACKAGE_DIR) -> str:
+    """A name for the present contents of the package's kernel-bearing sources, each by path
+    within the package: the subfolder of the cache its compiled kernels go to. (os.walk and
+    plain reads: a few ms for the whole package, where pathlib's rglob alone took tens.)"""
+    sources = sorted(
+        os.path.relpath(os.path.join(folder, name), package)
+        for folder, _, names in os.walk(package)
+        for name in names
+        if name.endswith(".py")
+    )
+    digest = hashlib.sha256()
+    for relative in sources:
+        with open(os.path.join(package, relative), "rb") as f:
+            text = f.read()
+        if any(word in text for word in _KERNEL_BEARING):
+            digest.update(relative.replace(os.sep, "/").encode() + b"\0")
+            digest.update(hashlib.sha256(text).digest())
+    return f"kernels-{digest.hexdigest()[:16]}"
+
+
+@cache
+def _sources_key() -> str:  # read once a process: the sources do not change under a run
+    return sources_key()
 
 
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
@@ -69,7 +103,8 @@ def _locator_class() -> type[Any]:
         def __init__(self, py_func: Any, py_file: str, root: Path) -> None:
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = str(root / self.get_suitable_cache_subpath(py_file))
+            subpath = self.get_suitable_cache_subpath(py_file)
+            self._cache_path = str(root / _sources_key() / subpath)
 
         def get_cache_path(self) -> str:
             return self._cache_path

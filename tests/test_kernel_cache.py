@@ -41,7 +41,8 @@ def test_kernels_of_the_package_go_to_the_user_cache(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
     assert locator is not None
-    assert Path(locator.get_cache_path()).parent == tmp_path / "nsysfrag"  # type: ignore[attr-defined]
+    key = kernel_cache.sources_key()
+    assert Path(locator.get_cache_path()).parent == tmp_path / "nsysfrag" / key  # type: ignore[attr-defined]
     # Not nsysfrag's code: numba decides, as if nsysfrag were not there.
     assert _locate(tmp_path / "elsewhere.py") is None
 
@@ -55,8 +56,34 @@ def test_an_unwritable_cache_folder_falls_back_to_a_private_temporary_one(
     locator = _locate(PACKAGE / "models" / "observed" / "kernel.py")
     fallback = kernel_cache.fallback_root()
     assert locator is not None and fallback is not None
-    assert Path(locator.get_cache_path()).parent == fallback  # type: ignore[attr-defined]
+    key = kernel_cache.sources_key()
+    assert Path(locator.get_cache_path()).parent == fallback / key  # type: ignore[attr-defined]
     assert os.stat(fallback).st_mode & 0o077 == 0
+
+
+def test_the_cache_folder_changes_with_any_kernel_bearing_source(tmp_path: Path) -> None:
+    """numba checks a cached kernel against its own file only; a kernel that compiles in a
+    function of another file (the treap's queries in every heap) must not load machine code
+    made from that file's older text."""
+    package = tmp_path / "package"
+    (package / "inner").mkdir(parents=True)
+    callee = package / "inner" / "treap.py"
+    callee.write_text("from base import kernel_step\n\n@kernel_step\ndef f(x):\n    return x\n")
+    kernel = package / "model.py"
+    kernel.write_text("import numba\n\n@numba.njit(cache=True)\ndef g(x):\n    return x\n")
+    plain = package / "cli.py"
+    plain.write_text("def main():\n    return 0\n")
+    first = kernel_cache.sources_key(package)
+    assert kernel_cache.sources_key(package) == first  # a name for the contents, not the time
+    plain.write_text("def main():\n    return 1\n")
+    assert kernel_cache.sources_key(package) == first  # no kernel compiles it in
+    callee.write_text(callee.read_text().replace("return x", "return x + 1"))
+    second = kernel_cache.sources_key(package)
+    assert second != first
+    kernel.write_text(kernel.read_text().replace("return x", "return -x"))
+    assert kernel_cache.sources_key(package) not in (first, second)
+    # The package's own key names the folder every one of its kernels is cached in.
+    assert kernel_cache.sources_key() == kernel_cache._sources_key()
 
 
 def test_a_users_numba_cache_dir_is_respected(monkeypatch: pytest.MonkeyPatch) -> None:

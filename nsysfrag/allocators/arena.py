@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag import interpreted
 from nsysfrag.allocators.base import (
     ALLOC,
     FREE,
@@ -37,16 +36,16 @@ from nsysfrag.allocators.base import (
     SimResult,
     kernel_step,
 )
-from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.event_loop import replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.heap import (
     BEST_FIT,
     GRANULARITY,
     Heap,
-    heap_give,
+    give_request,
     heap_state,
-    heap_take,
     new_heap,
+    take_request,
 )
 from nsysfrag.errors import InputError
 from nsysfrag.units import SizeError, format_bytes, parse_bytes
@@ -95,7 +94,7 @@ def peak_need(stream: RequestStream) -> int:
     return _whole_pages(most)
 
 
-def _whole_pages(n: int) -> int:
+def _whole_pages(n: int) -> int:  # in Python: the heap's ``pages`` is compiled code
     return -(-n // PAGE_BYTES) * PAGE_BYTES
 
 
@@ -108,22 +107,12 @@ class ArenaModel(NamedTuple):
 
 @kernel_step
 def _place(m: ArenaModel, event: int, r: int, nbytes: int) -> int:
-    rounded = -(-nbytes // GRANULARITY) * GRANULARITY
-    a = heap_take(m.heap, rounded)
-    if a < 0:
-        return FAILED
-    m.address[r] = a
-    m.block[r] = rounded
-    return rounded
+    return take_request(m.heap, m.address, m.block, r, nbytes)
 
 
 @kernel_step
 def _release(m: ArenaModel, r: int) -> int:
-    if m.address[r] < 0:
-        return 0
-    heap_give(m.heap, m.address[r], m.block[r])
-    m.address[r] = -1
-    return int(m.block[r])
+    return give_request(m.heap, m.address, m.block, r)
 
 
 @kernel_step
@@ -153,10 +142,7 @@ def simulate_arena(stream: RequestStream, capacity_bytes: int, options: Any = No
         new_heap(size, n_req + 2, BEST_FIT), np.full(n_req, -1, dtype=np.int64),
         np.zeros(n_req, dtype=np.int64), np.full(1, size, dtype=np.int64),
     )  # fmt: skip
-    out = Outputs.empty(stream.n_events, n_req)
-    kernel = interpreted.chosen(_arena_kernel, stream.n_events)
-    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
-    return SimResult.of(out, ooms)
+    return run_kernel(_arena_kernel, stream, model)
 
 
 FAMILY = PolicyFamily(

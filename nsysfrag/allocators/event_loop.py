@@ -19,9 +19,22 @@ loop per model and caches it with the kernel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from nsysfrag.allocators.base import ALLOC, EMPTY_CACHE, FREE, I64, Outputs, kernel_step
+import numpy as np
+
+from nsysfrag import interpreted
+from nsysfrag.allocators.base import (
+    ALLOC,
+    EMPTY_CACHE,
+    FREE,
+    I64,
+    Outputs,
+    RequestStream,
+    SimResult,
+    kernel_step,
+)
 
 FAILED = -1
 OVERFLOW = -2
@@ -68,3 +81,12 @@ def replay(
         out.live_bytes[i] = live
         out.releasable_bytes[i] = rel
     return ooms
+
+
+def run_kernel(kernel: Callable[..., int], stream: RequestStream, model: Any) -> SimResult:
+    """Replay ``stream`` through a model whose kernel takes ``(kind, request, size, model,
+    out)`` (compiled, or its interpreted twin for a small stream) and collect its figures."""
+    out = Outputs.empty(stream.n_events, stream.n_requests)
+    run = interpreted.chosen(kernel, stream.n_events)
+    ooms = run(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
+    return SimResult.of(out, ooms)

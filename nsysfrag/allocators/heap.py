@@ -28,16 +28,8 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag import interpreted
-from nsysfrag.allocators.base import (
-    I64,
-    PAGE_BYTES,
-    Outputs,
-    RequestStream,
-    SimResult,
-    kernel_step,
-)
-from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.base import I64, PAGE_BYTES, Outputs, RequestStream, SimResult, kernel_step
+from nsysfrag.allocators.event_loop import FAILED, replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.treap import (
     K1,
@@ -152,6 +144,30 @@ def heap_give(h: Heap, address: int, n: int) -> None:
 
 
 @kernel_step
+def take_request(h: Heap, address: I64, block: I64, r: int, nbytes: int) -> int:
+    """Place request ``r`` (``nbytes`` rounded up to 512 B) in the heap and note where
+    (``address[r]``) and how many bytes it took (``block[r]``): those bytes, or FAILED."""
+    rounded = -(-nbytes // GRANULARITY) * GRANULARITY
+    a = heap_take(h, rounded)
+    if a < 0:
+        return FAILED
+    address[r] = a
+    block[r] = rounded
+    return rounded
+
+
+@kernel_step
+def give_request(h: Heap, address: I64, block: I64, r: int) -> int:
+    """Free what request ``r`` took with :func:`take_request`: its bytes, 0 when it holds
+    nothing (it failed, or was freed)."""
+    if address[r] < 0:
+        return 0
+    heap_give(h, address[r], block[r])
+    address[r] = -1
+    return int(block[r])
+
+
+@kernel_step
 def heap_top(h: Heap) -> int:
     return int(h.counters[0].top)
 
@@ -200,25 +216,20 @@ def _settle(m: HeapModel) -> None:
 
 @kernel_step
 def _place(m: HeapModel, event: int, r: int, nbytes: int) -> int:
-    rounded = -(-nbytes // GRANULARITY) * GRANULARITY
-    a = heap_take(m.heap, rounded)
-    if a < 0:
+    got = take_request(m.heap, m.address, m.block, r, nbytes)
+    if got == FAILED:
         m.reserved[0] = heap_pages(m.heap)  # the pool trims before it gives up
         return FAILED
-    m.address[r] = a
-    m.block[r] = rounded
     _settle(m)
-    return rounded
+    return got
 
 
 @kernel_step
 def _release(m: HeapModel, r: int) -> int:
-    if m.address[r] < 0:
-        return 0
-    heap_give(m.heap, m.address[r], m.block[r])
-    m.address[r] = -1
-    _settle(m)
-    return int(m.block[r])
+    got = give_request(m.heap, m.address, m.block, r)
+    if got > 0:
+        _settle(m)
+    return got
 
 
 @kernel_step
@@ -253,10 +264,7 @@ def simulate_heap(
         new_heap(capacity_bytes, n_req + 2, mode), np.full(n_req, -1, dtype=np.int64),
         np.zeros(n_req, dtype=np.int64), np.zeros(1, dtype=np.int64), retain,
     )  # fmt: skip
-    out = Outputs.empty(stream.n_events, n_req)
-    kernel = interpreted.chosen(_heap_kernel, stream.n_events)
-    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
-    return SimResult.of(out, ooms)
+    return run_kernel(_heap_kernel, stream, model)
 
 
 def _simulate_best_fit(stream: RequestStream, capacity_bytes: int, options: object) -> SimResult:

@@ -28,19 +28,18 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag import interpreted
 from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult, kernel_step
-from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.event_loop import FAILED, replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.heap import (
     BEST_FIT,
-    GRANULARITY,
     Heap,
     heap_give,
     heap_pages,
     heap_state,
     heap_take,
     new_heap,
+    take_request,
 )
 from nsysfrag.allocators.treap import (
     K1,
@@ -148,13 +147,7 @@ def _new_slab(m: Slabs, c: int) -> int:
 def _place(m: Slabs, event: int, r: int, nbytes: int) -> int:
     c = m.klass[r]
     if c < 0:
-        rounded = -(-nbytes // GRANULARITY) * GRANULARITY
-        a = heap_take(m.heap, rounded)
-        if a < 0:
-            return FAILED
-        m.request_address[r] = a
-        m.request_bytes[r] = rounded
-        return rounded
+        return take_request(m.heap, m.request_address, m.request_bytes, r, nbytes)
     slot_bytes = m.classes[c]
     slots = SLAB_BYTES // slot_bytes
     s = t_lower_bound(m.with_free_slots, c, 0)
@@ -226,10 +219,7 @@ def simulate_slab(stream: RequestStream, capacity_bytes: int, options: object = 
         zeros(max_slabs), zeros(max_slabs), zeros(max_slabs), zeros(n_req), zeros(n_req),
         np.full(n_req, -1, dtype=np.int64), zeros(n_req), zeros(n_req), np.zeros(1, dtype=SLAB_COUNTERS),
     )  # fmt: skip
-    out = Outputs.empty(stream.n_events, n_req)
-    kernel = interpreted.chosen(_slab_kernel, stream.n_events)
-    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
-    return SimResult.of(out, ooms)
+    return run_kernel(_slab_kernel, stream, model)
 
 
 FAMILY = PolicyFamily("slab", (), "size-class slabs (reference)", simulate_slab)

@@ -26,27 +26,18 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from nsysfrag import interpreted
-from nsysfrag.allocators.base import (
-    I64,
-    PAGE_BYTES,
-    Outputs,
-    RequestStream,
-    SimResult,
-    kernel_step,
-)
-from nsysfrag.allocators.event_loop import FAILED, replay
+from nsysfrag.allocators.base import I64, PAGE_BYTES, Outputs, RequestStream, SimResult, kernel_step
+from nsysfrag.allocators.event_loop import FAILED, replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
 from nsysfrag.allocators.heap import (
     BEST_FIT,
-    GRANULARITY,
     Heap,
     heap_give,
     heap_state,
-    heap_take,
     heap_top,
     new_heap,
     pages,
+    take_request,
 )
 
 # The kernel names this module's compiled functions through the module object: numba caches a
@@ -67,15 +58,9 @@ class SmallPool(NamedTuple):
 def _place(m: SmallPool, event: int, r: int, nbytes: int) -> int:
     capacity = m.large[1]
     if nbytes < SMALL_BELOW:
-        rounded = -(-nbytes // GRANULARITY) * GRANULARITY
         # The pool grows in whole pages, into what the large requests leave of the device.
         m.pool.counters[0].capacity = (capacity - m.large[0]) // PAGE_BYTES * PAGE_BYTES
-        a = heap_take(m.pool, rounded)
-        if a < 0:
-            return FAILED
-        m.address[r] = a
-        m.block[r] = rounded
-        return rounded
+        return take_request(m.pool, m.address, m.block, r, nbytes)
     whole = pages(nbytes)
     if pages(heap_top(m.pool)) + m.large[0] + whole > capacity:
         return FAILED
@@ -125,10 +110,7 @@ def simulate_small_pool(
         new_heap(capacity_bytes, n_req + 2, BEST_FIT), np.full(n_req, -1, dtype=np.int64),
         np.zeros(n_req, dtype=np.int64), np.array([0, capacity_bytes], dtype=np.int64),
     )  # fmt: skip
-    out = Outputs.empty(stream.n_events, n_req)
-    kernel = interpreted.chosen(_small_pool_kernel, stream.n_events)
-    ooms = kernel(stream.kind.astype(np.int64), stream.request, stream.size, model, out)
-    return SimResult.of(out, ooms)
+    return run_kernel(_small_pool_kernel, stream, model)
 
 
 FAMILY = PolicyFamily(

@@ -5,15 +5,24 @@ set, node 0 is the empty tree, node ids are the caller's block ids. Keys are ``(
 compared in that order, so keys are unique and ties fall to the lower key ``K2`` (an address)
 and then to the lower id. Every node also carries a value whose subtree maximum (``AGG``) and a
 subtree count (``CNT``) are maintained, which gives first-fit search and prefix queries.
+
+Each query a model calls (``t_insert`` … ``t_prefix``) is compiled code in a kernel and plain
+Python in an interpreted twin: :func:`_compiled_as` registers this module's compiled treap as
+the function's numba implementation (``numba.extending.overload``, inlined), and the twins,
+which call the function itself, run :mod:`nsysfrag.allocators.ordered_set` (a sorted list, the
+same answers at a fraction of the interpreted treap's cost).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-import numba
 import numpy as np
+from numba.extending import overload
 
+import nsysfrag.allocators.ordered_set as python_side
 from nsysfrag.allocators.base import I64, kernel_step, kernel_step_inline
 
 K1, K2, LT, RT, VAL, AGG, CNT, PRI = range(8)
@@ -27,11 +36,6 @@ def new_treap(capacity: int, seed: int = 0x5EED) -> I64:
     t[0, AGG] = -1  # the empty tree's maximum: below every value
     t[0, K1] = 0  # the root lives in the nil node's K1
     return t
-
-
-@kernel_step_inline
-def t_root(t: I64) -> int:
-    return int(t[0, K1])
 
 
 @kernel_step_inline
@@ -89,6 +93,12 @@ def _merge(t: I64, a: int, b: int) -> int:
     return b
 
 
+@kernel_step_inline
+def _side(t: I64, a: int, n: int) -> int:
+    """The subtree of ``a`` that node ``n``'s key falls in: LT or RT."""
+    return LT if _before(t, n, t[a, K1], t[a, K2], a) else RT
+
+
 @kernel_step
 def _insert_at(t: I64, a: int, n: int) -> int:
     if a == 0:
@@ -99,10 +109,8 @@ def _insert_at(t: I64, a: int, n: int) -> int:
         t[n, RT] = right
         _update(t, n)
         return n
-    if _before(t, n, t[a, K1], t[a, K2], a):
-        t[a, LT] = _insert_at(t, t[a, LT], n)
-    else:
-        t[a, RT] = _insert_at(t, t[a, RT], n)
+    side = _side(t, a, n)
+    t[a, side] = _insert_at(t, t[a, side], n)
     _update(t, a)
     return a
 
@@ -113,16 +121,14 @@ def _erase_at(t: I64, a: int, n: int) -> int:
         return 0  # not in the tree: the callers keep membership flags, so never reached
     if a == n:
         return _merge(t, t[a, LT], t[a, RT])
-    if _before(t, n, t[a, K1], t[a, K2], a):
-        t[a, LT] = _erase_at(t, t[a, LT], n)
-    else:
-        t[a, RT] = _erase_at(t, t[a, RT], n)
+    side = _side(t, a, n)
+    t[a, side] = _erase_at(t, t[a, side], n)
     _update(t, a)
     return a
 
 
 @kernel_step
-def t_insert(t: I64, n: int, k1: int, k2: int, val: int) -> None:
+def _t_insert(t: I64, n: int, k1: int, k2: int, val: int) -> None:
     t[n, K1] = k1
     t[n, K2] = k2
     t[n, VAL] = val
@@ -134,63 +140,54 @@ def t_insert(t: I64, n: int, k1: int, k2: int, val: int) -> None:
 
 
 @kernel_step
-def t_erase(t: I64, n: int) -> None:
+def _t_erase(t: I64, n: int) -> None:
     """Remove node ``n`` (it must be in the tree, with the keys it was inserted with)."""
     t[0, K1] = _erase_at(t, t[0, K1], n)
 
 
 @kernel_step
-def t_lower_bound(t: I64, k1: int, k2: int) -> int:
-    """The first node whose key is >= (k1, k2), or 0."""
+def _around(t: I64, k1: int, k2: int, kid: int) -> tuple[int, int]:
+    """(the last node whose key is < (k1, k2, kid), the first whose key is >=), 0 for none:
+    one descent finds both, the one from the turns right, the other from the turns left."""
     a = t[0, K1]
-    best = 0
-    while a != 0:
-        if _before(t, a, k1, k2, 0):
-            a = t[a, RT]
-        else:
-            best = a
-            a = t[a, LT]
-    return best
-
-
-@kernel_step
-def t_before(t: I64, k1: int, k2: int, kid: int) -> int:
-    """The last node whose key is < (k1, k2, kid), or 0."""
-    a = t[0, K1]
-    best = 0
+    last_before = 0
+    first_from = 0
     while a != 0:
         if _before(t, a, k1, k2, kid):
-            best = a
+            last_before = a
             a = t[a, RT]
         else:
+            first_from = a
             a = t[a, LT]
-    return best
+    return last_before, first_from
 
 
 @kernel_step
-def t_next(t: I64, n: int) -> int:
+def _t_lower_bound(t: I64, k1: int, k2: int) -> int:
+    """The first node whose key is >= (k1, k2), or 0."""
+    return _around(t, k1, k2, 0)[1]  # ids start at 1: every (k1, k2, id) is >= (k1, k2, 0)
+
+
+@kernel_step
+def _t_before(t: I64, k1: int, k2: int, kid: int) -> int:
+    """The last node whose key is < (k1, k2, kid), or 0."""
+    return _around(t, k1, k2, kid)[0]
+
+
+@kernel_step
+def _t_next(t: I64, n: int) -> int:
     """The node right after ``n`` in key order, or 0."""
-    a = t[0, K1]
-    best = 0
-    k1 = t[n, K1]
-    k2 = t[n, K2]
-    while a != 0:
-        if _before(t, a, k1, k2, n + 1):
-            a = t[a, RT]
-        else:
-            best = a
-            a = t[a, LT]
-    return best
+    return _around(t, t[n, K1], t[n, K2], n + 1)[1]
 
 
 @kernel_step
-def t_prev(t: I64, n: int) -> int:
+def _t_prev(t: I64, n: int) -> int:
     """The node right before ``n`` in key order, or 0."""
-    return t_before(t, t[n, K1], t[n, K2], n)
+    return _t_before(t, t[n, K1], t[n, K2], n)
 
 
 @kernel_step
-def t_last(t: I64) -> int:
+def _t_last(t: I64) -> int:
     a = t[0, K1]
     if a == 0:
         return 0
@@ -200,19 +197,19 @@ def t_last(t: I64) -> int:
 
 
 @kernel_step
-def t_max_value(t: I64) -> int:
+def _t_max_value(t: I64) -> int:
     """The largest value in the tree, 0 when it is empty."""
     m = t[t[0, K1], AGG]
     return int(max(0, m))
 
 
 @kernel_step
-def t_count(t: I64) -> int:
+def _t_count(t: I64) -> int:
     return int(t[t[0, K1], CNT])
 
 
 @kernel_step
-def t_first_value_at_least(t: I64, v: int) -> int:
+def _t_first_value_at_least(t: I64, v: int) -> int:
     """The first node in key order whose value is >= v, or 0 (first fit)."""
     a = t[0, K1]
     if t[a, AGG] < v:
@@ -228,7 +225,7 @@ def t_first_value_at_least(t: I64, v: int) -> int:
 
 
 @kernel_step
-def t_prefix(t: I64, k1: int) -> tuple[int, int]:
+def _t_prefix(t: I64, k1: int) -> tuple[int, int]:
     """(count, max value) over the nodes whose K1 < k1."""
     a = t[0, K1]
     count = 0
@@ -245,28 +242,32 @@ def t_prefix(t: I64, k1: int) -> tuple[int, int]:
     return count, best
 
 
-@numba.njit(cache=True)
-def t_nodes(t: I64, out: I64) -> int:
-    """Write the nodes in key order into ``out``; return how many."""
-    stack = np.empty(128, dtype=np.int64)
-    top = 0
-    k = 0
-    a = t[0, K1]
-    while a != 0 or top > 0:
-        while a != 0:
-            if top == len(stack):
-                bigger = np.empty(2 * len(stack), dtype=np.int64)
-                bigger[:top] = stack[:top]
-                stack = bigger
-            stack[top] = a
-            top += 1
-            a = t[a, LT]
-        top -= 1
-        a = stack[top]
-        out[k] = a
-        k += 1
-        a = t[a, RT]
-    return k
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def _compiled_as(kernel: Any, python: Function) -> Function:
+    """``python``, which compiled code calls as ``kernel`` (inlined: no call between them)."""
+
+    def implementation(*types: Any) -> Any:
+        return kernel.py_func
+
+    # numba holds the typing function's signature to the implementation's.
+    implementation.__signature__ = inspect.signature(kernel.py_func)  # type: ignore[attr-defined]
+    overload(python, inline="always")(implementation)
+    return python
+
+
+t_insert = _compiled_as(_t_insert, python_side.t_insert)
+t_erase = _compiled_as(_t_erase, python_side.t_erase)
+t_lower_bound = _compiled_as(_t_lower_bound, python_side.t_lower_bound)
+t_before = _compiled_as(_t_before, python_side.t_before)
+t_next = _compiled_as(_t_next, python_side.t_next)
+t_prev = _compiled_as(_t_prev, python_side.t_prev)
+t_last = _compiled_as(_t_last, python_side.t_last)
+t_max_value = _compiled_as(_t_max_value, python_side.t_max_value)
+t_count = _compiled_as(_t_count, python_side.t_count)
+t_first_value_at_least = _compiled_as(_t_first_value_at_least, python_side.t_first_value_at_least)
+t_prefix = _compiled_as(_t_prefix, python_side.t_prefix)
 
 
 @kernel_step

@@ -107,6 +107,7 @@ class TorchState(NamedTuple):
     log: Any  # LOG_ENTRY records, in call order
     requests: Any  # REQUEST records, per request of the stream
     scratch: I64  # room for one list of block ids (the release candidates, as they are released)
+    blank: Any  # one BLOCK record: every field of a new block (mapped, not expandable)
 
 
 def _zeros(n: int) -> I64:
@@ -123,11 +124,14 @@ def new_state(
     counters = np.zeros(1, dtype=TORCH_COUNTERS)
     counters[0]["next_address"] = ADDRESS_BASE
     blocks = np.zeros(max_blocks, dtype=BLOCK)
+    blank = np.zeros(1, dtype=BLOCK)
+    blank["mapped"] = 1
+    blank["segment"] = -1
     return TorchState(
         blocks, counters, _zeros(max_blocks),
         new_treap(max_blocks, 11), new_treap(max_blocks, 12), new_treap(max_blocks, 13),
         np.zeros(max_expandables, dtype=EXPANDABLE), _zeros(2),
-        np.zeros(max_log, dtype=LOG_ENTRY), requests, _zeros(max_blocks),
+        np.zeros(max_log, dtype=LOG_ENTRY), requests, _zeros(max_blocks), blank,
     )  # fmt: skip
 
 
@@ -139,22 +143,7 @@ def new_block(st: TorchState) -> int:
     if n >= len(st.free_ids):
         c.overflow = 1
         return 0
-    b = st.blocks
-    b[n].address = 0
-    b[n].size = 0
-    b[n].requested = 0
-    b[n].prev = 0
-    b[n].next = 0
-    b[n].allocated = 0
-    b[n].mapped = 1
-    b[n].pool = 0
-    b[n].segment = -1
-    b[n].gc_base = 0
-    b[n].cand_prev = 0
-    b[n].cand_next = 0
-    b[n].flags = 0
-    b[n].pending_next = 0
-    b[n].releasable = 0
+    st.blocks[n] = st.blank[0]
     return int(n)
 
 
