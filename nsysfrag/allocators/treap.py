@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.allocators.base import I64, kernel_step, kernel_step_inline
 
 K1, K2, LT, RT, VAL, AGG, CNT, PRI = range(8)
@@ -245,7 +245,7 @@ def t_prefix(t: I64, k1: int) -> tuple[int, int]:
     return count, best
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def t_nodes(t: I64, out: I64) -> int:
     """Write the nodes in key order into ``out``; return how many."""
     stack = np.empty(128, dtype=np.int64)
