@@ -19,6 +19,7 @@ observe without waiting for numba.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import os
 import pickle
@@ -30,6 +31,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from nsysfrag import interpreted, kernel_cache
 
@@ -84,7 +87,9 @@ def _write_pending(root: Path, requests: list[Request]) -> None:
     fd, name = tempfile.mkstemp(prefix=".tmp-", dir=root)
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(requests, f)
+            pickler = pickle.Pickler(f)
+            pickler.dispatch_table = {**copyreg.dispatch_table, np.ndarray: interpreted.reduce_stand_in}
+            pickler.dump(requests)
         os.replace(name, root / f"{_PENDING}{os.getpid()}-{time.monotonic_ns()}.pickle")
     except BaseException:
         Path(name).unlink(missing_ok=True)

@@ -134,19 +134,31 @@ def stand_in(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         if not value.flags.aligned:
             raise _Untyped
-        layout = _layout(value)
-        if layout == "C":
-            made = np.zeros((1,) * value.ndim, dtype=value.dtype)
-        elif layout == "F":
-            made = np.zeros((2,) * value.ndim, dtype=value.dtype, order="F")
-        else:  # every other item: contiguous in no order
-            made = np.zeros((3,) * value.ndim, dtype=value.dtype)[(slice(None, None, 2),) * value.ndim]
-        made.setflags(write=value.flags.writeable)
-        return made
+        return array_stand_in(value.dtype, value.ndim, _layout(value), bool(value.flags.writeable))
     if isinstance(value, tuple):
         items = [stand_in(v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
+
+
+def array_stand_in(dtype: np.dtype, ndim: int, layout: str, writeable: bool) -> np.ndarray:  # type: ignore[type-arg]
+    """A few items of ``dtype`` that numba types as an array of ``ndim`` dimensions, ``layout``
+    and ``writeable``."""
+    if layout == "C":
+        made = np.zeros((1,) * ndim, dtype=dtype)
+    elif layout == "F":
+        made = np.zeros((2,) * ndim, dtype=dtype, order="F")
+    else:  # every other item: contiguous in no order
+        made = np.zeros((3,) * ndim, dtype=dtype)[(slice(None, None, 2),) * ndim]
+    made.setflags(write=writeable)
+    return made
+
+
+def reduce_stand_in(array: np.ndarray) -> tuple[Any, ...]:  # type: ignore[type-arg]
+    """How a stand-in array pickles: numpy's own pickling keeps neither the layout (it stores the
+    items contiguous) nor a read-only flag (it comes back writeable), so a background compile of
+    an unpickled stand-in would compile a signature the next run does not ask for."""
+    return array_stand_in, (array.dtype, array.ndim, _layout(array), bool(array.flags.writeable))
 
 
 def _layout(array: np.ndarray) -> str:  # type: ignore[type-arg]

@@ -133,3 +133,24 @@ def test_a_stand_in_types_as_its_argument(value: object) -> None:
     from numba import typeof
 
     assert typeof(interpreted.stand_in(value)) == typeof(value)
+
+
+def test_a_stand_in_keeps_its_type_through_the_pending_file(tmp_path: Path) -> None:
+    """numpy's pickling stores an array's items contiguous and brings it back writeable: a
+    read-only or strided stand-in that came back that way would make the background compiler
+    compile a signature the next run does not ask for (it then compiled again, in the foreground)."""
+    from nsysfrag import background_compile
+
+    read_only = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    strided = np.zeros(9, dtype=np.int64)[::2]
+    fortran = np.zeros((3, 2), dtype=np.float64, order="F")
+    args = (interpreted.stand_in(read_only), (interpreted.stand_in(strided), 7), interpreted.stand_in(fortran))
+    background_compile._write_pending(tmp_path, [("m", "k", args)])
+    (written,) = tmp_path.glob("pending-compile-*.pickle")
+    import pickle
+
+    ((_, _, back),) = pickle.loads(written.read_bytes())
+    flags = lambda a: (a.dtype, a.ndim, a.flags.writeable, a.flags.c_contiguous, a.flags.f_contiguous)  # noqa: E731
+    assert flags(back[0]) == flags(read_only) == (np.dtype(np.uint8), 1, False, True, True)
+    assert flags(back[1][0]) == flags(strided) and back[1][1] == 7
+    assert flags(back[2]) == flags(fortran)
