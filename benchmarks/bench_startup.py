@@ -3,6 +3,14 @@
     python benchmarks/bench_startup.py                  # 3 rounds
     python benchmarks/bench_startup.py --rounds 5
     python benchmarks/bench_startup.py --compiled       # also what compiling costs (slow)
+    python benchmarks/bench_startup.py --commands       # each small command's start-up only
+
+``--commands`` times, with the kernels cached and then as a first run (an empty cache), each
+small command a user types most: ``--help``, ``analyze`` and ``whatif`` of a sample,
+``compare`` of two documents, ``history`` of a database of two runs; per command its median
+wall time and peak RSS, and, from one more run of it inside a probe that reports what the
+process imported, whether numba was loaded, how many modules and which of the heavy packages
+(numba, pandas, matplotlib, sqlalchemy, scipy).
 
 Each round gives each command a fresh, empty kernel cache (``XDG_CACHE_HOME`` pointed at a
 temporary folder), then times, process start to exit, its first and its second run:
@@ -22,7 +30,9 @@ per target: ``target NAME: measured vs limit: PASS|FAIL``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,12 +107,89 @@ def one_round(kernels: str | None, compiled: dict[str, bool]) -> dict[str, float
     return figures
 
 
+HEAVY = ("numba", "llvmlite", "pandas", "matplotlib", "sqlalchemy", "scipy", "rich")
+# The command line run in the probe's own process; at its end, what the process imported.
+_PROBE = """
+import json, sys
+from nsysfrag import cli
+try:
+    cli.main(sys.argv[2:])
+except SystemExit:
+    pass
+heavy = [name for name in sys.argv[1].split(",") if name in sys.modules]
+sys.stderr.write("PROBE " + json.dumps({"modules": len(sys.modules), "heavy": heavy}) + "\n")
+"""
+
+
+def measured(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds from start to exit and the peak RSS (MiB) of one run of ``argv``."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - started
+    stderr = proc.stderr.read().decode() if proc.stderr is not None else ""
+    if os.waitstatus_to_exitcode(status) not in (0, 1):  # 1: a gate or a regression tripped
+        raise SystemExit(f"{' '.join(argv)} failed: {stderr}")
+    return elapsed, usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def command_startup(rounds: int) -> None:
+    """The ``--commands`` table (see the module's docstring)."""
+    with tempfile.TemporaryDirectory(prefix="nsysfrag-bench-commands-") as folder:
+        work = Path(folder)
+        env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(work / "cache"),
+               background_compile.ENVIRONMENT: "off"}  # fmt: skip
+        for name in ("NUMBA_CACHE_DIR", "NSYSFRAG_KERNELS", "NSYSFRAG_DB"):
+            env.pop(name, None)
+        db = work / "history.sqlite"
+        nsysfrag = [sys.executable, "-m", "nsysfrag"]
+        for doc in ("a.json", "b.json"):  # two documents for compare, two runs for history
+            subprocess.run([*nsysfrag, "analyze", str(TRACE), "-q", "--json", str(work / doc),
+                            "--record", "--db", str(db)], env=env, check=True)  # fmt: skip
+        commands = {
+            "--help": ["--help"],
+            "analyze trace": ["analyze", str(TRACE), "-q", "--json", os.devnull],
+            "analyze snapshot": ["analyze", str(SNAPSHOT), "-q", "--json", os.devnull],
+            "whatif snapshot": ["whatif", str(SNAPSHOT), "-q", "--json", os.devnull],
+            "compare": ["compare", str(work / "a.json"), str(work / "b.json")],
+            "history": ["history", "--db", str(db)],
+        }
+        print(f"{'':26}{'cached':>19}{'first run':>19}   (median of {rounds}; heavy imports)")
+        for name, argv in commands.items():
+            row = []
+            for cached in (True, False):
+                cache = work / ("cache" if cached else "empty")
+                way = {**env, "XDG_CACHE_HOME": str(cache)}
+                if cached:  # fill it: the kernels this command runs, compiled once
+                    measured([*nsysfrag, *argv], {**way, "NSYSFRAG_KERNELS": "compiled"})
+                runs = []
+                for _ in range(rounds):
+                    shutil.rmtree(work / "empty", ignore_errors=True)
+                    runs.append(measured([*nsysfrag, *argv], way))
+                seconds = statistics.median(r[0] for r in runs)
+                rss = statistics.median(r[1] for r in runs)
+                probe = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY), *argv],
+                                       env=way, capture_output=True, text=True, check=False)  # fmt: skip
+                said = [line for line in probe.stderr.splitlines() if line.startswith("PROBE ")]
+                found = json.loads(said[-1][6:]) if said else {"modules": 0, "heavy": ["?"]}
+                row.append(f"{seconds:6.2f} s {rss:5.0f} MiB  {found['modules']:4d} modules"
+                           f" {'+'.join(found['heavy']) or '-'}")  # fmt: skip
+            print(f"{name:26}" + "   |   ".join(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--compiled", action="store_true",
                         help="also time the runs with NSYSFRAG_KERNELS=compiled")  # fmt: skip
+    parser.add_argument("--commands", action="store_true",
+                        help="only each small command's start-up and imports")  # fmt: skip
     args = parser.parse_args()
+    if args.commands:
+        print(f"load average before {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        command_startup(args.rounds)
+        print(f"load average after {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     load_before = os.getloadavg()
     compiled: dict[str, bool] = {}
     ways: list[str | None] = [None, "compiled"] if args.compiled else [None]

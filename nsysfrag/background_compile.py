@@ -19,6 +19,7 @@ observe without waiting for numba.
 
 from __future__ import annotations
 
+import copyreg
 import importlib
 import os
 import pickle
@@ -31,6 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from nsysfrag import interpreted, kernel_cache
 
 ENVIRONMENT = "NSYSFRAG_BACKGROUND_COMPILE"
@@ -38,7 +41,7 @@ LOCK = "compile.lock"
 LOG = "background-compile.log"
 _PENDING = "pending-compile-"
 
-Request = tuple[str, str, tuple[Any, ...]]  # module, kernel's name, argument types
+Request = tuple[str, str, tuple[Any, ...]]  # module, kernel's name, stand-ins for its arguments
 
 
 def wanted(environ: Mapping[str, str] = os.environ) -> bool:
@@ -84,7 +87,9 @@ def _write_pending(root: Path, requests: list[Request]) -> None:
     fd, name = tempfile.mkstemp(prefix=".tmp-", dir=root)
     try:
         with os.fdopen(fd, "wb") as f:
-            pickle.dump(requests, f)
+            pickler = pickle.Pickler(f)
+            pickler.dispatch_table = {**copyreg.dispatch_table, np.ndarray: interpreted.reduce_stand_in}
+            pickler.dump(requests)
         os.replace(name, root / f"{_PENDING}{os.getpid()}-{time.monotonic_ns()}.pickle")
     except BaseException:
         Path(name).unlink(missing_ok=True)
@@ -123,18 +128,21 @@ def compile_pending(root: Path, environ: Mapping[str, str] = os.environ) -> int:
         if not held:
             return 0
         while pending := sorted(root.glob(f"{_PENDING}*.pickle")):
-            requests: dict[Request, None] = {}
+            requests: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
             for path in pending:
                 try:
                     # Our own file in the user's private cache folder, as numba's cache files
                     # beside it are (which numba unpickles too).
-                    requests.update(dict.fromkeys(pickle.loads(path.read_bytes())))
-                except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+                    for module, name, args in pickle.loads(path.read_bytes()):
+                        requests.setdefault((module, name), []).append(args)
+                except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError,
+                        TypeError, ValueError):  # a file of another version: compiled at use
                     pass
                 path.unlink(missing_ok=True)
-            for module, name, types_of in requests:
+            for (module, name), calls in requests.items():
                 if not listing:
-                    _compile(module, name, types_of)
+                    for args in calls:
+                        _compile(module, name, args)
                 with (root / LOG).open("a") as log:
                     log.write(f"{module}.{name}\n")
                 done += 1
@@ -146,7 +154,15 @@ def _compile(module: str, name: str, types_of: tuple[Any, ...]) -> None:
         return  # only nsysfrag's own kernels, whatever a pending file says
     kernel = getattr(importlib.import_module(module), name, None)
     try:
-        kernel.compile(types_of)  # type: ignore[union-attr]  (numba saves it in its cache)
+        from numba.core.types import Type
+
+        # The run noted a stand-in per argument (nsysfrag.interpreted.stand_in), which numba
+        # types here as it would have typed the argument; a type itself passes as it is.
+        signature = tuple(
+            a if isinstance(a, Type) else kernel.typeof_pyval(a)  # type: ignore[union-attr]
+            for a in types_of
+        )
+        kernel.compile(signature)  # type: ignore[union-attr]  (numba saves it in its cache)
     except Exception:  # noqa: BLE001  (a kernel that will not compile runs interpreted, as before)
         pass
 

@@ -34,9 +34,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
-from numba.core.dispatcher import Dispatcher
 
-from nsysfrag import kernel_cache
+from nsysfrag import jit, kernel_cache
 
 Kernel = TypeVar("Kernel", bound=Callable[..., Any])
 
@@ -70,7 +69,7 @@ def chosen(kernel: Kernel, size: int) -> Kernel:
     if not interpret(size, kernel):
         return kernel
     run = twin(kernel)
-    if mode() != "auto" or not isinstance(kernel, Dispatcher):
+    if mode() != "auto" or not jit.is_kernel(kernel):
         return run
 
     def noted(*args: Any) -> Any:
@@ -81,38 +80,107 @@ def chosen(kernel: Kernel, size: int) -> Kernel:
 
 
 def _compiled(kernel: Callable[..., Any]) -> bool:
-    """Whether calling ``kernel`` would load compiled code rather than compile it."""
-    if not isinstance(kernel, Dispatcher):
+    """Whether calling ``kernel`` would load compiled code rather than compile it (numba is
+    not imported to answer no for a kernel whose cache file is not even there)."""
+    if isinstance(kernel, jit.LazyKernel):
+        if kernel.dispatcher is None and not jit.maybe_cached(kernel):
+            return False
+        kernel = kernel.compiled()
+    elif not jit.is_kernel(kernel):
         return False
     return bool(kernel.overloads) or kernel_cache.cached(kernel)
 
 
-# (module, name, argument types) of each kernel whose twin ran for want of a cached kernel.
-_uncached: dict[tuple[str, str, tuple[Any, ...]], None] = {}
+# Each kernel whose twin ran for want of a cached kernel: (module, name, what numba would type
+# its arguments by) -> stand-ins for the arguments (:func:`stand_in`).
+_uncached: dict[tuple[str, str, tuple[Any, ...]], tuple[Any, ...]] = {}
 
 
 def note(kernel: Callable[..., Any], args: tuple[Any, ...]) -> None:
     """Note that ``kernel``'s twin ran on ``args`` (as the compiled kernel would take them)
     because ``kernel`` was not cached; a kernel that is not a module's own name is not noted
-    (a later process could not find it)."""
-    if not isinstance(kernel, Dispatcher) or mode() != "auto":
+    (a later process could not find it). numba is not imported for it: what is noted is a
+    stand-in for each argument, small, that numba types as it would type the argument."""
+    if not jit.is_kernel(kernel) or mode() != "auto":
         return
-    fn = kernel.py_func
+    fn = kernel.py_func  # type: ignore[attr-defined]
     module = sys.modules.get(fn.__module__)
-    if module is None or getattr(module, fn.__name__, None) is not kernel:
+    named = getattr(module, fn.__name__, None) if module is not None else None
+    if named is None or jit.py_func(named) is not fn:
         return
     try:
-        types_of = tuple(kernel.typeof_pyval(a) for a in args)
-    except Exception:  # noqa: BLE001  (an argument numba cannot type: the call would say so)
+        stand_ins = tuple(stand_in(a) for a in args)
+        key = tuple(_typed_by(a) for a in args)
+    except _Untyped:
         return
     with _lock:
-        _uncached[(fn.__module__, fn.__name__, types_of)] = None
+        _uncached[(fn.__module__, fn.__name__, key)] = stand_ins
 
 
 def uncached() -> list[tuple[str, str, tuple[Any, ...]]]:
-    """What :func:`note` noted in this process: (module, kernel's name, argument types)."""
+    """What :func:`note` noted in this process: (module, kernel's name, stand-ins for its
+    arguments), for ``kernel.compile`` after ``kernel.typeof_pyval`` of each."""
     with _lock:
-        return list(_uncached)
+        return [(module, name, args) for (module, name, _), args in _uncached.items()]
+
+
+class _Untyped(Exception):
+    """An argument no stand-in stands for: the kernel is not noted."""
+
+
+def stand_in(value: Any) -> Any:
+    """A value numba types as it types ``value``: an array the same type (element, dimensions,
+    layout, writeable) but of a few items, a tuple of stand-ins; anything else itself."""
+    if isinstance(value, np.ndarray):
+        if not value.flags.aligned:
+            raise _Untyped
+        return array_stand_in(value.dtype, value.ndim, _layout(value), bool(value.flags.writeable))
+    if isinstance(value, tuple):
+        items = [stand_in(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value
+
+
+def array_stand_in(dtype: np.dtype, ndim: int, layout: str, writeable: bool) -> np.ndarray:  # type: ignore[type-arg]
+    """A few items of ``dtype`` that numba types as an array of ``ndim`` dimensions, ``layout``
+    and ``writeable``."""
+    if layout == "C":
+        made = np.zeros((1,) * ndim, dtype=dtype)
+    elif layout == "F":
+        made = np.zeros((2,) * ndim, dtype=dtype, order="F")
+    else:  # every other item: contiguous in no order
+        made = np.zeros((3,) * ndim, dtype=dtype)[(slice(None, None, 2),) * ndim]
+    made.setflags(write=writeable)
+    return made
+
+
+def reduce_stand_in(array: np.ndarray) -> tuple[Any, ...]:  # type: ignore[type-arg]
+    """How a stand-in array pickles: numpy's own pickling keeps neither the layout (it stores the
+    items contiguous) nor a read-only flag (it comes back writeable), so a background compile of
+    an unpickled stand-in would compile a signature the next run does not ask for."""
+    return array_stand_in, (array.dtype, array.ndim, _layout(array), bool(array.flags.writeable))
+
+
+def _layout(array: np.ndarray) -> str:  # type: ignore[type-arg]
+    """numba's layout of ``array``: C-contiguous first, as numba asks."""
+    if array.flags.c_contiguous:
+        return "C"
+    return "F" if array.flags.f_contiguous else "A"
+
+
+def _typed_by(value: Any) -> Any:
+    """What numba's type of ``value`` depends on, hashable (the key a kernel is noted by)."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype, value.ndim, _layout(value), value.flags.writeable)
+    if isinstance(value, tuple):
+        return (type(value), tuple(_typed_by(v) for v in value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (int, -(2**63) <= value < 2**63)  # int64, else uint64
+    try:
+        hash(value)
+    except TypeError:
+        raise _Untyped from None
+    return (type(value),)
 
 
 def twin(kernel: Kernel) -> Kernel:
@@ -195,7 +263,7 @@ class Record:
 
 
 def _twin_of(value: Any) -> Any:
-    if isinstance(value, Dispatcher):
+    if jit.is_kernel(value):
         return _function_twin(value)
     if isinstance(value, types.ModuleType) and value.__name__.startswith("nsysfrag."):
         key = id(value)
@@ -205,7 +273,7 @@ def _twin_of(value: Any) -> Any:
     return value
 
 
-def _function_twin(kernel: Dispatcher) -> Callable[..., Any]:
+def _function_twin(kernel: Any) -> Callable[..., Any]:
     key = id(kernel)
     if key in _twins:
         return _twins[key]  # type: ignore[no-any-return]

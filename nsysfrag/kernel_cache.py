@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-# A source that names numba or the package's compile decorator may hold code a kernel compiles
-# in; one that only mentions them costs a recompile when it changes, nothing worse.
-_KERNEL_BEARING = (b"numba", b"kernel_step")
+# A source that names numba or one of the package's compile decorators (jit.njit, kernel_step)
+# may hold code a kernel compiles in; one that only mentions them costs a recompile when it
+# changes, nothing worse.
+_KERNEL_BEARING = (b"numba", b"njit", b"kernel_step")
 
 
 def sources_key(package: Path = PACKAGE_DIR) -> str:
@@ -59,7 +60,8 @@ def sources_key(package: Path = PACKAGE_DIR) -> str:
 
 
 @cache
-def _sources_key() -> str:  # read once a process: the sources do not change under a run
+def current_sources_key() -> str:  # read once a process: the sources do not change under a run
+    """:func:`sources_key` of the installed package, the subfolder its kernels are cached in."""
     return sources_key()
 
 
@@ -104,7 +106,7 @@ def _locator_class() -> type[Any]:
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
             subpath = self.get_suitable_cache_subpath(py_file)
-            self._cache_path = str(root / _sources_key() / subpath)
+            self._cache_path = str(root / current_sources_key() / subpath)
 
         def get_cache_path(self) -> str:
             return self._cache_path

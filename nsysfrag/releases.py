@@ -20,11 +20,10 @@ Pure array code over the event kinds of :mod:`nsysfrag.events`.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 from nsysfrag.events import (
     ALLOC,
     FREE_COMPLETED,
@@ -34,7 +33,6 @@ from nsysfrag.events import (
     SEGMENT_UNMAP,
 )
 
-kernel_cache.install()  # before the cache=True kernel below: compiled code goes to the user's cache
 
 # What a burst of releases was (per run, ``Record.release_kinds``); the JSON names, in order.
 EMPTY_CACHE = 0  # the program's torch.cuda.empty_cache(): nothing needed it, or the cache could serve
@@ -142,7 +140,7 @@ def _range_pool_is(
     return overlaps & ((nbytes[at] <= _SMALL_SIZE) == small)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _free_extents(  # type: ignore[no-untyped-def]
     action, address, size, ordinary, first, past, start, end, lookback,
 ):  # fmt: skip

@@ -23,9 +23,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.allocators.base import (
     ALLOC,
     FREE,
@@ -127,7 +127,7 @@ def _measure(m: ArenaModel, allocated: int) -> tuple[int, int, int, int, int]:
     return f, lg, nb, m.arena[0], 0
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _arena_kernel(kind: I64, request: I64, size: I64, m: ArenaModel, out: Outputs) -> int:
     return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
                   this._measure, out, 0, 0)  # fmt: skip

@@ -17,14 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar, cast
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import kernel_cache
+from nsysfrag import jit
 from nsysfrag.errors import InputError
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 I64 = npt.NDArray[np.int64]
 I8 = npt.NDArray[np.int8]
@@ -47,12 +45,12 @@ _WITHOUT_RUNTIME: dict[str, Any] = {"cache": True, "_nrt": False}  # _nrt: not i
 
 def kernel_step(fn: Function) -> Function:
     """``fn`` compiled to run inside a kernel, without numba's runtime."""
-    return cast(Function, numba.njit(**_WITHOUT_RUNTIME)(fn))
+    return cast(Function, jit.njit(**_WITHOUT_RUNTIME)(fn))
 
 
 def kernel_step_inline(fn: Function) -> Function:
     """``kernel_step`` for a few lines that every caller gets a copy of (numba inlines them)."""
-    return cast(Function, numba.njit(inline="always", **_WITHOUT_RUNTIME)(fn))
+    return cast(Function, jit.njit(inline="always", **_WITHOUT_RUNTIME)(fn))
 
 
 # Event kinds of a request stream.

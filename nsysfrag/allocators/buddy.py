@@ -26,10 +26,9 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted
+from nsysfrag import interpreted, jit
 from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.family import PolicyFamily
@@ -173,7 +172,7 @@ def _release(m: Buddy, r: int) -> int:
     return freed
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _buddy_kernel(kind: I64, request: I64, size: I64, m: Buddy, usable: int, out: Outputs) -> int:
     """Returns the OOM count, or -1 when the free-block id space ran out (retry bigger)."""
     if not _tile(m, usable):

@@ -25,9 +25,9 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.allocators.base import I64, MiB, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
@@ -199,7 +199,7 @@ def _release(m: Slabs, r: int) -> int:
     return int(m.request_bytes[r])
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _slab_kernel(kind: I64, request: I64, size: I64, m: Slabs, out: Outputs) -> int:
     return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
                   this._measure, out, 0, 0)

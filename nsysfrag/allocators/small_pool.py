@@ -23,9 +23,9 @@ from __future__ import annotations
 import sys
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.allocators.base import I64, PAGE_BYTES, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, replay, run_kernel
 from nsysfrag.allocators.family import PolicyFamily
@@ -96,7 +96,7 @@ def _measure(m: SmallPool, allocated: int) -> tuple[int, int, int, int, int]:
     return f, lg, nb, held + m.large[0], 0
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _small_pool_kernel(kind: I64, request: I64, size: I64, m: SmallPool, out: Outputs) -> int:
     return replay(kind, request, size, m, this._place, this._release, this._empty_cache,
                   this._measure, out, 0, 0)  # fmt: skip

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import numpy as np
-from numba.extending import overload
 
 import nsysfrag.allocators.ordered_set as python_side
+from nsysfrag import jit
 from nsysfrag.allocators.base import I64, kernel_step, kernel_step_inline
 
 K1, K2, LT, RT, VAL, AGG, CNT, PRI = range(8)
@@ -253,7 +253,13 @@ def _compiled_as(kernel: Any, python: Function) -> Function:
 
     # numba holds the typing function's signature to the implementation's.
     implementation.__signature__ = inspect.signature(kernel.py_func)  # type: ignore[attr-defined]
-    overload(python, inline="always")(implementation)
+
+    def register() -> None:  # when numba is imported: a run of interpreted twins never imports it
+        from numba.extending import overload
+
+        overload(python, inline="always")(implementation)
+
+    jit.when_made(register)
     return python
 
 

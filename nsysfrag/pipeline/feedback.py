@@ -9,11 +9,10 @@ from the cache, see nsysfrag.kernel_cache).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import click
-from numba.core import event as numba_event
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -24,6 +23,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from nsysfrag import jit
 from nsysfrag.errors import EXIT_GATE
 from nsysfrag.events import ProgressCallback
 from nsysfrag.pipeline.outputs import stderr_console
@@ -109,38 +109,13 @@ class Feedback:
         benchmarks/bench_startup.py --compiled measured); on a terminal the spinner shows the
         time elapsed."""
         label = f"compiling {what}, once per install; later runs load it from the cache"
-        listener = _CompileListener(lambda: self._start(label), lambda: self._stop(label))
-        with numba_event.install_listener("numba:compile", listener):
+        with jit.watching_compiles(lambda: self._start(label), lambda: self._stop(label)):
             yield
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-
-
-class _CompileListener(numba_event.Listener):
-    """Calls ``started`` when an outermost compilation begins and ``finished`` when it ends
-    (compiling a kernel compiles the kernels it calls, nested inside)."""
-
-    def __init__(self, started: Callable[[], None], finished: Callable[[], None]) -> None:
-        self._started, self._finished = started, finished
-        self._depth = 0
-        self._lock = threading.Lock()
-
-    def on_start(self, event: object) -> None:
-        with self._lock:
-            self._depth += 1
-            outermost = self._depth == 1
-        if outermost:
-            self._started()
-
-    def on_end(self, event: object) -> None:
-        with self._lock:
-            self._depth -= 1
-            outermost = self._depth == 0
-        if outermost:
-            self._finished()
 
 
 @contextmanager

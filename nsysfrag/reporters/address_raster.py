@@ -10,15 +10,13 @@ painted once: the picture is the same, and the work is bounded by what can be se
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 from nsysfrag.analysis.metrics import F64
 from nsysfrag.events import I64
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 U8 = npt.NDArray[np.uint8]
 # Cells per side are packed into 13 bits and colours into 8 when duplicates are found.
@@ -45,7 +43,7 @@ def pixel_spans(lo: F64, hi: F64, full: float, cells: int, min_cells: int) -> tu
     return first, end
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _paint(x0, x1, y0, y1, colour, image):  # type: ignore[no-untyped-def]
     for k in range(len(colour)):
         c = colour[k]

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted
+from nsysfrag import interpreted, jit
 from nsysfrag.allocators import TorchConfig
 from nsysfrag.allocators.base import I64
 from nsysfrag.allocators.torch.compiled_rules import round_size_kernel, should_split_kernel
@@ -79,7 +78,7 @@ def start_layout(window: WindowLayout, config: TorchConfig, stream_number: I64) 
     return StartLayout(layout, placed[:n_placed].copy(), conflicts)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _tile(  # type: ignore[no-untyped-def]
     plain, ranges, start, end, pool, small, address, size, requested, divisions, max_split,
     extra_va, segments, expandables, blocks, placed,
@@ -127,7 +126,7 @@ def _tile(  # type: ignore[no-untyped-def]
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _block(blocks, n, segment, address, nbytes, state, request):  # type: ignore[no-untyped-def]
     b = n[2]
     blocks[0, b], blocks[1, b], blocks[2, b], blocks[3, b], blocks[4, b] = (
@@ -136,7 +135,7 @@ def _block(blocks, n, segment, address, nbytes, state, request):  # type: ignore
     n[2] += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fill(  # type: ignore[no-untyped-def]
     segment, lo, hi, expandable, small, address, size, requested, divisions, max_split, blocks,
     placed, n,

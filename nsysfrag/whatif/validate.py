@@ -24,10 +24,9 @@ import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted
+from nsysfrag import interpreted, jit
 from nsysfrag.allocators import TorchConfig
 from nsysfrag.allocators.base import (
     ALLOC,
@@ -142,7 +141,7 @@ class Validation:
         return match >= VALIDATION_TARGET_MATCH and abs(err) <= VALIDATION_TARGET_PEAK
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _lcs_length(a: I64, b: I64) -> int:
     """Length of the longest common subsequence (two-row dynamic programme)."""
     m = len(b)

@@ -22,10 +22,9 @@ from __future__ import annotations
 import sys
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted
+from nsysfrag import interpreted, jit
 from nsysfrag.allocators.base import I64, Outputs, RequestStream, SimResult, kernel_step
 from nsysfrag.allocators.event_loop import FAILED, OVERFLOW, replay
 from nsysfrag.allocators.torch.compiled_rules import (
@@ -188,7 +187,7 @@ class InitialLayout(NamedTuple):
         return int(self.segment_size.sum())
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _setup(layout: InitialLayout, request_size: I64, st: TorchState) -> tuple[int, int]:
     """Rebuild ``layout`` in the state; returns the allocated and live bytes it holds."""
     c = st.counters[0]
@@ -234,7 +233,7 @@ def _setup(layout: InitialLayout, request_size: I64, st: TorchState) -> tuple[in
     return allocated, live
 
 
-@numba.njit(cache=True)
+@jit.njit(cache=True)
 def _torch_kernel(kind: I64, request: I64, size: I64, m: Model, layout: InitialLayout,
                   out: Outputs) -> int:  # fmt: skip
     """Returns the OOM count, or -1 when the tables overflowed (retry bigger)."""

@@ -364,9 +364,9 @@ class _MemoryQuery:
             if progress is not None:
                 progress("loading rows", self.total_rows, self.total_rows)
             return arrays[:4], arrays[4:]
-        if not sqlite_columns.available():
-            return None
         if interpreted.interpret(self.total_rows):  # the portable path is done before it compiles
+            return None
+        if not sqlite_columns.available():
             return None
         lo, hi = db.query(
             con, f"SELECT (SELECT min({key}) FROM {MEMORY_TABLE}), (SELECT max({key}) FROM {MEMORY_TABLE})"

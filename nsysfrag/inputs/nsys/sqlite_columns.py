@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import threading
 from collections.abc import Callable
+from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
-from numba import types
 
-from nsysfrag import kernel_cache
+from nsysfrag import jit
 from nsysfrag.events import I64
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 SQLITE_OK = 0
 SQLITE_ROW = 100
@@ -34,6 +33,7 @@ CHUNK_ROWS = 262_144
 
 
 def _load() -> ctypes.CDLL | None:
+    """libsqlite3 for ctypes and for compiled code (which also gets its functions, below)."""
     name = ctypes.util.find_library("sqlite3")
     if name is None:
         return None
@@ -55,19 +55,41 @@ def _load() -> ctypes.CDLL | None:
     lib.sqlite3_finalize.argtypes = [ctypes.c_void_p]
     lib.sqlite3_step.argtypes = [ctypes.c_void_p]
     lib.sqlite3_close_v2.argtypes = [ctypes.c_void_p]
+    from numba import types
+
+    global _step, _column_type, _column_int64
+    # Pointers travel as intp: on every platform numba supports a pointer fits one. Module
+    # names, made here: numba reads _fill's names when it compiles or loads it, after this.
+    _step = types.ExternalFunction("sqlite3_step", types.int32(types.intp))
+    _column_type = types.ExternalFunction(
+        "sqlite3_column_type", types.int32(types.intp, types.int32)
+    )
+    _column_int64 = types.ExternalFunction(
+        "sqlite3_column_int64", types.int64(types.intp, types.int32)
+    )
     return lib
 
 
-_LIB = _load()
-# Pointers travel as intp: on every platform numba supports a pointer fits one.
-_step = types.ExternalFunction("sqlite3_step", types.int32(types.intp))
-_column_type = types.ExternalFunction("sqlite3_column_type", types.int32(types.intp, types.int32))
-_column_int64 = types.ExternalFunction(
-    "sqlite3_column_int64", types.int64(types.intp, types.int32)
-)
+# Loaded on first use: finding the library and loading numba is no small input's business.
+_LIB: ctypes.CDLL | None = None
+_loaded = False
+_step: Any = None
+_column_type: Any = None
+_column_int64: Any = None
 
 
-@numba.njit(cache=True, nogil=True)
+_load_lock = threading.Lock()  # two threads read two row ranges at once
+
+
+def _library() -> ctypes.CDLL | None:
+    global _LIB, _loaded
+    with _load_lock:
+        if not _loaded:
+            _LIB, _loaded = _load(), True
+    return _LIB
+
+
+@jit.njit(cache=True, nogil=True)
 def _fill(stmt, out, start, stop):  # type: ignore[no-untyped-def]
     """Step ``stmt`` into rows [start, stop) of ``out``; return the next free row (less than
     ``stop`` once the statement is done), -1 on a non-integer value, -2 on an SQLite error."""
@@ -88,7 +110,7 @@ def _fill(stmt, out, start, stop):  # type: ignore[no-untyped-def]
 
 
 def available() -> bool:
-    return _LIB is not None
+    return _library() is not None
 
 
 def read_int_columns(
@@ -104,7 +126,7 @@ def read_int_columns(
     ``expected_rows`` sizes the arrays (they grow if it was short). With ``into`` (shape
     ``(ncols, expected_rows)``, e.g. a window of a larger array) the rows go there, and a
     result of any other length is None."""
-    lib = _LIB
+    lib = _library()
     if lib is None:
         return None
     db = ctypes.c_void_p()

@@ -26,14 +26,12 @@ import os
 import sqlite3
 from pathlib import Path
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 from nsysfrag.events import I64
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 # How an output column is made from the record's columns (``Column``).
 INTEGER = 0  # the column's value, which must be an integer
@@ -269,7 +267,7 @@ def _grown(column: I64, kept: int, width: int) -> I64:
     return grown
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _varint(data, pos, end):  # type: ignore[no-untyped-def]
     """The varint at ``pos`` (before ``end``) and the position after it; position -1 when it
     runs past ``end`` or does not fit 63 bits."""
@@ -288,17 +286,17 @@ def _varint(data, pos, end):  # type: ignore[no-untyped-def]
     return np.int64(value), pos + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _u16(data, pos):  # type: ignore[no-untyped-def]
     return (np.int64(data[pos]) << 8) | np.int64(data[pos + 1])
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _u32(data, pos):  # type: ignore[no-untyped-def]
     return (_u16(data, pos) << 16) | _u16(data, pos + 2)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _value_size(serial):  # type: ignore[no-untyped-def]
     """Bytes of a value of serial type ``serial``; -1 for the reserved types 10 and 11."""
     if serial < 5:
@@ -314,7 +312,7 @@ def _value_size(serial):  # type: ignore[no-untyped-def]
     return (serial - 12) // 2
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _integer(data, pos, serial):  # type: ignore[no-untyped-def]
     """The integer of serial type 1-6, 8 or 9 at ``pos`` (big-endian two's complement)."""
     if serial == 8:
@@ -330,12 +328,12 @@ def _integer(data, pos, serial):  # type: ignore[no-untyped-def]
     return np.int64(value)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _is_integer(serial):  # type: ignore[no-untyped-def]
     return 1 <= serial <= 6 or serial == 8 or serial == 9
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _page_header(data, i, number, page_size, usable, root, pointer_bytes):  # type: ignore[no-untyped-def]
     """Where page ``i`` of the buffer starts and ends (its usable bytes), where its header is,
     and its cell count; cells -1 when the count cannot be SQLite's (more than fit its page, or
@@ -351,7 +349,7 @@ def _page_header(data, i, number, page_size, usable, root, pointer_bytes):  # ty
     return start, end, header, cells
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _children(data, numbers, page_size, usable, pages, root, out):  # type: ignore[no-untyped-def]
     """The child page numbers of the interior table pages ``numbers`` (read one after another
     into ``data``), in key order, into ``out``; their count, or -1."""
@@ -375,7 +373,7 @@ def _children(data, numbers, page_size, usable, pages, root, out):  # type: igno
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _leaves(data, numbers, page_size, usable, root, spec, where, ids, out, state):  # type: ignore[no-untyped-def]
     """Rows of the leaf table pages ``numbers`` (read one after another into ``data``) into
     ``out`` from index ``state[0]`` on (a tuple of one array per output column, as ``spec``

@@ -23,12 +23,10 @@ import pickletools
 from dataclasses import dataclass
 from pathlib import Path
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 # What an opcode does to the depths on the stack (OTHER: pop its inputs, push non-tuples).
 OTHER, TUPLE_TO_MARK, TUPLE_N, EMPTY_TUPLE, MARK, GET, PUT, MEMOIZE, DUP, STOP = range(10)
@@ -83,7 +81,7 @@ def _tables() -> tuple[np.ndarray, ...]:
 ACTION, LAYOUT, SIZE, BEFORE, MARKED, AFTER, KNOWN = _tables()
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _uint(data, at, n):  # type: ignore[no-untyped-def]
     value = np.uint64(0)
     for k in range(n):
@@ -91,7 +89,7 @@ def _uint(data, at, n):  # type: ignore[no-untyped-def]
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _line_end(data, at):  # type: ignore[no-untyped-def]
     for k in range(at, len(data)):
         if data[k] == 10:  # "\n"
@@ -99,7 +97,7 @@ def _line_end(data, at):  # type: ignore[no-untyped-def]
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _decimal(data, start, end):  # type: ignore[no-untyped-def]
     """The memo index of a text opcode (``g12\\n``); -1 when it is not one."""
     value = 0
@@ -113,7 +111,7 @@ def _decimal(data, start, end):  # type: ignore[no-untyped-def]
     return value
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys, table_values, table_used, limit, tables):  # type: ignore[no-untyped-def]
     """Walk the opcodes in ``data`` (the file's bytes from offset ``base``) from its start;
     return (status, pos, sp, mp, memo_len, deepest tuple). NEED: the next opcode (at ``pos``)
@@ -263,7 +261,7 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
     return 8, pos, sp, mp, memo_len, deepest
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _memo_put(filled, tuples, keys, values, used, index, depth, memo_len):  # type: ignore[no-untyped-def]
     """Memo slot ``index`` now holds a value ``depth`` tuples deep; the memo's new length.
     Only tuples are in the table (rare in a snapshot); a bit says which slots are tuples."""
@@ -280,7 +278,7 @@ def _memo_put(filled, tuples, keys, values, used, index, depth, memo_len):  # ty
     return memo_len
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _slot(keys, index):  # type: ignore[no-untyped-def]
     """Where ``index`` is, or goes, in an open-addressing table (-1: an empty slot)."""
     mask = len(keys) - 1
@@ -291,7 +289,7 @@ def _slot(keys, index):  # type: ignore[no-untyped-def]
     return at
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _table_set(keys, values, index, depth):  # type: ignore[no-untyped-def]
     """Set ``index`` to ``depth``; 1 when it took an empty slot (the caller counts them)."""
     at = _slot(keys, index)
@@ -301,13 +299,13 @@ def _table_set(keys, values, index, depth):  # type: ignore[no-untyped-def]
     return new
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _table_get(keys, values, index):  # type: ignore[no-untyped-def]
     at = _slot(keys, index)
     return values[at] if keys[at] == index else 0
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _rehash(keys, values, new_keys, new_values):  # type: ignore[no-untyped-def]
     for k in range(len(keys)):
         if keys[k] != -1 and values[k] > 0:

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 from nsysfrag.events import I64, BoolArray
 from nsysfrag.models.series import (
     ALLOCATED,
@@ -37,7 +36,6 @@ from nsysfrag.models.series import (
     IndexArray,
 )
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 PAGE_LAYER = 0  # blocks whose pages the driver maps for them
 POOL_LAYER = 1  # blocks carved from a memory pool, whose pages the pool holds
@@ -144,7 +142,7 @@ def _allocate_outputs(n: int) -> KernelOutput:
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fenwick_add(tree: np.ndarray, i: int, delta: int) -> None:
     i += 1
     while i < len(tree):
@@ -152,7 +150,7 @@ def _fenwick_add(tree: np.ndarray, i: int, delta: int) -> None:
         i += i & -i
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fenwick_prefix(tree: np.ndarray, i: int) -> int:
     """Number of live slots in [0, i]."""
     total = 0
@@ -163,7 +161,7 @@ def _fenwick_prefix(tree: np.ndarray, i: int) -> int:
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fenwick_kth(tree: np.ndarray, k: int, top_bit: int) -> int:
     """The slot of the k-th live block (1-based k, counted by address)."""
     pos = 0
@@ -177,7 +175,7 @@ def _fenwick_kth(tree: np.ndarray, k: int, top_bit: int) -> int:
     return pos  # 0-based slot = (1-based index pos + 1) - 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
     """The live slot just below ``slot`` by address, or -1."""
     below = _fenwick_prefix(tree, slot - 1) if slot > 0 else 0
@@ -186,7 +184,7 @@ def _previous_live(tree: np.ndarray, slot: int, top_bit: int) -> int:
     return _fenwick_kth(tree, below, top_bit)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fen_add(fen, row, i, delta):  # type: ignore[no-untyped-def]
     i += 1
     n = fen.shape[1]
@@ -195,7 +193,7 @@ def _fen_add(fen, row, i, delta):  # type: ignore[no-untyped-def]
         i += i & -i
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _fen_below(fen, row, slot, top_bit):  # type: ignore[no-untyped-def]
     """The live slot just below ``slot`` by address in Fenwick row ``row``, or -1."""
     below = 0
@@ -217,7 +215,7 @@ def _fen_below(fen, row, slot, top_bit):  # type: ignore[no-untyped-def]
     return pos
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _page_floor(x, page):  # type: ignore[no-untyped-def]
     # A page of a power of two bytes (every real one) takes a mask, not a division.
     if page & (page - 1) == 0:
@@ -225,12 +223,12 @@ def _page_floor(x, page):  # type: ignore[no-untyped-def]
     return (x // page) * page
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _page_ceil(x, page):  # type: ignore[no-untyped-def]
     return _page_floor(x + page - 1, page)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _pair(p_end, q_start, page):  # type: ignore[no-untyped-def]
     """What two page blocks side by side contribute (-1: no block on that side): (largest
     free run, free runs, page bytes both touch, footprint bytes both cover). The free bytes
@@ -256,7 +254,7 @@ def _pair(p_end, q_start, page):  # type: ignore[no-untyped-def]
     return max(tail, head), (1 if tail > 0 else 0) + (1 if head > 0 else 0), 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _set_leaf(leaves, tree, totals, leaf, largest, runs, shared_pages, shared_foot):  # type: ignore[no-untyped-def]
     """Set one neighbour pair's contribution: its largest free run into the max tree, the rest
     into the totals."""
@@ -277,7 +275,7 @@ def _set_leaf(leaves, tree, totals, leaf, largest, runs, shared_pages, shared_fo
         i >>= 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _neighbours(slots, leaves, tree, totals, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` (and set their leaf: the pool
     layer has none, the pool holds its blocks' pages)."""
@@ -289,7 +287,7 @@ def _neighbours(slots, leaves, tree, totals, slot_offset, page, p, q, layer):  #
     _join(slots, totals, p, q, NEXT, PREV, FIRST + layer)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _every_neighbours(slots, leaves, totals, slot_offset, p, q):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in the list of every block, counting the
     footprint bytes they share."""
@@ -300,7 +298,7 @@ def _every_neighbours(slots, leaves, totals, slot_offset, p, q):  # type: ignore
     _join(slots, totals, p, q, ENEXT, EPREV, FIRST + EVERY)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _join(slots, totals, p, q, after, before, first):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in one list: ``slots[s, after]`` and
     ``slots[s, before]`` link it, ``totals[first]`` is its first slot."""
@@ -312,7 +310,7 @@ def _join(slots, totals, p, q, after, before, first):  # type: ignore[no-untyped
         slots[q, before] = p
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _unlink(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s):  # type: ignore[no-untyped-def]
     """Remove live block ``s`` from its layer (and from the list of every block)."""
     layer = slots[s, LAYER]
@@ -332,7 +330,7 @@ def _unlink(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s):  
     slots[s, LIVE] = 0
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _link(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s, e, layer, p, top_bit):  # type: ignore[no-untyped-def]
     """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block just
     below it there (-1: none), and into the list of every block."""
@@ -355,7 +353,7 @@ def _link(slots, leaves, tree, totals, fen, slot_offset, page, every_on, s, e, l
     slots[s, LIVE] = 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _hole(p_end, q_start, a, e, page):  # type: ignore[no-untyped-def]
     """A freed footprint [a, e)'s bytes that lie, once it is gone, in pages its neighbours
     (footprint end ``p_end``, start ``q_start``; -1: none) keep resident: (left part, right
@@ -376,7 +374,7 @@ def _hole(p_end, q_start, a, e, page):  # type: ignore[no-untyped-def]
     return left, right, False
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     is_free = events.is_free
     nbytes = events.bytes

@@ -7,14 +7,12 @@ sorted.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from nsysfrag import interpreted, kernel_cache
+from nsysfrag import interpreted, jit
 from nsysfrag.events import I64, BoolArray
 from nsysfrag.models.series import NO_BLOCK
 
-kernel_cache.install()  # before any cache=True kernel: compiled code goes to the user's cache
 
 
 def assign_slots(offset: I64, is_block: BoolArray, is_free: BoolArray) -> tuple[I64, I64]:
@@ -30,7 +28,7 @@ def assign_slots(offset: I64, is_block: BoolArray, is_free: BoolArray) -> tuple[
     return slot_offset, slot
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _table_size(n):  # type: ignore[no-untyped-def]
     size = 16
     while size < 2 * n + 1:
@@ -38,7 +36,7 @@ def _table_size(n):  # type: ignore[no-untyped-def]
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _hash(key, mask):  # type: ignore[no-untyped-def]
     # splitmix64's finalizer, in unsigned arithmetic (signed overflow is undefined behaviour to
     # LLVM, which then hashes the same key differently in different places): offsets are
@@ -49,7 +47,7 @@ def _hash(key, mask):  # type: ignore[no-untyped-def]
     return np.int64((x ^ (x >> np.uint64(31))) & np.uint64(mask))
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _distinct(offset, is_block):  # type: ignore[no-untyped-def]
     size = _table_size(len(offset))
     keys = np.full(size, -1, dtype=np.int64)  # offsets of blocks are >= 0: -1 marks empty
@@ -69,7 +67,7 @@ def _distinct(offset, is_block):  # type: ignore[no-untyped-def]
     return out[:n].copy()
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _slots(offset, is_block, is_free, slot_offset):  # type: ignore[no-untyped-def]
     size = _table_size(len(slot_offset))
     keys = np.full(size, -1, dtype=np.int64)

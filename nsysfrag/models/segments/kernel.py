@@ -7,9 +7,9 @@ event, without the GIL. PyTorch's allocator rules are ``rules``' own functions, 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.models.segments.kernel_layout import (
     B_LIVE,
     B_PENDING,
@@ -79,19 +79,19 @@ F_OVERLAP, F_OUT_OF_ORDER, F_HOLE = range(3)
 # PyTorch's rules (``rules``), compiled from the very functions the Python replay and the
 # what-if ``torch`` kernel use (as ``allocators.torch.compiled_rules`` compiles them; not
 # imported from there: ``analyze`` does not load the what-if models).
-_interval = numba.njit(cache=True)(division_interval)
-_rounded = numba.njit(cache=True)(rounded)
-_split = numba.njit(cache=True)(split_rule)
+_interval = jit.njit(cache=True)(division_interval)
+_rounded = jit.njit(cache=True)(rounded)
+_split = jit.njit(cache=True)(split_rule)
 UNLIMITED_SPLIT = 1 << 62  # max_split_size when none is set
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def round_size(size, divisions):  # type: ignore[no-untyped-def]
     """PyTorch's round_size; ``divisions[i]`` for sizes in [2**i MiB, 2**(i+1) MiB)."""
     return _rounded(size, divisions[_interval(max(size, 1))])
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def block_size(keys, seg, s, x, fs, fe, requested, divisions, max_split, expandable_all):  # type: ignore[no-untyped-def]
     """The block PyTorch carved from free block [fs, fe) (none: fe <= fs) of segment ``s``:
     rounded, or the whole free block when it would not split."""
@@ -110,7 +110,7 @@ def block_size(keys, seg, s, x, fs, fe, requested, divisions, max_split, expanda
 # ---------------------------------------------------------------- the window's start
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type: ignore[no-untyped-def]
     """Lay out the final segments (``final_segments`` rows: slot, end, stream, small pool,
     expandable) and their blocks (``final_blocks`` rows: segment row, slot, size, requested,
@@ -185,7 +185,7 @@ def rebuild_window(L, entries, final_segments, final_blocks, rb, known):  # type
 # ---------------------------------------------------------------- the replay
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress):  # type: ignore[no-untyped-def]
     """Replay the trace from the window's start (``L``, ``rb``), one timeline point per
     modelled event into ``out``. ``rules``: t0, has_points (the entries make points),
@@ -394,7 +394,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
     return len(initial), initial_reserved
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def release(keys, seg, sfen, blk, bfen, gap, share, tot, a, e_slot, x, end):  # type: ignore[no-untyped-def]
     """segment_free / segment_unmap of [x, end), whose blocks are gone already."""
     base = seg_find(keys, seg, sfen, tot, x)
@@ -415,7 +415,7 @@ def release(keys, seg, sfen, blk, bfen, gap, share, tot, a, e_slot, x, end):  # 
     tot[T_RESERVED] -= end - x
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def track(tot):  # type: ignore[no-untyped-def]
     tot[T_MAX_RESERVED] = max(tot[T_MAX_RESERVED], tot[T_RESERVED])
     tot[T_MAX_REQUESTED] = max(tot[T_MAX_REQUESTED], tot[T_REQUESTED])
@@ -425,7 +425,7 @@ def track(tot):  # type: ignore[no-untyped-def]
         tot[T_PEAK_REQ] = tot[T_REQUESTED]
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def emit(  # type: ignore[no-untyped-def]
     gap, tot, out_i64, out_flags, out_event, record, t, code, x, nbytes, site, overlap=False,
     out_of_order=False, hole=False, freed=NO_BLOCK, left=NO_BLOCK, right=NO_BLOCK,

@@ -23,9 +23,9 @@ All of it O(log n) per operation. ``models.segments.kernel`` replays a trace on 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from nsysfrag import jit
 from nsysfrag.models.observed.kernel import _fenwick_add, _fenwick_kth, _fenwick_prefix
 from nsysfrag.models.segments.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
 
@@ -71,7 +71,7 @@ def new_layout(keys: np.ndarray) -> tuple[np.ndarray, ...]:
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def expandable_page(small, mapped):  # type: ignore[no-untyped-def]
     """``rules.expandable_page`` with the pool as 1 (small), 0 (large) or -1 (not named)."""
     if small < 0:
@@ -82,7 +82,7 @@ def expandable_page(small, mapped):  # type: ignore[no-untyped-def]
 # ---------------------------------------------------------------- slots
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def last_at_most(fen, slot, top):  # type: ignore[no-untyped-def]
     """The highest set slot <= ``slot``, or -1."""
     if slot < 0:
@@ -91,14 +91,14 @@ def last_at_most(fen, slot, top):  # type: ignore[no-untyped-def]
     return -1 if c == 0 else _fenwick_kth(fen, c, top)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def first_at_least(fen, slot, top, count):  # type: ignore[no-untyped-def]
     """The lowest set slot >= ``slot``, or -1 (``count`` slots are set)."""
     c = _fenwick_prefix(fen, slot - 1) if slot > 0 else 0
     return -1 if c >= count else _fenwick_kth(fen, c + 1, top)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def floor_slot(keys, x):  # type: ignore[no-untyped-def]
     """The slot of the highest key <= x, or -1."""
     return np.searchsorted(keys, x, side="right") - 1
@@ -107,7 +107,7 @@ def floor_slot(keys, x):  # type: ignore[no-untyped-def]
 # ---------------------------------------------------------------- segments
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_find(keys, seg, sfen, tot, x):  # type: ignore[no-untyped-def]
     """The slot of the segment holding address ``x``, or -1."""
     p = last_at_most(sfen, floor_slot(keys, x), tot[T_TOP_BIT])
@@ -116,7 +116,7 @@ def seg_find(keys, seg, sfen, tot, x):  # type: ignore[no-untyped-def]
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_overlaps(keys, seg, sfen, tot, start, end):  # type: ignore[no-untyped-def]
     if seg_find(keys, seg, sfen, tot, start) >= 0:
         return True
@@ -124,7 +124,7 @@ def seg_overlaps(keys, seg, sfen, tot, start, end):  # type: ignore[no-untyped-d
     return q >= 0 and keys[q] < end
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_add(seg, sfen, tot, slot, end, stream, small, exp, page, origin):  # type: ignore[no-untyped-def]
     seg[slot, S_ON] = 1
     seg[slot, S_END] = end
@@ -137,7 +137,7 @@ def seg_add(seg, sfen, tot, slot, end, stream, small, exp, page, origin):  # typ
     tot[T_NSEG] += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_add_whole(seg, sfen, tot, slot, start, end, stream):  # type: ignore[no-untyped-def]
     """A segment cudaMalloc'd whole (not expandable), [start, end): of the small pool when it has
     the small pool's buffer size."""
@@ -145,14 +145,14 @@ def seg_add_whole(seg, sfen, tot, slot, start, end, stream):  # type: ignore[no-
     seg_add(seg, sfen, tot, slot, end, stream, small, 0, 0, start)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_remove(seg, sfen, tot, slot):  # type: ignore[no-untyped-def]
     seg[slot, S_ON] = 0
     _fenwick_add(sfen, slot, -1)
     tot[T_NSEG] -= 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_map(keys, seg, sfen, tot, s_slot, e_slot, start, end, stream):  # type: ignore[no-untyped-def]
     """Map ``[start, end)``, joined with contiguous expandable ranges of the stream; return
     (the range's slot, the slot of the range joined on the right or -1)."""
@@ -174,7 +174,7 @@ def seg_map(keys, seg, sfen, tot, s_slot, e_slot, start, end, stream):  # type: 
     return base, right
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def seg_unmap(keys, seg, sfen, tot, e_slot, start, end):  # type: ignore[no-untyped-def]
     """Cut ``[start, end)`` out of the segment that holds it; return its slot, or -1."""
     base = seg_find(keys, seg, sfen, tot, start)
@@ -194,7 +194,7 @@ def seg_unmap(keys, seg, sfen, tot, e_slot, start, end):  # type: ignore[no-unty
 # ---------------------------------------------------------------- free gaps
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def releasable(keys, seg, s, start, end):  # type: ignore[no-untyped-def]
     """The bytes of free block [start, end) in segment ``s`` that could go back to the driver:
     all of a non-expandable segment, or the whole pages of an expandable range's grid."""
@@ -207,7 +207,7 @@ def releasable(keys, seg, s, start, end):  # type: ignore[no-untyped-def]
     return max(last - first, 0) * page
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def set_gap(gap, share, tot, leaf, length, r):  # type: ignore[no-untyped-def]
     """Gap ``leaf`` is now ``length`` bytes, ``r`` of them releasable."""
     i = tot[T_LEAVES] + leaf
@@ -228,7 +228,7 @@ def set_gap(gap, share, tot, leaf, length, r):  # type: ignore[no-untyped-def]
         i >>= 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def refresh(keys, seg, blk, bfen, gap, share, tot, leaf, s):  # type: ignore[no-untyped-def]
     """Recompute the gap ``leaf`` owns, in segment ``s``; return its (start, end)."""
     k = leaf >> 1
@@ -247,7 +247,7 @@ def refresh(keys, seg, blk, bfen, gap, share, tot, leaf, s):  # type: ignore[no-
     return start, end
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def gap_owner(keys, s, p):  # type: ignore[no-untyped-def]
     """The leaf owning a gap of segment ``s`` whose closest placed block below is ``p``."""
     if p >= 0 and keys[p] >= keys[s]:
@@ -255,13 +255,13 @@ def gap_owner(keys, s, p):  # type: ignore[no-untyped-def]
     return 2 * s
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def placed_below(keys, bfen, tot, x):  # type: ignore[no-untyped-def]
     """The placed block starting closest at or below address ``x``, or -1."""
     return last_at_most(bfen, floor_slot(keys, x), tot[T_TOP_BIT])
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def free_span(keys, seg, blk, bfen, tot, s, x):  # type: ignore[no-untyped-def]
     """The free block holding address ``x`` of segment ``s`` (-1: none): (start, end), or
     (-1, -1)."""
@@ -283,7 +283,7 @@ def free_span(keys, seg, blk, bfen, tot, s, x):  # type: ignore[no-untyped-def]
 # ---------------------------------------------------------------- blocks
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def place(keys, seg, blk, bfen, gap, share, tot, k, s):  # type: ignore[no-untyped-def]
     """Carve live block k (its size already in ``blk``) out of the free gap of segment ``s``
     that holds it."""
@@ -305,7 +305,7 @@ def place(keys, seg, blk, bfen, gap, share, tot, k, s):  # type: ignore[no-untyp
     refresh(keys, seg, blk, bfen, gap, share, tot, 2 * k + 1, s)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def drop(keys, seg, sfen, blk, bfen, gap, share, tot, k, at, removed, record):  # type: ignore[no-untyped-def]
     """Remove live block k (freed, or evicted, at point ``at``): return the free block it
     joined, (start, end), and the placed block right below it, or (-1, -1, -1) when it was not
@@ -338,7 +338,7 @@ def drop(keys, seg, sfen, blk, bfen, gap, share, tot, k, at, removed, record):  
     return start, end, owner >> 1 if owner & 1 == 1 else -1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def evict(keys, seg, sfen, blk, bfen, gap, share, tot, start, end, scratch, at, removed, record):  # type: ignore[no-untyped-def]
     """Drop every placed block overlapping [start, end) (the trace missed their frees), at
     point ``at``; return how many there were."""
@@ -348,7 +348,7 @@ def evict(keys, seg, sfen, blk, bfen, gap, share, tot, start, end, scratch, at, 
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def placed_in(keys, blk, bfen, tot, start, end, out):  # type: ignore[no-untyped-def]
     """The placed blocks overlapping [start, end), by address, into ``out``; how many."""
     n = 0

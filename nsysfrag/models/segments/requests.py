@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import interpreted
+from nsysfrag import interpreted, jit
 from nsysfrag.events import ALLOC, FAILED_ALLOC, FREE, FREE_COMPLETED, I64
 from nsysfrag.models.segments.compiled import WindowLayout
 from nsysfrag.models.snapshot_entries import HistoryColumns, history_times
@@ -137,14 +136,14 @@ def _window_blocks(window: WindowLayout) -> PlacedBlocks:
     return PlacedBlocks(window.block_address, size, stream)
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _event(out, i, kind, request, t, entry):  # type: ignore[no-untyped-def]
     """Write event ``i`` into ``out`` (kind, request, time, entry rows); return i + 1."""
     out[0, i], out[1, i], out[2, i], out[3, i] = kind, request, t, entry
     return i + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True)
 def _requests(  # type: ignore[no-untyped-def]
     initial_slot, initial_size, initial_stream, announce, t0, action, slot, size, stream, times,
     empty_at, n_keys, out, req,
