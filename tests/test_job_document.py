@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from nsysfrag.job import heatmap, html, terminal
-from nsysfrag.job.document import RankSummary, job_document, summaries_of
+from nsysfrag.checks.job_ranks import RankSummary, summaries_of
+from nsysfrag.job.document import job_document
 from nsysfrag.job.worker import RankOutcome
+from nsysfrag.reporters.job import heatmap, html, terminal
 
 
 def _state(t: int, g: float, live: int = 1 << 30) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from nsysfrag.inputs.torch_snapshot.unpickle import load_plain_pickle
-from nsysfrag.job import heatmap
+from nsysfrag.reporters.job import heatmap
 from nsysfrag.record.layout import rank_folders
 from nsysfrag.record.rating import rate_state
 from tests.conftest import REPO

@@ -11,7 +11,7 @@ from nsysfrag.checks.comparison import Comparison, compare
 from nsysfrag.checks.job_comparison import JobComparison, compare_jobs, is_job_document
 from nsysfrag.commands.compare_inputs import documents
 from nsysfrag.commands.params import ByteSize, Delta
-from nsysfrag.job import terminal as job_terminal
+from nsysfrag.reporters.job import terminal as job_terminal
 from nsysfrag.pipeline.feedback import say_tripped
 from nsysfrag.pipeline.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.pipeline.request import ReportRequest

@@ -187,13 +187,14 @@ def _report(
     outcomes: list[RankOutcome], request: ReportRequest, baseline: dict[str, Any] | None
 ) -> int:
     from nsysfrag.checks.gates import evaluate
+    from nsysfrag.checks.job_comparison import compare_jobs
+    from nsysfrag.checks.job_ranks import summaries_of
+    from nsysfrag.job.document import job_document
     from nsysfrag.pipeline.feedback import say, say_tripped
     from nsysfrag.pipeline.outputs import report_console, write_text
-    from nsysfrag.job import terminal
-    from nsysfrag.checks.job_comparison import compare_jobs
-    from nsysfrag.job.document import job_document, summaries_of
-    from nsysfrag.job.terminal import failure
     from nsysfrag.reporters import json_report
+    from nsysfrag.reporters.job import terminal
+    from nsysfrag.reporters.job.terminal import failure
 
     outcomes.sort(key=lambda o: o.rank)
     _relay_notes(outcomes)
@@ -203,7 +204,7 @@ def _report(
         if r.name == "json":
             write_text(output, json_report.dumps(document))
         else:  # html: run_job refused every other report
-            from nsysfrag.job import html
+            from nsysfrag.reporters.job import html
 
             write_text(output, html.render(summaries, document))
     to_screen = request.to_screen()

@@ -4,7 +4,8 @@
 command-line option, the suffixes ``-o`` picks it by, and the function that renders or writes
 it. The options, the ``-o`` mapping and the writing of reports all follow this list, so a new
 format is one module and one entry here (docs/ARCHITECTURE.md walks through one). The terminal
-report and the what-if and comparison reports have data of their own and are not in it.
+report and the what-if, comparison and job (`job/`) reports have data of their own and are not in
+it.
 """
 
 from __future__ import annotations

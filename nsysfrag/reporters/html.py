@@ -51,7 +51,7 @@ MAX_SVG_BYTES = 3_000_000
 # deterministic offline page.
 SVG_METADATA: dict[str, str | None] = {"Date": None, "Creator": None, "Format": None, "Type": None}
 
-# The single-input report's page style; a job's page (nsysfrag.job.html) adds its own rules.
+# The single-input report's page style; a job's page (reporters/job/html.py) adds its own rules.
 CSS = BASE_CSS + """table { border-collapse: collapse; margin: .4rem 0 .8rem; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .6rem; border-bottom: 1px solid var(--rule); text-align: left; vertical-align: top; }
 th { font-weight: 600; color: #39424c; }

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from nsysfrag.analysis.metrics import format_bytes
-from nsysfrag.job import heatmap, terminal
-from nsysfrag.job.document import RankSummary
-from nsysfrag.job.terminal import at, basis_text, hotspot_text, memory_text, oom_text
+from nsysfrag.checks.job_ranks import RankSummary
 from nsysfrag.reporters.html import CSS
 from nsysfrag.reporters.html_page import esc, page, site_markup, table
+from nsysfrag.reporters.job import heatmap, terminal
+from nsysfrag.reporters.job.terminal import at, basis_text, hotspot_text, memory_text, oom_text
 from nsysfrag.reporters.state_cells import percent
 
 TOP_HOTSPOTS = 5

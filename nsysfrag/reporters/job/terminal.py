@@ -14,8 +14,8 @@ from rich.text import Text
 
 from nsysfrag.analysis.metrics import basis_words, format_bytes
 from nsysfrag.checks.job_comparison import JobComparison
+from nsysfrag.checks.job_ranks import RankSummary
 from nsysfrag.checks.verdict import plain
-from nsysfrag.job.document import RankSummary
 from nsysfrag.moments import moment_since
 from nsysfrag.printable import printable
 from nsysfrag.reporters import comparison_table
