@@ -109,7 +109,7 @@ def one_round(kernels: str | None, compiled: dict[str, bool]) -> dict[str, float
 
 HEAVY = ("numba", "llvmlite", "pandas", "matplotlib", "sqlalchemy", "scipy", "rich")
 # The command line run in the probe's own process; at its end, what the process imported.
-_PROBE = """
+_PROBE = r"""
 import json, sys
 from nsysfrag import cli
 try:
