@@ -29,7 +29,9 @@ def _way(kernel: Callable[..., Any], mode: str) -> Callable[..., Any]:
 @pytest.mark.parametrize(
     ("slots", "levels"), [(1, 1), (32, 1), (33, 2), (1024, 2), (1025, 3), (40_000, 4)]
 )
-def test_level_starts_give_one_word_per_32_below(slots: int, levels: int, both_kernels: str) -> None:
+def test_level_starts_give_one_word_per_32_below(
+    slots: int, levels: int, both_kernels: str
+) -> None:
     starts = _way(level_starts, both_kernels)(slots)
     assert len(starts) == levels + 1
     words = np.diff(starts)

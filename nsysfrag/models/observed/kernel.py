@@ -216,7 +216,7 @@ def _pair(p_end, q_start, page):  # type: ignore[no-untyped-def]
     return max(tail, head), (1 if tail > 0 else 0) + (1 if head > 0 else 0), 0, 0
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _set_leaf(leaves, tree, totals, leaf, largest, runs, shared_pages, shared_foot):  # type: ignore[no-untyped-def]
     """Set one neighbour pair's contribution: its largest free run into the max tree, the rest
     into the totals."""
@@ -237,7 +237,7 @@ def _set_leaf(leaves, tree, totals, leaf, largest, runs, shared_pages, shared_fo
         i >>= 1
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _neighbours(slots, leaves, tree, totals, slot_offset, page, p, q, layer):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in ``layer`` (and set their leaf: the pool
     layer has none, the pool holds its blocks' pages)."""
@@ -249,7 +249,7 @@ def _neighbours(slots, leaves, tree, totals, slot_offset, page, p, q, layer):  #
     _join(slots, totals, p, q, NEXT, PREV, FIRST + layer)
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _every_neighbours(slots, leaves, totals, slot_offset, p, q):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in the list of every block, counting the
     footprint bytes they share."""
@@ -260,7 +260,7 @@ def _every_neighbours(slots, leaves, totals, slot_offset, p, q):  # type: ignore
     _join(slots, totals, p, q, ENEXT, EPREV, FIRST + EVERY)
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _join(slots, totals, p, q, after, before, first):  # type: ignore[no-untyped-def]
     """Make ``p`` and ``q`` (-1: none) neighbours in one list: ``slots[s, after]`` and
     ``slots[s, before]`` link it, ``totals[first]`` is its first slot."""
@@ -272,7 +272,7 @@ def _join(slots, totals, p, q, after, before, first):  # type: ignore[no-untyped
         slots[q, before] = p
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _unlink(slots, leaves, tree, totals, live_set, starts, slot_offset, page, every_on, s):  # type: ignore[no-untyped-def]
     """Remove live block ``s`` from its layer (and from the list of every block)."""
     layer = slots[s, LAYER]
@@ -292,7 +292,7 @@ def _unlink(slots, leaves, tree, totals, live_set, starts, slot_offset, page, ev
     slots[s, LIVE] = 0
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _link(slots, leaves, tree, totals, live_set, starts, slot_offset, page, every_on, s, e, layer, p):  # type: ignore[no-untyped-def]
     """Insert block ``s`` (footprint end ``e``) into ``layer`` after ``p``, the live block just
     below it there (-1: none), and into the list of every block."""
@@ -338,23 +338,11 @@ def _hole(p_end, q_start, a, e, page):  # type: ignore[no-untyped-def]
 
 @jit.njit(cache=True, nogil=True)
 def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
-    is_free = events.is_free
-    nbytes = events.bytes
-    slot_of = events.slot
-    slot_offset = events.slot_offset
-    in_pool = events.in_pool
-    footprint_of = events.footprint
-    page = events.page_bytes
-    capacity = events.capacity_bytes
-    pool_reserved = events.pool_reserved
-    pool_releasable = events.pool_releasable
-    pooled = len(pool_reserved) > 0
-    n = len(is_free)
-    k = len(slot_offset)
+    k = len(events.slot_offset)
     size = 1
     while size < k + 1:
         size *= 2
-    every_on = bool(in_pool.any())
+    every_on = bool(events.in_pool.any())
     slots = np.zeros((k, 9), dtype=np.int64)
     slots[:, PREV] = -1
     slots[:, NEXT] = -1
@@ -367,7 +355,29 @@ def _replay_kernel(events, out):  # type: ignore[no-untyped-def]
     totals = np.zeros(FIRST + 3, dtype=np.int64)
     totals[FIRST:] = -1
     # Allocation event indices, oldest first; an entry is stale once its block is gone.
-    stack = np.zeros(n + 1, dtype=out.removed_at.dtype)
+    stack = np.zeros(len(events.is_free) + 1, dtype=out.removed_at.dtype)
+    _replay_loop(events, out, slots, leaves, tree, starts, live_set, totals, stack, every_on)
+
+
+# The loop and the helpers it calls run without numba's reference counts (_nrt=False: they
+# allocate nothing, and every array outlives the call), the helpers inlined: with them, each
+# helper call took and dropped an atomic reference to every array it was passed, more than half
+# of the replay's time (perf: NRT_incref and NRT_decref). The CPU time of the replay alone on
+# 2 M churn events fell from 1.00 s to 0.29 s; compiling it takes about 2 s more.
+@jit.njit(cache=True, nogil=True, _nrt=False)
+def _replay_loop(events, out, slots, leaves, tree, starts, live_set, totals, stack, every_on):  # type: ignore[no-untyped-def]
+    is_free = events.is_free
+    nbytes = events.bytes
+    slot_of = events.slot
+    slot_offset = events.slot_offset
+    in_pool = events.in_pool
+    footprint_of = events.footprint
+    page = events.page_bytes
+    capacity = events.capacity_bytes
+    pool_reserved = events.pool_reserved
+    pool_releasable = events.pool_releasable
+    pooled = len(pool_reserved) > 0
+    n = len(is_free)
     stack_top = 0
     pool_live = 0  # live pool blocks: none, and no allocation need look at their layer
     ubytes = 0

@@ -8,6 +8,8 @@ live slot below another is found in a few word operations per level. The Fenwick
 replaces spent two walks of log2(slots) dependent steps on every lookup and one on every update
 (with 60,000 slots, about 16 each), and the replay does one of each per event.
 
+The replay calls these inlined and without reference counts (see ``kernel._replay_loop``).
+
 Words are int64 holding 32 bits so that every value stays positive: no sign bit and no unsigned
 arithmetic (which numba would mix with int64 into float64).
 """
@@ -60,7 +62,7 @@ def _high_bit(word):  # type: ignore[no-untyped-def]
     return r
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def set_add(bits, row, starts, slot):  # type: ignore[no-untyped-def]
     """Add ``slot`` to set ``row``."""
     i = slot
@@ -73,7 +75,7 @@ def set_add(bits, row, starts, slot):  # type: ignore[no-untyped-def]
         i >>= _SHIFT
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def set_remove(bits, row, starts, slot):  # type: ignore[no-untyped-def]
     """Remove ``slot`` (a member) from set ``row``."""
     i = slot
@@ -86,7 +88,7 @@ def set_remove(bits, row, starts, slot):  # type: ignore[no-untyped-def]
         i >>= _SHIFT
 
 
-@jit.njit(cache=True, nogil=True)
+@jit.njit(cache=True, nogil=True, _nrt=False, inline="always")
 def set_below(bits, row, starts, slot):  # type: ignore[no-untyped-def]
     """The largest member of set ``row`` below ``slot``, or -1."""
     levels = len(starts) - 1
