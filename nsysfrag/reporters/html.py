@@ -20,6 +20,7 @@ from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label, unrated_words
 from nsysfrag.analysis.time_base import growth_words, moment
 from nsysfrag.events import Words
+from nsysfrag.reporters import shared_figures
 from nsysfrag.reporters.failure_words import (
     failure_table,
     failure_text,
@@ -325,7 +326,7 @@ def _figures(s: SpaceAnalysis, space_index: int) -> str:
         # Short: a 20,000-block address map repeats its clip-path id 20,000 times.
         prefix = f"s{space_index}f{j}-"
         alt = f"{name} figure of {space_title(s)}"
-        markup = figure_markup(build(s), prefix, alt)
+        markup = figure_markup(shared_figures.figure(s, name, build), prefix, alt)
         out.append(
             f'<figure id="{space_anchor(s)}-fig-{name}" data-figure="{name}">{markup}</figure>'
         )
