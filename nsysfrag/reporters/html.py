@@ -33,6 +33,7 @@ from nsysfrag.reporters.html_page import (
     BASE_CSS,
     esc,
     page,
+    prose,
     rated_cell,
     site_markup,
     table,
@@ -286,7 +287,7 @@ def _failures(s: SpaceAnalysis) -> str:
             item.append(f'<details><summary>called from ({len(t.callers)} frames, innermost'
                         f' first)</summary><ol class="mono">{frames}</ol></details>')  # fmt: skip
         if t.explanation:
-            item.append(f"<p>{esc(t.explanation)}</p>")
+            item.append(f"<p>{prose(t.explanation)}</p>")
         if t.stranded:
             sites = "".join(
                 f'<tr><td class="site mono">{site_markup(site)}</td><td class="n">{esc(held)}</td></tr>'
@@ -309,7 +310,7 @@ def _advice(s: SpaceAnalysis) -> str:
     lines = advise(s, failures=False)  # the failures have their own section
     if not lines:
         return ""
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    items = "".join(f"<li>{prose(line)}</li>" for line in lines)
     return f'<h3>Advice</h3><ul class="advice">{items}</ul>'
 
 
