@@ -7,9 +7,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from matplotlib.figure import Figure
 
 from nsysfrag.analysis import Analysis, analyze
+from nsysfrag.cli import cli
 from nsysfrag.inputs import InputOptions, open_input
 from nsysfrag.reporters import figures, html, shared_figures
 from nsysfrag.reporters.figure_axes import save_figure
@@ -67,3 +69,11 @@ def test_sharing_builds_each_figure_once_with_the_same_files(
     built.clear()
     html.render(analysis)
     assert len(built) == len(figures.figure_builders) * len(analysis.spaces)
+    # analyze opens the scope when both formats are asked for.
+    built.clear()
+    trace = str(SAMPLES / "training_loop.sqlite")
+    args = ["analyze", trace, "-q", "--html", str(tmp_path / "r.html"), "--png", str(tmp_path / "p")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert len(built) == len(figures.figure_builders) * len(analysis.spaces)
+    assert (tmp_path / "r.html").read_text() == apart_page
