@@ -32,6 +32,7 @@ from nsysfrag.inputs.nsys.spaces import WORDS as NSYS_WORDS
 from nsysfrag.reporters import html as html_report
 from nsysfrag.reporters.figures import figure_builders
 from nsysfrag.reporters.html import render, space_anchor, write
+from nsysfrag.reporters.html_page import prose
 from nsysfrag.reporters.state_cells import FREE_BLOCKS_ROW, percent
 from nsysfrag.testing.browser import find_chromium
 from nsysfrag.testing.nsys_export import (
@@ -45,6 +46,7 @@ from nsysfrag.testing.nsys_export import (
 )
 from tests.conftest import BASE, SAMPLES, MiB
 
+WHATIF = "`nsysfrag whatif`"  # how the advice quotes the command
 EVIL = "<script>alert(1)</script>"
 # Elements without an end tag in HTML5 (html.parser does not know them).
 VOID = frozenset(
@@ -285,8 +287,12 @@ def test_hotspots_histograms_and_advice_are_tables_and_lines() -> None:
     for b in s.size_histogram + s.free_block_histogram:
         assert format_bytes(b.bytes) in text
     advice = next(n for n in section.iter("ul") if "advice" in n.classes())
-    # The failures have their own section, so the page's advice leaves them out.
-    assert [li.all_text() for li in advice.iter("li")] == advise(s, failures=False)
+    # The failures have their own section, so the page's advice leaves them out; the command a
+    # line names in backticks is code on the page (test_html_code_spans.py).
+    lines = advise(s, failures=False)
+    assert len(list(advice.iter("li"))) == len(lines) and any(WHATIF in line for line in lines)
+    assert all(f"<li>{prose(line)}</li>" in page_text("inference_serving") for line in lines)
+    assert [c.all_text() for c in advice.iter("code")] == ["nsysfrag whatif"]
 
 
 def test_definitions_give_every_rated_metric_its_formula_and_thresholds() -> None:

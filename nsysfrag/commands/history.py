@@ -21,6 +21,9 @@ from nsysfrag.pipeline.feedback import say
 from nsysfrag.pipeline.outputs import Output, check_destinations, report_console, write_with
 
 TABLE_RUNS = 20
+# The most runs the terminal table shows, whatever --limit asks: 200,000 runs' rows are read
+# by nobody and took minutes to fit; the rest are counted, and --json writes them all.
+TABLE_MAX_RUNS = 1000
 TREND_RUNS = 50
 DEFAULT_WINDOW = 5
 DEFAULT_THRESHOLD = 0.05
@@ -66,8 +69,8 @@ class Moment(click.ParamType):  # type: ignore[type-arg]  # generic only in newe
 @click.option("--until", type=Moment(end_of_day=True),
               help="Only runs recorded before DATE (UTC); a bare date includes that day.")
 @click.option("--limit", type=click.IntRange(min=1, max=MAX_RUNS), metavar="N",
-              help=f"At most the N newest runs (default {TABLE_RUNS} in the table, {TREND_RUNS}"
-              " in a trend, all in --json).")
+              help=f"At most the N newest runs (default {TABLE_RUNS} in the table, which shows"
+              f" at most {TABLE_MAX_RUNS:,}; {TREND_RUNS} in a trend; all in --json).")
 @click.option("--trend", "trend_metric", metavar="METRIC",
               help="Draw METRIC per device over the runs as a sparkline: any numeric key of"
               " the analyze JSON (e.g. global_frag, memory_peak.reserved_bytes, ooms.count;"
@@ -152,8 +155,12 @@ def history_command(
                 except OSError as err:
                     raise InputError(f"--png {png_path}: cannot write ({err.strerror})") from None
         elif to_screen and not check:
-            table = store.runs(_limited(query, limit or TABLE_RUNS), values=False)
-            render_runs(table, where, console)
+            asked = limit or TABLE_RUNS
+            table = store.runs(_limited(query, min(asked, TABLE_MAX_RUNS)), values=False)
+            left_out = 0
+            if asked > TABLE_MAX_RUNS and len(table) == TABLE_MAX_RUNS:
+                left_out = store.count(_limited(query, asked)) - len(table)
+            render_runs(table, where, console, left_out)
         if check:
             window = window or DEFAULT_WINDOW
             result = _check(

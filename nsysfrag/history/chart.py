@@ -27,6 +27,9 @@ from nsysfrag.reporters.figure_axes import (
 )
 
 MAX_RUN_TICKS = 12
+# Above this many runs a marker per run is a smear that hides the line (and 200,000 of them
+# took most of the chart's time): the line alone is drawn.
+MAX_MARKED_RUNS = 300
 
 
 def trend_figure(
@@ -47,10 +50,11 @@ def trend_figure(
         if not points:
             continue
         highest = max(highest, max(v for _, v in points))
+        marked = len(points) <= MAX_MARKED_RUNS
         ax.plot(
             [i for i, _ in points],
             [v for _, v in points],
-            marker="o",
+            marker="o" if marked else "none",
             markersize=3.5,
             linewidth=1.3,
             color=color,

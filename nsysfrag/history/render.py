@@ -77,7 +77,8 @@ def runs_table(runs: Sequence[StoredRun], where: str) -> FittedTable:
     )
 
 
-def render_runs(runs: Sequence[StoredRun], where: str, console: Console) -> None:
+def render_runs(runs: Sequence[StoredRun], where: str, console: Console, left_out: int = 0) -> None:
+    """The runs table; ``left_out`` older matching runs are said, not shown."""
     if not runs:
         console.print(
             Prose(
@@ -89,6 +90,15 @@ def render_runs(runs: Sequence[StoredRun], where: str, console: Console) -> None
         )
         return
     console.print(runs_table(runs, where))
+    if left_out:
+        console.print(
+            Prose(
+                outside(
+                    f"… and {left_out:,} older matching run(s) not shown: the table shows the"
+                    f" newest {len(runs):,}; `nsysfrag history --json FILE` writes them all"
+                )
+            )
+        )
 
 
 def trend_lines(

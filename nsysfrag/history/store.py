@@ -18,7 +18,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sqlalchemy import URL, Connection, CursorResult, Engine, Table, exc, select, text, type_coerce
+from sqlalchemy import URL, Connection, CursorResult, Engine, Select, Table, exc, func, select
+from sqlalchemy import text, type_coerce
 from sqlalchemy.types import NullType
 
 from nsysfrag import __version__
@@ -328,26 +329,7 @@ class HistoryStore:
         if self._engine is None:
             return
         with self._errors(), self._connect(write=False) as connection, connection.begin():
-            stmt = select(type_coerce(runs.c.id, NullType()).label("id")).order_by(
-                runs.c.recorded_at.desc(), runs.c.id.desc()
-            )
-            for key, value in query.tags:
-                stmt = stmt.where(
-                    runs.c.id.in_(
-                        select(run_tags.c.run_id).where(
-                            run_tags.c.key == key, run_tags.c.value == value
-                        )
-                    )
-                )
-            if query.label:
-                stmt = stmt.where(runs.c.label.icontains(query.label, autoescape=True))
-            if query.since is not None:
-                stmt = stmt.where(runs.c.recorded_at >= _naive_utc(query.since))
-            if query.until is not None:
-                stmt = stmt.where(runs.c.recorded_at < _naive_utc(query.until))
-            if query.limit is not None:
-                stmt = stmt.limit(query.limit)
-            ids = [row[0] for row in connection.execute(stmt)]
+            ids = [row[0] for row in connection.execute(_matching_ids(query))]
             wanted: bool | frozenset[str] | None = values
             if values is False and connection.dialect.name == "sqlite" and query == RunQuery():
                 # Every run: the table read in its own order is 5 s of checks for 10 M
@@ -356,6 +338,14 @@ class HistoryStore:
                 wanted = None  # checked
             for part in _chunks(ids, chunk):
                 yield from self._chunk_of_runs(connection, part, wanted)
+
+    def count(self, query: RunQuery = RunQuery()) -> int:
+        """How many runs match ``query`` (its limit included), without reading them."""
+        if self._engine is None:
+            return 0
+        with self._errors(), self._connect(write=False) as connection, connection.begin():
+            counted = select(func.count()).select_from(_matching_ids(query).subquery())
+            return int(connection.execute(counted).scalar_one())
 
     def _check_every_value(self, connection: Connection, rows: int = 1_000_000) -> None:
         """Refuse the history if any ``run_space_values`` row holds a value nsysfrag never
@@ -542,6 +532,28 @@ def _find_run(connection: Connection, run: RunRecord) -> int | None:
         )
     ).scalar()
     return None if found is None else int(found)
+
+
+def _matching_ids(query: RunQuery) -> Select[Any]:
+    """The ids of the runs ``query`` matches, newest first."""
+    stmt = select(type_coerce(runs.c.id, NullType()).label("id")).order_by(
+        runs.c.recorded_at.desc(), runs.c.id.desc()
+    )
+    for key, value in query.tags:
+        stmt = stmt.where(
+            runs.c.id.in_(
+                select(run_tags.c.run_id).where(run_tags.c.key == key, run_tags.c.value == value)
+            )
+        )
+    if query.label:
+        stmt = stmt.where(runs.c.label.icontains(query.label, autoescape=True))
+    if query.since is not None:
+        stmt = stmt.where(runs.c.recorded_at >= _naive_utc(query.since))
+    if query.until is not None:
+        stmt = stmt.where(runs.c.recorded_at < _naive_utc(query.until))
+    if query.limit is not None:
+        stmt = stmt.limit(query.limit)
+    return stmt
 
 
 def _dicts(result: CursorResult[Any]) -> Iterator[dict[str, Any]]:

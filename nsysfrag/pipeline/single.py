@@ -32,7 +32,7 @@ from nsysfrag.pipeline.feedback import say as say_line
 from nsysfrag.pipeline.outputs import report_console, stderr_console, write_text, write_with
 from nsysfrag.pipeline.request import ExportOptions, ReportRequest, check_outputs
 from nsysfrag.printable import printable
-from nsysfrag.reporters import comparison_table, json_report, terminal
+from nsysfrag.reporters import comparison_table, json_report, shared_figures, terminal
 
 if TYPE_CHECKING:
     from nsysfrag.inputs.nsys.runner import Nsys
@@ -204,14 +204,17 @@ def emit_reports(analysis: Analysis, request: ReportRequest, source: Path) -> in
     """Write every requested report of ``source`` (the file analyzed); return the exit code
     (gates decide it)."""
     document = json_report.document(analysis)
-    for (r, _), output in zip(request.reports, request.outputs(), strict=True):
-        if r.render is not None:
-            write_text(output, r.renderer()(analysis))
-        elif r.folder:
-            r.writer()(analysis, output.path)  # it writes each file through destinations
-        else:
-            writer = r.writer()
-            write_with(output, lambda stream: writer(analysis, stream))  # noqa: B023
+    # --html and --png draw the same figures: build each once (shared_figures).
+    drawing = {r.name for r, _ in request.reports} >= {"html", "png"}
+    with shared_figures.sharing(drawing):
+        for (r, _), output in zip(request.reports, request.outputs(), strict=True):
+            if r.render is not None:
+                write_text(output, r.renderer()(analysis))
+            elif r.folder:
+                r.writer()(analysis, output.path)  # it writes each file through destinations
+            else:
+                writer = r.writer()
+                write_with(output, lambda stream: writer(analysis, stream))  # noqa: B023
     to_screen = request.to_screen()
     console = report_console()
     if to_screen:

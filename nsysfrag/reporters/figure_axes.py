@@ -240,9 +240,33 @@ def short_site(site: str) -> str:
 
 def save_figure(fig: Figure, target: Any, **savefig: Any) -> None:
     """``fig.savefig(target, **savefig)`` as :func:`drawing` draws: text from an input made
-    safe for matplotlib, and no warning of a missing glyph."""
-    with drawing(fig):
+    safe for matplotlib, and no warning of a missing glyph. The figure is left as it was laid
+    out before (:func:`_as_built`), so it can be saved again, in another format, with the bytes
+    a freshly built figure would give (``shared_figures``)."""
+    with drawing(fig), _as_built(fig):
         fig.savefig(target, **savefig)
+
+
+@contextmanager
+def _as_built(fig: Figure) -> Iterator[None]:
+    # The constrained layout of a save moves the axes and the title, and the next save's
+    # layout starts from where they are: its tick counts, and so its margins and pixels, would
+    # differ from a fresh figure's (measured on the samples: the second of an SVG and a PNG
+    # differed for most figures; with these two put back, for none: tests/test_figures.py).
+    axes = [(ax, ax.get_position(original=True).frozen(), ax.get_position().frozen())
+            for ax in fig.axes]  # fmt: skip
+    title = fig._suptitle  # the Text itself; get_suptitle() gives only its string
+    placed = (title.get_position(), title.get_verticalalignment()) if title is not None else None
+    try:
+        yield
+    finally:
+        # Not set_position, which also takes the axes out of the layout.
+        for ax, original, active in axes:
+            ax._set_position(original, which="original")
+            ax._set_position(active, which="active")
+        if title is not None and placed is not None:
+            title.set_position(placed[0])
+            title.set_verticalalignment(placed[1])
 
 
 @contextmanager

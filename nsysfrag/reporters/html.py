@@ -20,6 +20,7 @@ from nsysfrag.analysis.advice import advise
 from nsysfrag.analysis.metrics import Health, format_bytes, size_class_label, unrated_words
 from nsysfrag.analysis.time_base import growth_words, moment
 from nsysfrag.events import Words
+from nsysfrag.reporters import shared_figures
 from nsysfrag.reporters.failure_words import (
     failure_table,
     failure_text,
@@ -32,6 +33,7 @@ from nsysfrag.reporters.html_page import (
     BASE_CSS,
     esc,
     page,
+    prose,
     rated_cell,
     site_markup,
     table,
@@ -285,7 +287,7 @@ def _failures(s: SpaceAnalysis) -> str:
             item.append(f'<details><summary>called from ({len(t.callers)} frames, innermost'
                         f' first)</summary><ol class="mono">{frames}</ol></details>')  # fmt: skip
         if t.explanation:
-            item.append(f"<p>{esc(t.explanation)}</p>")
+            item.append(f"<p>{prose(t.explanation)}</p>")
         if t.stranded:
             sites = "".join(
                 f'<tr><td class="site mono">{site_markup(site)}</td><td class="n">{esc(held)}</td></tr>'
@@ -308,7 +310,7 @@ def _advice(s: SpaceAnalysis) -> str:
     lines = advise(s, failures=False)  # the failures have their own section
     if not lines:
         return ""
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    items = "".join(f"<li>{prose(line)}</li>" for line in lines)
     return f'<h3>Advice</h3><ul class="advice">{items}</ul>'
 
 
@@ -325,7 +327,7 @@ def _figures(s: SpaceAnalysis, space_index: int) -> str:
         # Short: a 20,000-block address map repeats its clip-path id 20,000 times.
         prefix = f"s{space_index}f{j}-"
         alt = f"{name} figure of {space_title(s)}"
-        markup = figure_markup(build(s), prefix, alt)
+        markup = figure_markup(shared_figures.figure(s, name, build), prefix, alt)
         out.append(
             f'<figure id="{space_anchor(s)}-fig-{name}" data-figure="{name}">{markup}</figure>'
         )

@@ -37,6 +37,25 @@ def esc(text: object) -> str:
     return escape(str(text), quote=True)
 
 
+# A command or setting our own sentences quote in backticks, `nsysfrag whatif`: opened after a
+# space, a bracket or the start, closed before punctuation, a space or the end, and never across
+# a quote, so a backtick inside a quoted site name ('a`b') neither opens nor closes one.
+_CODE_SPAN = re.compile(r"(?<![\w`'\"])`([^`'\"\n]+)`(?![\w`])")
+
+
+def prose(text: object) -> str:
+    """A sentence of advice or explanation, escaped, its backticked spans as ``<code>`` (the
+    terminal shows the same sentence with its backticks)."""
+    plain = str(text)
+    out, at = [], 0
+    for m in _CODE_SPAN.finditer(plain):
+        out.append(esc(plain[at : m.start()]))
+        out.append(f"<code>{esc(m.group(1))}</code>")
+        at = m.end()
+    out.append(esc(plain[at:]))
+    return "".join(out)
+
+
 # A source location, ``model.py:121``: one piece on the page, never split across lines.
 _LOCATION = re.compile(r"[^\s/]+:\d+")
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from nsysfrag import destinations
 from nsysfrag.analysis import Analysis
+from nsysfrag.reporters import shared_figures
 from nsysfrag.reporters.figure_axes import save_figure
 from nsysfrag.reporters.figures import figures_for
 
@@ -27,6 +28,7 @@ def write_pngs(analysis: Analysis, folder: Path, option: str = "--png") -> list[
                 path = png_path(folder, space.pid, space.device, name)
                 with batch.open(path, binary=True) as f:
                     # dpi="figure" so a user's savefig.dpi rcParam cannot change the pixel size.
-                    save_figure(build(space), f, format="png", dpi="figure")
+                    figure = shared_figures.figure(space, name, build)
+                    save_figure(figure, f, format="png", dpi="figure")
                 written.append(path)
     return written

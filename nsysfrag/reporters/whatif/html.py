@@ -11,7 +11,7 @@ from nsysfrag.analysis.metrics import (
     global_frag_health,
     local_frag_health,
 )
-from nsysfrag.reporters.html_page import BASE_CSS, esc, page, rated_cell, table, warnings_box
+from nsysfrag.reporters.html_page import BASE_CSS, esc, page, prose, rated_cell, table, warnings_box
 import nsysfrag.reporters.whatif.words as words
 from nsysfrag.whatif import (
     VALIDATION_TARGET_MATCH,
@@ -160,10 +160,10 @@ def _html_space(s: SpaceComparison) -> str:
     if s.warnings:
         out.append(warnings_box(s.warnings))
     rec = s.recommendation
-    out.append(f'<div class="rec"><strong>Recommendation.</strong> {esc(words.recommendation_text(rec))}')
+    out.append(f'<div class="rec"><strong>Recommendation.</strong> {prose(words.recommendation_text(rec))}')
     reference = words.reference_text(rec)
     if reference:
-        out.append(f'<br><span class="muted">{esc(reference)}</span>')
+        out.append(f'<br><span class="muted">{prose(reference)}</span>')
     out.append("</div>")
     base = s.baseline
     rows = []
@@ -256,7 +256,7 @@ def render_html(report: WhatifReport) -> str:
         "</dl>",
     ]
     if report.notes:
-        items = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+        items = "".join(f"<li>{prose(n)}</li>" for n in report.notes)
         body.append(f'<ul class="muted">{items}</ul>')
     body.append("</header>")
     body += [_html_space(s) for s in report.spaces]
