@@ -127,7 +127,7 @@ def make_all() -> None:
     with _lock:
         if _made:
             return
-        kernel_cache.install()  # before any cache=True dispatcher is made
+        kernel_cache.import_numba()  # and our cache locator, before any cache=True dispatcher
         from numba.core.typing.typeof import typeof_impl
 
         # A lazy kernel some container kept (not a module's name) still types as its dispatcher.

@@ -23,10 +23,12 @@ in the process is affected.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -147,18 +149,34 @@ def _in_package(py_file: str) -> bool:
 
 
 _installed = False
+# numba is imported on whichever thread first needs it (the trace's reading thread loads a kernel
+# while the main thread asks the cache about another). Two threads importing numba's package at
+# once can each hold a module lock the other waits for: CPython then breaks the deadlock by
+# handing one of them a partially initialized module ("cannot import name 'NullCache' from
+# partially initialized module 'numba.core.caching'", seen once in the docs' examples). One lock
+# around the first import makes it one thread's; later imports find numba whole.
+_numba_import = threading.RLock()
+
+
+def import_numba() -> None:
+    """Import numba (once a process, one thread at a time) and put nsysfrag's locator first."""
+    with _numba_import:
+        importlib.import_module("numba")  # the package whole, before any module of it is named
+
+        install()
 
 
 def install() -> None:
     """Put nsysfrag's locator first in numba's list, once; call before any ``cache=True``."""
     global _installed
-    if _installed:
-        return
-    from numba.core import caching
+    with _numba_import:
+        if _installed:
+            return
+        from numba.core import caching
 
-    impl = _numba_class(caching, "CacheImpl")
-    impl._locator_classes.insert(0, _locator_class())
-    _installed = True
+        impl = _numba_class(caching, "CacheImpl")
+        impl._locator_classes.insert(0, _locator_class())
+        _installed = True
 
 
 def cached(kernel: Any) -> bool:

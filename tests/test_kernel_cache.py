@@ -189,3 +189,39 @@ def test_cached_reads_numbas_index_for_this_source_and_this_machine(tmp_path: Pa
     other = {(k[0], ("another-triple", "another-cpu", ""), k[2]): v for k, v in overloads.items()}
     index.write_bytes(pickle.dumps(version) + pickle.dumps((stamp, other)))
     assert _probe(tmp_path, "ask") == "False"
+
+
+_FIRST_IMPORTS = r"""
+import sys, threading
+from nsysfrag import jit, kernel_cache
+from nsysfrag.inputs.nsys import sqlite_columns
+errors = []
+def run(call):
+    try:
+        call()
+    except BaseException as error:  # the deadlock CPython breaks surfaces as an ImportError
+        errors.append(repr(error))
+calls = [jit.make_all, sqlite_columns.available, kernel_cache.install, kernel_cache.import_numba] * 2
+threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(errors[0] if errors else "ok")
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_threads_that_import_numba_at_once_never_see_it_half_made(tmp_path: Path, attempt: int) -> None:
+    """Each of nsysfrag's ways into numba, on eight threads at once in a fresh process (the
+    trace's reading thread and the main thread do this): without one lock around numba's first
+    import, CPython breaks the module locks' deadlock with a half-initialized module and one
+    thread fails (3 of 4 attempts did on this machine before the lock, with the error a docs
+    example once met: "cannot import name 'NullCache' from partially initialized module")."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FIRST_IMPORTS],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "ok", done.stdout

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from nsysfrag import jit
+from nsysfrag import jit, kernel_cache
 from nsysfrag.events import I64
 
 
@@ -37,6 +37,7 @@ def _load() -> ctypes.CDLL | None:
     name = ctypes.util.find_library("sqlite3")
     if name is None:
         return None
+    kernel_cache.import_numba()  # one thread at a time (kernel_cache._numba_import)
     try:
         import llvmlite.binding as llvm
 
