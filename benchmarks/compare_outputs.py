@@ -10,6 +10,7 @@ width, JSON, CSV and HTML; whatif's terminal report and JSON; whatif --validate'
     python benchmarks/compare_outputs.py save /tmp/after       # on the new code
     python benchmarks/compare_outputs.py diff /tmp/before /tmp/after [--ignore-key KEY ...]
     python benchmarks/compare_outputs.py save /tmp/before --inputs nsys   # exports only
+    python benchmarks/compare_outputs.py save /tmp/before --commands whatif validate
 
 Inputs are linked into a scratch folder under fixed names and every command runs there, so the
 paths printed in reports are the same whichever checkout or folder runs the script. ``diff``
@@ -83,7 +84,10 @@ def _run(work: Path, stem: str, argv: list[str]) -> None:
     (work / "out" / f"{stem}.rc").write_text(f"{proc.returncode}\n")
 
 
-def save(target: Path, jobs: int, kind: str = "all") -> None:
+STEMS = ("analyze", "whatif", "validate")
+
+
+def save(target: Path, jobs: int, kind: str = "all", stems: tuple[str, ...] = STEMS) -> None:
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="nsysfrag-outputs-") as scratch:
         work = Path(scratch)
@@ -94,7 +98,9 @@ def save(target: Path, jobs: int, kind: str = "all") -> None:
             name = _name(path)
             (work / "in" / name).symlink_to(path)
             snapshot = path.suffix in (".pickle", ".pkl")
-            runs += [(f"{name}.{stem}", argv) for stem, argv in commands(name, snapshot)]
+            runs += [
+                (f"{name}.{stem}", argv) for stem, argv in commands(name, snapshot) if stem in stems
+            ]
         with ThreadPoolExecutor(jobs) as pool:
             for _ in pool.map(lambda r: _run(work, *r), runs):
                 pass
@@ -172,6 +178,8 @@ def main() -> int:
     p_save.add_argument("--jobs", type=int, default=2)
     p_save.add_argument("--inputs", choices=sorted(SUFFIXES), default="all",
                         help="every input, the nsys exports only, or the snapshots only")
+    p_save.add_argument("--commands", nargs="+", choices=STEMS, default=list(STEMS),
+                        help="only these runs (a what-if change need not wait for analyze's)")
     p_diff = sub.add_parser("diff", help="compare two saved folders")
     p_diff.add_argument("before", type=Path)
     p_diff.add_argument("after", type=Path)
@@ -179,7 +187,7 @@ def main() -> int:
     p_diff.add_argument("--limit", type=int, default=8, help="JSON differences shown per file")
     args = parser.parse_args()
     if args.command == "save":
-        save(args.dir, args.jobs, args.inputs)
+        save(args.dir, args.jobs, args.inputs, tuple(args.commands))
         return 0
     return diff(args.before, args.after, set(args.ignore_key), args.limit)
 

@@ -18,6 +18,11 @@ state of all the kernel-bearing sources together (:func:`sources_key`), and a ch
 them compiles every kernel afresh. A user who set ``NUMBA_CACHE_DIR`` gets numba's own
 behaviour: that folder. Compiled code is cached only for nsysfrag's own modules; nothing else
 in the process is affected.
+
+Each state of the sources leaves its subfolder behind (every upgrade, every edit of a checkout),
+tens of MB each. So the first time a process puts kernels in a subfolder (:func:`note_use`), it
+stamps a marker file there, at most once a day, and on that day's stamp removes the sibling
+``kernels-*`` subfolders not used for :data:`UNUSED_FOR` seconds: plain ``os`` calls, no numba.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
+import shutil
 import stat
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -59,6 +67,14 @@ def sources_key(package: Path = PACKAGE_DIR) -> str:
             digest.update(relative.replace(os.sep, "/").encode() + b"\0")
             digest.update(hashlib.sha256(text).digest())
     return f"kernels-{digest.hexdigest()[:16]}"
+
+
+# A folder of kernels unused this long is another state of the sources nobody runs any more.
+UNUSED_FOR = 30 * 86400
+# The marker is stamped at most this often: a run then costs one stat, the sweep once a day.
+_STAMP_EVERY = 86400
+MARKER = "last-used"
+_KEY_NAME = re.compile(r"kernels-[0-9a-f]{16}")
 
 
 @cache
@@ -127,6 +143,7 @@ def _locator_class() -> type[Any]:
                     locator.ensure_cache_path()
                 except OSError:
                     continue
+                note_use(root)
                 return locator
             return None
 
@@ -146,6 +163,59 @@ def _in_package(py_file: str) -> bool:
         return Path(py_file).resolve().is_relative_to(PACKAGE_DIR)
     except OSError:
         return False
+
+
+_noted = False
+
+
+def note_use(root: Path) -> None:
+    """The process puts kernels under ``root``: stamp its subfolder, sweep the old ones (see the
+    module's docstring); once a process, and never raises: a cache that cannot be stamped or
+    swept (read-only, removed under us) just keeps what it has."""
+    global _noted
+    if _noted:
+        return
+    _noted = True
+    try:
+        sweep_unused(root, current_sources_key(), time.time())
+    except Exception:  # noqa: BLE001  (housekeeping must not fail the run that uses the cache)
+        pass
+
+
+def sweep_unused(root: Path, key: str, now: float) -> list[str]:
+    """Stamp ``root/key``'s marker unless it was stamped within a day; when stamped, remove
+    every other ``kernels-*`` folder of ``root`` whose last use (its marker's time, else the
+    folder's own, for one made before markers) is over :data:`UNUSED_FOR` seconds before
+    ``now``. The names removed; anything else in ``root`` is never touched."""
+    marker = os.path.join(root, key, MARKER)
+    try:
+        if now - os.stat(marker).st_mtime < _STAMP_EVERY:
+            return []
+    except FileNotFoundError:
+        pass
+    with open(marker, "a"):
+        pass
+    os.utime(marker, (now, now))
+    removed = []
+    with os.scandir(root) as entries:
+        siblings = [e for e in entries if e.name != key and _KEY_NAME.fullmatch(e.name)]
+    for entry in siblings:
+        try:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if now - _last_use(entry.path) > UNUSED_FOR:
+                shutil.rmtree(entry.path)
+                removed.append(entry.name)
+        except OSError:  # gone already, or not ours to remove: the next sweep tries again
+            continue
+    return removed
+
+
+def _last_use(folder: str) -> float:
+    try:
+        return os.stat(os.path.join(folder, MARKER)).st_mtime
+    except FileNotFoundError:
+        return os.lstat(folder).st_mtime
 
 
 _installed = False

@@ -9,6 +9,7 @@ import pickle
 import pkgutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,7 @@ def test_every_cached_kernel_in_the_package_goes_to_the_user_cache() -> None:
 
 _PROBE = """
 import sys
+import time
 sys.path.insert(0, sys.argv[1])
 import probe_kernel
 from nsysfrag import kernel_cache
@@ -225,3 +227,113 @@ def test_threads_that_import_numba_at_once_never_see_it_half_made(tmp_path: Path
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok", done.stdout
+
+
+_DAY = 86400.0
+
+
+def _kernel_folder(root: Path, key: str, used: float | None, made: float) -> Path:
+    """A cache subfolder with a compiled-looking file; ``used`` stamps its marker."""
+    folder = root / key
+    (folder / "observed_0123").mkdir(parents=True)
+    (folder / "observed_0123" / "kernel.f-1.py312.nbi").write_bytes(b"index")
+    if used is not None:
+        (folder / kernel_cache.MARKER).write_text("")
+        os.utime(folder / kernel_cache.MARKER, (used, used))
+    os.utime(folder, (made, made))
+    return folder
+
+
+def test_folders_of_sources_unused_for_a_month_are_removed_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    now = 1_900_000_000.0
+    current = "kernels-" + "c" * 16
+    _kernel_folder(tmp_path, current, used=None, made=now - 400 * _DAY)  # old, but ours
+    old = _kernel_folder(tmp_path, "kernels-" + "0" * 16, used=now - 31 * _DAY, made=now)
+    premarker = _kernel_folder(tmp_path, "kernels-" + "1" * 16, used=None, made=now - 60 * _DAY)
+    recent = _kernel_folder(tmp_path, "kernels-" + "2" * 16, used=now - 29 * _DAY, made=now - 90 * _DAY)
+    fresh = _kernel_folder(tmp_path, "kernels-" + "3" * 16, used=None, made=now - _DAY)
+    # Not a folder of kernels by name (the background compiler's files, a user's own) or a link.
+    others = [
+        _kernel_folder(tmp_path, "pending", used=None, made=now - 400 * _DAY),
+        _kernel_folder(tmp_path, "kernels-old-notes", used=None, made=now - 400 * _DAY),
+    ]
+    (tmp_path / ("kernels-" + "4" * 16)).symlink_to(old)
+    (tmp_path / "compile.lock").write_text("")
+
+    removed = kernel_cache.sweep_unused(tmp_path, current, now)
+
+    assert sorted(removed) == sorted([old.name, premarker.name])
+    assert not old.exists() and not premarker.exists()
+    assert recent.is_dir() and fresh.is_dir() and all(o.is_dir() for o in others)
+    assert (tmp_path / current / "observed_0123").is_dir()
+    assert (tmp_path / ("kernels-" + "4" * 16)).is_symlink() and (tmp_path / "compile.lock").exists()
+    # The current folder is stamped as used now ...
+    assert os.stat(tmp_path / current / kernel_cache.MARKER).st_mtime == now
+    # ... and stamped (and swept) at most once a day: an hour on, a folder gone stale stays.
+    os.utime(recent / kernel_cache.MARKER, (now - 40 * _DAY,) * 2)
+    assert kernel_cache.sweep_unused(tmp_path, current, now + 3600) == []
+    assert recent.is_dir()
+    assert os.stat(tmp_path / current / kernel_cache.MARKER).st_mtime == now
+    assert kernel_cache.sweep_unused(tmp_path, current, now + _DAY + 1) == [recent.name]
+
+
+def test_a_read_only_or_vanished_cache_never_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = time.time()
+    key = kernel_cache.current_sources_key()
+    _kernel_folder(tmp_path, key, used=None, made=now)
+    old = _kernel_folder(tmp_path, "kernels-" + "0" * 16, used=now - 90 * _DAY, made=now)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Read-only file system")
+
+    # A read-only file system (a chmod would not stop root, who runs some CI): the stamp fails.
+    with monkeypatch.context() as m:
+        m.setattr(kernel_cache.os, "utime", refused)
+        with pytest.raises(OSError):  # what note_use must swallow
+            kernel_cache.sweep_unused(tmp_path, key, now)
+        m.setattr(kernel_cache, "_noted", False)
+        kernel_cache.note_use(tmp_path)
+    assert old.is_dir()
+    # A folder that will not go (another user's files in it): the others still go, no error.
+    other_old = _kernel_folder(tmp_path, "kernels-" + "1" * 16, used=now - 90 * _DAY, made=now)
+    real_rmtree = kernel_cache.shutil.rmtree
+    with monkeypatch.context() as m:
+        m.setattr(
+            kernel_cache.shutil, "rmtree",
+            lambda path: refused() if path == str(old) else real_rmtree(path),
+        )  # fmt: skip
+        # (a day on: the refused stamp above still made the marker, stamped now by the clock)
+        assert kernel_cache.sweep_unused(tmp_path, key, now + _DAY + 1) == [other_old.name]
+    assert old.is_dir() and not other_old.exists()
+    # The cache removed under the run (a user's rm -rf): nothing to stamp, nothing raised.
+    monkeypatch.setattr(kernel_cache, "_noted", False)
+    kernel_cache.note_use(tmp_path / "removed-meanwhile")
+    assert not (tmp_path / "removed-meanwhile").exists()
+
+
+def test_the_sweep_runs_once_a_process_without_numba(tmp_path: Path) -> None:
+    """A process stamps and sweeps on its first use of the cache only, and the sweep itself
+    imports nothing heavy (it runs inside the locator, but must not need numba)."""
+    old = _kernel_folder(tmp_path, "kernels-" + "0" * 16, used=time.time() - 90 * _DAY, made=0)
+    script = (
+        "import sys, os, pathlib\n"
+        "from nsysfrag import kernel_cache\n"
+        "root = pathlib.Path(sys.argv[1])\n"
+        "(root / kernel_cache.current_sources_key()).mkdir()\n"
+        "kernel_cache.note_use(root)\n"
+        "gone = not (root / sys.argv[2]).exists()\n"
+        "os.makedirs(root / sys.argv[2])\n"
+        "kernel_cache.note_use(root)\n"
+        "print(gone, (root / sys.argv[2]).exists(), 'numba' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path), old.name],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "False"]

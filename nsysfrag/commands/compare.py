@@ -11,11 +11,11 @@ from nsysfrag.checks.comparison import Comparison, compare
 from nsysfrag.checks.job_comparison import JobComparison, compare_jobs, is_job_document
 from nsysfrag.commands.compare_inputs import documents
 from nsysfrag.commands.params import ByteSize, Delta
-from nsysfrag.reporters.job import terminal as job_terminal
 from nsysfrag.pipeline.feedback import say_tripped
 from nsysfrag.pipeline.outputs import Kept, Output, check_destinations, report_console, write_text
 from nsysfrag.pipeline.request import ReportRequest
 from nsysfrag.reporters import comparison_html, comparison_json, comparison_table, json_report
+from nsysfrag.reporters.job import comparison as job_comparison
 
 
 @click.command("compare")
@@ -102,7 +102,7 @@ def compare_command(
     if not quiet and not any(o.to_stdout for o in outputs):
         console = report_console()
         if isinstance(comparison, JobComparison):
-            job_terminal.render_comparison(comparison, *names, console)
+            job_comparison.render_comparison(comparison, *names, console)
         else:
             comparison_table.render(comparison, *names, console)
     if fail_on_regression is not None:

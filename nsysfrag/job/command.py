@@ -194,6 +194,7 @@ def _report(
     from nsysfrag.pipeline.outputs import report_console, write_text
     from nsysfrag.reporters import json_report
     from nsysfrag.reporters.job import terminal
+    from nsysfrag.reporters.job.comparison import render_comparison
     from nsysfrag.reporters.job.terminal import failure
 
     outcomes.sort(key=lambda o: o.rank)
@@ -219,7 +220,7 @@ def _report(
     if baseline is not None and request.baseline is not None:
         comparison = compare_jobs(baseline, document)
         if to_screen:
-            terminal.render_comparison(comparison, str(request.baseline), "this job", console)
+            render_comparison(comparison, str(request.baseline), "this job", console)
         if request.fail_on_regression is not None:
             code = say_tripped(comparison.regressions(request.fail_on_regression))
     trips = (
