@@ -2,6 +2,7 @@
 
     python benchmarks/bench_job.py                 # 4 ranks of 200 k events, 3 runs each
     python benchmarks/bench_job.py --events 2000000
+    python benchmarks/bench_job.py --baseline ../other-checkout   # its nsysfrag timed alongside
 
 Each rank is a random-churn trace of its own seed (benchmarks/churn_trace.py). Timed, process
 start to exit, medians of interleaved runs:
@@ -19,9 +20,14 @@ start-up). Each end-to-end figure comes with the CPU seconds of all its processe
 start alone (interpreter, imports, compiled code: what the coordinator loads before it forks)
 is timed too: from those, Amdahl's law gives the speed-up the cores give on an idle machine —
 all that --jobs 1 spends beside its analyses is serial, the rest of the pool's CPU spreads over
-the workers. The machine's load
-average is printed with the figures: on a shared machine the wall times move with it, CPU
-times much less.
+the workers. That bound takes --jobs 1 to keep one core busy; it keeps more (a rank reads its
+tables on several threads), so the ceiling line divides --jobs 1's own wall time by the least
+the pool can take with no overhead at all: the start, then the analyses' CPU spread over the
+cores. The machine's load average is printed with the figures: on a shared machine the wall
+times move with it, CPU times much less.
+
+``--baseline DIR`` times another checkout's nsysfrag (by PYTHONPATH, the same interpreter and
+packages) in the same interleaved end-to-end runs: before and after a change, under one load.
 """
 
 from __future__ import annotations
@@ -160,13 +166,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000, help="events per rank")
     parser.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster figure")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout whose nsysfrag runs end to end alongside")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = job_folder(args.events, Path(tmp))
         base = [sys.executable, "-m", "nsysfrag", "analyze", str(folder), "--json", str(Path(tmp, "out.json")), "-q"]
         print(f"{RANKS} ranks of {args.events:,} events, {os.cpu_count()} cores; load average before: {load()}")
-        got = interleaved({"pool": base, "serial": [*base, "--jobs", "1"]})
+        commands = {"pool": base, "serial": [*base, "--jobs", "1"]}
+        if args.baseline is not None:
+            # env(1) sets the path and execs: the timed process is still the interpreter.
+            other = ["env", f"PYTHONPATH={args.baseline.resolve()}"]
+            commands |= {"baseline pool": [*other, *base], "baseline serial": [*other, *base, "--jobs", "1"]}
+        got = interleaved(commands)
         startup = interleaved({"startup": [sys.executable, "-c", STARTUP, str(folder / "rank0.sqlite")]})["startup"]
         inside = in_process(folder)
         overhead = None if args.no_dask else dask_overhead(base)
@@ -177,6 +190,7 @@ def main() -> None:
         spread = min(cores, inside.size)
         serial_part = got["serial"][1] - inside.serial_cpu
         bound = got["serial"][1] / (serial_part + (got["pool"][1] - serial_part) / spread)
+        ceiling = got["serial"][0] / (startup[0] + inside.serial_cpu / spread)
         rows = [
             ("nsysfrag analyze (default pool), end to end", f"{got['pool'][0]:.2f} s ({got['pool'][1]:.2f} s CPU)"),
             ("nsysfrag analyze --jobs 1, end to end", f"{got['serial'][0]:.2f} s ({got['serial'][1]:.2f} s CPU)"),
@@ -186,6 +200,9 @@ def main() -> None:
             ("a forked worker's start-up (CPU beyond its analyses)", f"{inside.worker_startup_cpu:.3f} s CPU"),
             ("a worker started afresh instead (spawn: the start alone)", f"{startup[1]:.2f} s CPU"),
         ]
+        if args.baseline is not None:
+            rows.insert(2, ("baseline: default pool, end to end", f"{got['baseline pool'][0]:.2f} s ({got['baseline pool'][1]:.2f} s CPU)"))
+            rows.insert(3, ("baseline: --jobs 1, end to end", f"{got['baseline serial'][0]:.2f} s ({got['baseline serial'][1]:.2f} s CPU)"))
         if overhead is not None:
             rows.append(("pool, end to end (alongside the Dask runs)", f"{overhead[0]:.2f} s"))
             rows.append(("--scheduler on a LocalCluster (2 workers), end to end", f"{overhead[1]:.2f} s"))
@@ -198,6 +215,17 @@ def main() -> None:
             f" {serial_part / got['serial'][1]:.0%}; the start alone is {startup[1] / got['serial'][1]:.0%}"
         )
         print(f"speed-up on {spread} idle cores, from the CPU times above (Amdahl): {bound:.2f}x")
+        print(
+            f"--jobs 1 keeps {got['serial'][1] / got['serial'][0]:.2f} cores busy; ceiling with no pool"
+            f" overhead at all, --jobs 1's wall / (start + analyses' CPU / {spread}): {ceiling:.2f}x"
+            " (wall times: read it on a quiet machine)"
+        )
+        if args.baseline is not None:
+            print(
+                f"baseline: pool speed-up over --jobs 1, end to end"
+                f" {got['baseline serial'][0] / got['baseline pool'][0]:.2f}x; CPU of its pool"
+                f" {got['baseline pool'][1]:.2f} s against {got['pool'][1]:.2f} s here"
+            )
         print()
         targets = [
             ("pool speed-up over --jobs 1, end to end", got["serial"][0] / got["pool"][0], 1.7, 1.5, ">="),
