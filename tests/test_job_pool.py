@@ -67,4 +67,12 @@ def test_a_worker_reuses_freed_memory_instead_of_faulting_fresh_pages() -> None:
 
     pages = (24 << 20) // 4096
     assert faults("kept") < pages // 10
-    assert faults("default") > pages // 2  # what the settings save: the block's pages again
+    if not _huge_pages_always():  # else a fresh block may fault a 2 MiB page at a time
+        assert faults("default") > pages // 2  # what the settings save: the block's pages again
+
+
+def _huge_pages_always() -> bool:
+    try:
+        return "[always]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
