@@ -73,27 +73,33 @@ def job_folder(events: int, where: Path) -> Path:
     return folder
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds of ``cmd``, and the CPU seconds of it and every process it started."""
+Timing = tuple[float, float, float, float]  # wall s, CPU s, of which system s, page faults
+
+
+def timed(cmd: list[str]) -> Timing:
+    """Wall seconds of ``cmd``, and the CPU seconds of it and every process it started, the
+    system part of those, and their page faults: a count the machine's load does not move,
+    where a loaded machine's CPU seconds drift by a tenth."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "DASK_SCHEDULER_ADDRESS": ""})
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    system = after.ru_stime - before.ru_stime
+    return wall, (after.ru_utime - before.ru_utime) + system, system, after.ru_minflt - before.ru_minflt
 
 
-def interleaved(commands: dict[str, list[str]], runs: int = RUNS) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds of each command, run in turns so that load drifts hit them
-    alike."""
+def interleaved(commands: dict[str, list[str]], runs: int = RUNS) -> dict[str, Timing]:
+    """Medians of each command's :func:`timed` figures, run in turns so that load drifts hit
+    them alike."""
     for cmd in commands.values():  # untimed: compiled-code caches warm, files in page cache
         timed(cmd)
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    times: dict[str, list[Timing]] = {name: [] for name in commands}
     for _ in range(runs):
         for name, cmd in commands.items():
             times[name].append(timed(cmd))
     return {
-        name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+        name: tuple(statistics.median(run[i] for run in t) for i in range(4))  # type: ignore[misc]
         for name, t in times.items()
     }
 
@@ -191,9 +197,12 @@ def main() -> None:
         serial_part = got["serial"][1] - inside.serial_cpu
         bound = got["serial"][1] / (serial_part + (got["pool"][1] - serial_part) / spread)
         ceiling = got["serial"][0] / (startup[0] + inside.serial_cpu / spread)
+        def figures(t: Timing) -> str:
+            return f"{t[0]:.2f} s ({t[1]:.2f} s CPU, {t[2]:.2f} system; {t[3] / 1000:,.0f} k page faults)"
+
         rows = [
-            ("nsysfrag analyze (default pool), end to end", f"{got['pool'][0]:.2f} s ({got['pool'][1]:.2f} s CPU)"),
-            ("nsysfrag analyze --jobs 1, end to end", f"{got['serial'][0]:.2f} s ({got['serial'][1]:.2f} s CPU)"),
+            ("nsysfrag analyze (default pool), end to end", figures(got["pool"])),
+            ("nsysfrag analyze --jobs 1, end to end", figures(got["serial"])),
             ("start alone: interpreter, imports, compiled code", f"{startup[0]:.2f} s ({startup[1]:.2f} s CPU)"),
             (f"in-process, analysis loaded: pool of {inside.size}", f"{inside.pooled_wall:.2f} s ({inside.pooled_cpu:.2f} s CPU)"),
             ("in-process, analysis loaded: one by one", f"{inside.serial_wall:.2f} s ({inside.serial_cpu:.2f} s CPU)"),
@@ -201,8 +210,8 @@ def main() -> None:
             ("a worker started afresh instead (spawn: the start alone)", f"{startup[1]:.2f} s CPU"),
         ]
         if args.baseline is not None:
-            rows.insert(2, ("baseline: default pool, end to end", f"{got['baseline pool'][0]:.2f} s ({got['baseline pool'][1]:.2f} s CPU)"))
-            rows.insert(3, ("baseline: --jobs 1, end to end", f"{got['baseline serial'][0]:.2f} s ({got['baseline serial'][1]:.2f} s CPU)"))
+            rows.insert(2, ("baseline: default pool, end to end", figures(got["baseline pool"])))
+            rows.insert(3, ("baseline: --jobs 1, end to end", figures(got["baseline serial"])))
         if overhead is not None:
             rows.append(("pool, end to end (alongside the Dask runs)", f"{overhead[0]:.2f} s"))
             rows.append(("--scheduler on a LocalCluster (2 workers), end to end", f"{overhead[1]:.2f} s"))
@@ -223,8 +232,10 @@ def main() -> None:
         if args.baseline is not None:
             print(
                 f"baseline: pool speed-up over --jobs 1, end to end"
-                f" {got['baseline serial'][0] / got['baseline pool'][0]:.2f}x; CPU of its pool"
-                f" {got['baseline pool'][1]:.2f} s against {got['pool'][1]:.2f} s here"
+                f" {got['baseline serial'][0] / got['baseline pool'][0]:.2f}x; its pool's CPU"
+                f" {got['baseline pool'][1]:.2f} s ({got['baseline pool'][2]:.2f} system,"
+                f" {got['baseline pool'][3] / 1000:,.0f} k page faults) against {got['pool'][1]:.2f} s"
+                f" ({got['pool'][2]:.2f}, {got['pool'][3] / 1000:,.0f} k) here"
             )
         print()
         targets = [
