@@ -182,8 +182,9 @@ def main() -> None:
         print(f"{RANKS} ranks of {args.events:,} events, {os.cpu_count()} cores; load average before: {load()}")
         commands = {"pool": base, "serial": [*base, "--jobs", "1"]}
         if args.baseline is not None:
-            # env(1) sets the path and execs: the timed process is still the interpreter.
-            other = ["env", f"PYTHONPATH={args.baseline.resolve()}"]
+            # env(1) sets the path and execs: the timed process is still the interpreter. It runs
+            # in DIR: ``python -m`` puts the working folder first, ahead of PYTHONPATH.
+            other = ["env", "-C", str(args.baseline.resolve()), f"PYTHONPATH={args.baseline.resolve()}"]
             commands |= {"baseline pool": [*other, *base], "baseline serial": [*other, *base, "--jobs", "1"]}
         got = interleaved(commands)
         startup = interleaved({"startup": [sys.executable, "-c", STARTUP, str(folder / "rank0.sqlite")]})["startup"]
