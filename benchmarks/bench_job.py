@@ -2,6 +2,7 @@
 
     python benchmarks/bench_job.py                 # 4 ranks of 200 k events, 3 runs each
     python benchmarks/bench_job.py --events 2000000
+    python benchmarks/bench_job.py --baseline ../other-checkout   # its nsysfrag timed alongside
 
 Each rank is a random-churn trace of its own seed (benchmarks/churn_trace.py). Timed, process
 start to exit, medians of interleaved runs:
@@ -19,9 +20,14 @@ start-up). Each end-to-end figure comes with the CPU seconds of all its processe
 start alone (interpreter, imports, compiled code: what the coordinator loads before it forks)
 is timed too: from those, Amdahl's law gives the speed-up the cores give on an idle machine —
 all that --jobs 1 spends beside its analyses is serial, the rest of the pool's CPU spreads over
-the workers. The machine's load
-average is printed with the figures: on a shared machine the wall times move with it, CPU
-times much less.
+the workers. That bound takes --jobs 1 to keep one core busy; it keeps more (a rank reads its
+tables on several threads), so the ceiling line divides --jobs 1's own wall time by the least
+the pool can take with no overhead at all: the start, then the analyses' CPU spread over the
+cores. The machine's load average is printed with the figures: on a shared machine the wall
+times move with it, CPU times much less.
+
+``--baseline DIR`` times another checkout's nsysfrag (by PYTHONPATH, the same interpreter and
+packages) in the same interleaved end-to-end runs: before and after a change, under one load.
 """
 
 from __future__ import annotations
@@ -67,27 +73,33 @@ def job_folder(events: int, where: Path) -> Path:
     return folder
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Wall seconds of ``cmd``, and the CPU seconds of it and every process it started."""
+Timing = tuple[float, float, float, float]  # wall s, CPU s, of which system s, page faults
+
+
+def timed(cmd: list[str]) -> Timing:
+    """Wall seconds of ``cmd``, and the CPU seconds of it and every process it started, the
+    system part of those, and their page faults: a count the machine's load does not move,
+    where a loaded machine's CPU seconds drift by a tenth."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "DASK_SCHEDULER_ADDRESS": ""})
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    system = after.ru_stime - before.ru_stime
+    return wall, (after.ru_utime - before.ru_utime) + system, system, after.ru_minflt - before.ru_minflt
 
 
-def interleaved(commands: dict[str, list[str]], runs: int = RUNS) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds of each command, run in turns so that load drifts hit them
-    alike."""
+def interleaved(commands: dict[str, list[str]], runs: int = RUNS) -> dict[str, Timing]:
+    """Medians of each command's :func:`timed` figures, run in turns so that load drifts hit
+    them alike."""
     for cmd in commands.values():  # untimed: compiled-code caches warm, files in page cache
         timed(cmd)
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    times: dict[str, list[Timing]] = {name: [] for name in commands}
     for _ in range(runs):
         for name, cmd in commands.items():
             times[name].append(timed(cmd))
     return {
-        name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
+        name: tuple(statistics.median(run[i] for run in t) for i in range(4))  # type: ignore[misc]
         for name, t in times.items()
     }
 
@@ -160,13 +172,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=200_000, help="events per rank")
     parser.add_argument("--no-dask", action="store_true", help="skip the Dask LocalCluster figure")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout whose nsysfrag runs end to end alongside")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = job_folder(args.events, Path(tmp))
         base = [sys.executable, "-m", "nsysfrag", "analyze", str(folder), "--json", str(Path(tmp, "out.json")), "-q"]
         print(f"{RANKS} ranks of {args.events:,} events, {os.cpu_count()} cores; load average before: {load()}")
-        got = interleaved({"pool": base, "serial": [*base, "--jobs", "1"]})
+        commands = {"pool": base, "serial": [*base, "--jobs", "1"]}
+        if args.baseline is not None:
+            # env(1) sets the path and execs: the timed process is still the interpreter. It runs
+            # in DIR: ``python -m`` puts the working folder first, ahead of PYTHONPATH.
+            other = ["env", "-C", str(args.baseline.resolve()), f"PYTHONPATH={args.baseline.resolve()}"]
+            commands |= {"baseline pool": [*other, *base], "baseline serial": [*other, *base, "--jobs", "1"]}
+        got = interleaved(commands)
         startup = interleaved({"startup": [sys.executable, "-c", STARTUP, str(folder / "rank0.sqlite")]})["startup"]
         inside = in_process(folder)
         overhead = None if args.no_dask else dask_overhead(base)
@@ -177,15 +197,22 @@ def main() -> None:
         spread = min(cores, inside.size)
         serial_part = got["serial"][1] - inside.serial_cpu
         bound = got["serial"][1] / (serial_part + (got["pool"][1] - serial_part) / spread)
+        ceiling = got["serial"][0] / (startup[0] + inside.serial_cpu / spread)
+        def figures(t: Timing) -> str:
+            return f"{t[0]:.2f} s ({t[1]:.2f} s CPU, {t[2]:.2f} system; {t[3] / 1000:,.0f} k page faults)"
+
         rows = [
-            ("nsysfrag analyze (default pool), end to end", f"{got['pool'][0]:.2f} s ({got['pool'][1]:.2f} s CPU)"),
-            ("nsysfrag analyze --jobs 1, end to end", f"{got['serial'][0]:.2f} s ({got['serial'][1]:.2f} s CPU)"),
+            ("nsysfrag analyze (default pool), end to end", figures(got["pool"])),
+            ("nsysfrag analyze --jobs 1, end to end", figures(got["serial"])),
             ("start alone: interpreter, imports, compiled code", f"{startup[0]:.2f} s ({startup[1]:.2f} s CPU)"),
             (f"in-process, analysis loaded: pool of {inside.size}", f"{inside.pooled_wall:.2f} s ({inside.pooled_cpu:.2f} s CPU)"),
             ("in-process, analysis loaded: one by one", f"{inside.serial_wall:.2f} s ({inside.serial_cpu:.2f} s CPU)"),
             ("a forked worker's start-up (CPU beyond its analyses)", f"{inside.worker_startup_cpu:.3f} s CPU"),
             ("a worker started afresh instead (spawn: the start alone)", f"{startup[1]:.2f} s CPU"),
         ]
+        if args.baseline is not None:
+            rows.insert(2, ("baseline: default pool, end to end", figures(got["baseline pool"])))
+            rows.insert(3, ("baseline: --jobs 1, end to end", figures(got["baseline serial"])))
         if overhead is not None:
             rows.append(("pool, end to end (alongside the Dask runs)", f"{overhead[0]:.2f} s"))
             rows.append(("--scheduler on a LocalCluster (2 workers), end to end", f"{overhead[1]:.2f} s"))
@@ -198,6 +225,19 @@ def main() -> None:
             f" {serial_part / got['serial'][1]:.0%}; the start alone is {startup[1] / got['serial'][1]:.0%}"
         )
         print(f"speed-up on {spread} idle cores, from the CPU times above (Amdahl): {bound:.2f}x")
+        print(
+            f"--jobs 1 keeps {got['serial'][1] / got['serial'][0]:.2f} cores busy; ceiling with no pool"
+            f" overhead at all, --jobs 1's wall / (start + analyses' CPU / {spread}): {ceiling:.2f}x"
+            " (wall times: read it on a quiet machine)"
+        )
+        if args.baseline is not None:
+            print(
+                f"baseline: pool speed-up over --jobs 1, end to end"
+                f" {got['baseline serial'][0] / got['baseline pool'][0]:.2f}x; its pool's CPU"
+                f" {got['baseline pool'][1]:.2f} s ({got['baseline pool'][2]:.2f} system,"
+                f" {got['baseline pool'][3] / 1000:,.0f} k page faults) against {got['pool'][1]:.2f} s"
+                f" ({got['pool'][2]:.2f}, {got['pool'][3] / 1000:,.0f} k) here"
+            )
         print()
         targets = [
             ("pool speed-up over --jobs 1, end to end", got["serial"][0] / got["pool"][0], 1.7, 1.5, ">="),
