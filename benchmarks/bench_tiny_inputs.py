@@ -114,7 +114,9 @@ def twins() -> None:
         for name, (_, items, seconds) in stats.items():
             if items:  # the largest cost per item a sample showed
                 per_item[name] = max(per_item.get(name, 0.0), seconds / items * 1e6)
-    numba_us = statistics.median(float(_python(_NUMBA_PROBE, [], _env(None))) for _ in range(3)) * 1e6
+    numba_us = 1e6 * statistics.median(
+        float(_python(_NUMBA_PROBE, [], _env(None))) for _ in range(3)
+    )
     load = (load + os.getloadavg()[0]) / 2
     print(f"importing numba and loading a first cached kernel: {numba_us / 1e6:.2f} s"
           f" (nsysfrag.interpreted holds {interpreted.NUMBA_LOAD_US / 1e6:.2f} s); load {load:.1f}")
@@ -122,8 +124,8 @@ def twins() -> None:
     for name, us in sorted(per_item.items(), key=lambda kv: -kv[1]):
         held = interpreted.TWIN_US_PER_ITEM.get(name)
         print(f"{name:58} {us:8.1f} {held if held is not None else '-':>6} {numba_us / us:17,.0f}")
-    print(f"a run's twins run in place of cached kernels up to {interpreted.TINY_BUDGET_US / 1e6:.2f} s"
-          " of estimated work in all (TINY_BUDGET_US)")
+    print("a run's twins run in place of cached kernels up to"
+          f" {interpreted.TINY_BUDGET_US / 1e6:.2f} s of estimated work in all (TINY_BUDGET_US)")
 
 
 def runs(rounds: int) -> None:
@@ -133,7 +135,8 @@ def runs(rounds: int) -> None:
         ("sample trace analyze", ["analyze", str(SAMPLES / "inference_serving.sqlite")]),
         ("sample snapshot whatif", ["whatif", str(SAMPLES / "training_snapshot.pickle")]),
     ]
-    print(f"{'case':26} {'auto s':>7} {'compiled s':>10} {'auto MiB':>9} {'compiled MiB':>12}  load")
+    print(f"{'case':26} {'auto s':>7} {'compiled s':>10} {'auto MiB':>9}"
+          f" {'compiled MiB':>12}  load")
     for label, argv in cases:
         if not Path(argv[1]).exists():
             print(f"{label:26} (no {argv[1]})")

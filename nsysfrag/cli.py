@@ -35,8 +35,10 @@ SUMMARIES = {
     " most, with a verdict in words.",
     "history": "List the runs recorded with `analyze --record`, draw a metric's trend, or check"
     " the newest run for a regression.",
-    "profile": "Run COMMAND under nsys with allocation tracking, export the report, and analyze it.",
-    "record": "Run COMMAND with a recorder in each of its Python processes, then analyze what it wrote.",
+    "profile": "Run COMMAND under nsys with allocation tracking, export the report, and"
+    " analyze it.",
+    "record": "Run COMMAND with a recorder in each of its Python processes, then analyze what"
+    " it wrote.",
     "whatif": "Replay a run's allocations through other allocators and recommend the fix.",
 }
 

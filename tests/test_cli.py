@@ -245,8 +245,11 @@ def test_the_command_list_in_help_is_each_commands_own_summary_and_imports_none(
         cli.format_commands(ctx, ours)
         Imported(name="nsysfrag").format_commands(ctx, theirs)
         assert ours.getvalue() == theirs.getvalue()
-    probe = "import sys\nfrom nsysfrag.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n" \
+    probe = (
+        "import sys\nfrom nsysfrag.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('nsysfrag.commands.')))"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                           timeout=120, check=True)  # fmt: skip

@@ -101,7 +101,7 @@ def test_a_cached_kernel_is_interpreted_while_the_runs_twins_stay_within_the_bud
     monkeypatch.setattr(interpreted, "numba_loaded", lambda: imported)
     kernel = replay._replay_kernel
     per_item = interpreted.twin_cost_us(1, kernel)
-    assert per_item == interpreted.TWIN_US_PER_ITEM["nsysfrag.models.observed.kernel._replay_kernel"]
+    assert per_item == interpreted.TWIN_US_PER_ITEM[f"{kernel.__module__}._replay_kernel"]
     third = int(interpreted.TINY_BUDGET_US / per_item / 3)
     assert interpreted.interpret(third, kernel) and interpreted.interpret(third, kernel)
     assert interpreted.interpret(third, kernel)  # three thirds: the budget, not past it

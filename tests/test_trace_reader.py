@@ -274,7 +274,9 @@ def test_runtime_table_read_by_sqlite_in_two_ranges_as_in_one(
     monkeypatch.setattr(api_calls, "_SPLIT_ROWS", 1)  # 8 rows: two ranges of 4
     split: list[str] = []
     split_select = api_calls._split_select
-    monkeypatch.setattr(api_calls, "_split_select", lambda *a: split.append(a[2]) or split_select(*a))
+    monkeypatch.setattr(
+        api_calls, "_split_select", lambda *a: split.append(a[2]) or split_select(*a)
+    )
     halves = read_trace(path)
     assert split  # the pass over the table went through the two ranges
     assert _api_lists(halves) == _api_lists(whole)

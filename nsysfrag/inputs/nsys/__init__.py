@@ -30,8 +30,8 @@ def read_export(path: Path, options: InputOptions | None = None) -> Recording:
 def _warm_up(path: Path) -> None:
     """Load the compiled replay kernel while the export is read, where its memory events are
     too many to replay interpreted. Their count, not the file's size, says so: a real export
-    is mostly kernel launches (6 M of them and 19 memory events: 235 MiB), and loading numba
-    for a replay of 19 events costs a small input's run twice over."""
+    is mostly kernel launches (6 M of them and 19 memory events: 235 MiB), and loading the
+    compiler for a replay of 19 events costs a small input's run twice over."""
     from nsysfrag import interpreted
 
     if interpreted.interpret(_memory_rows(path)):
@@ -54,7 +54,9 @@ def _memory_rows(path: Path) -> int:
 
     try:
         with closing(connect_read_only(path)) as con:
-            kind = con.execute("SELECT type FROM sqlite_master WHERE name = ?", (MEMORY_TABLE,)).fetchone()
+            kind = con.execute(
+                "SELECT type FROM sqlite_master WHERE name = ?", (MEMORY_TABLE,)
+            ).fetchone()
             if kind is None or kind[0] != "table":
                 return 0
             (last,) = con.execute(f"SELECT max(rowid) FROM {MEMORY_TABLE}").fetchone()

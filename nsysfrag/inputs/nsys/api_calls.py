@@ -265,8 +265,8 @@ def _select(
     without ``_VALID``: every value is an integer, so the compiled reader never gives up on
     one, and a VMM call is counted whatever its other columns hold. ``kept`` is about how many
     rows ``where`` keeps, when known: SQLite skips the others as fast in either reader, so
-    where few are kept its own query (no numba to import) is as soon done as the compiled one
-    (6 M launches and 7 rows kept: 0.66 s against 1.5 s, numba's import included, and 37
+    where few are kept its own query (no compiler to import) is as soon done as the compiled one
+    (6 M launches and 7 rows kept: 0.66 s against 1.5 s, the compiler's import included, and 37
     against 148 MiB, at load 10)."""
     checked = [f"CASE WHEN typeof({c}) = 'integer' THEN {c} ELSE 0 END" for c in _API_REQUIRED]
     valid = " AND ".join(f"typeof({c}) = 'integer'" for c in _API_REQUIRED)
@@ -281,12 +281,14 @@ def _select(
     # The compiled reader has no work budget (export_file.WorkBudget): it reads tables, not views.
     key = db.row_order(con, RUNTIME_TABLE)
     rows = _row_range(con, RUNTIME_TABLE, key) if key is not None else None
-    if rows is not None and not interpreted.interpret(rows[1] - rows[0] + 1 if kept is None else kept):
-        compiled = _compiled_select(uri, columns, where, key, *rows)  # type: ignore[arg-type]
-        if compiled is not None:
-            return compiled
-    if rows is not None and rows[1] - rows[0] + 1 >= 2 * _SPLIT_ROWS:
-        return _split_select(uri, columns, where, key, *rows, chunked)  # type: ignore[arg-type]
+    if rows is not None:
+        length = rows[1] - rows[0] + 1
+        if not interpreted.interpret(length if kept is None else kept):
+            compiled = _compiled_select(uri, columns, where, key, *rows)  # type: ignore[arg-type]
+            if compiled is not None:
+                return compiled
+        if length >= 2 * _SPLIT_ROWS:
+            return _split_select(uri, columns, where, key, *rows, chunked)  # type: ignore[arg-type]
     return db.int_columns(con, columns, RUNTIME_TABLE, where, chunked)
 
 
