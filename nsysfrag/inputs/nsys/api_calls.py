@@ -106,14 +106,22 @@ def read_runtime(
         decoded = _dense_select(con, names, *dense)
         if decoded is not None:
             return _runtime_calls(*decoded, None)
-    wanted = [f"nameId IN ({alloc_ids})"]
-    if vmm_ids != "NULL":
-        wanted.append(f"nameId IN ({vmm_ids})")
+    # One IN of every name wanted: SQLite looks each row's name up once (two lists: twice).
+    wanted = [f"nameId IN ({alloc_ids if vmm_ids == 'NULL' else f'{alloc_ids},{vmm_ids}'})"]
     if memory_table is not None:
-        wanted.append(
-            f"correlationId IN (SELECT correlationId FROM {memory_table}"
-            f" WHERE memoryOperationType = {int(alloc_op_id)})"
-        )
+        allocations = f"FROM {memory_table} WHERE memoryOperationType = {int(alloc_op_id)}"
+        lo, hi = db.query(
+            con, f"SELECT min(correlationId), max(correlationId) {allocations}"
+            " AND typeof(correlationId) = 'integer'",
+        )[0]  # fmt: skip
+        # Every row not named is looked up by its id; the ids' range first is two comparisons
+        # (a run's allocations come early, its millions of launches after them). A row whose
+        # id is not an integer is not kept whatever it matches (_VALID).
+        if lo is not None:
+            wanted.append(
+                f"(correlationId BETWEEN {int(lo)} AND {int(hi)}"
+                f" AND correlationId IN (SELECT correlationId {allocations}))"
+            )
     # The rows kept are about as many as the memory events (each allocation's call, those its
     # events name): that, not the table's length, says whether the compiled reader pays.
     kept = dense[1] if dense is not None else None
