@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from gettext import gettext
 
 import click
+from click.utils import make_default_short_help
 
 from nsysfrag import __version__, destinations
 from nsysfrag.errors import EXIT_INPUT, NsysfragError
@@ -21,6 +23,23 @@ COMMANDS = {
     "profile": "nsysfrag.commands.profile:profile_command",
     "record": "nsysfrag.commands.record:record_command",
     "whatif": "nsysfrag.commands.whatif:whatif_command",
+}
+
+# Each command's summary: the first paragraph of its help, which is all `nsysfrag --help` shows
+# of it, so that listing the commands imports none of them (all six: 617 modules, 0.46 s).
+# tests/test_cli.py holds each to its command's own help.
+SUMMARIES = {
+    "analyze": "Replay a trace's device allocations and report how fragmented memory got.",
+    "compare": "Compare two runs: the state at peak memory, at worst fragmentation and at the"
+    " end, side by side, and the allocation sites whose live, stranded and hole bytes changed"
+    " most, with a verdict in words.",
+    "history": "List the runs recorded with `analyze --record`, draw a metric's trend, or check"
+    " the newest run for a regression.",
+    "profile": "Run COMMAND under nsys with allocation tracking, export the report, and"
+    " analyze it.",
+    "record": "Run COMMAND with a recorder in each of its Python processes, then analyze what"
+    " it wrote.",
+    "whatif": "Replay a run's allocations through other allocators and recommend the fix.",
 }
 
 
@@ -57,6 +76,15 @@ class _Group(click.Group):
         module, attribute = COMMANDS[cmd_name].split(":")
         command: click.Command = getattr(importlib.import_module(module), attribute)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing (``Group.format_commands``), from :data:`SUMMARIES` rather than
+        each command imported."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, make_default_short_help(SUMMARIES[name], limit)) for name in names]
+        with formatter.section(gettext("Commands")):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> object:
         try:

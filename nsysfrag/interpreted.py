@@ -9,11 +9,20 @@ Python source, each compiled function it names replaced by its own twin, run by 
 compute the same thing (the property tests run every kernel both ways and compare), so an
 input's figures never depend on which ran.
 
-Once a kernel is in numba's cache (:func:`nsysfrag.kernel_cache.cached`), it runs compiled
-whatever the size: loading it costs less than interpreting. A twin that ran because its kernel
-was not cached is noted with the argument types it was called with (:func:`uncached`), so that
-the command line can compile those kernels afterwards in a process of their own
-(:mod:`nsysfrag.background_compile`) and the next run finds them cached.
+Once a kernel is in numba's cache (:func:`nsysfrag.kernel_cache.cached`), it runs compiled,
+loaded rather than interpreted — except on a tiny input in a process that has not imported
+numba yet. Loading a cached kernel is cheap, but importing numba and loading the first one
+is not (:data:`NUMBA_LOAD_US`: a real export's 19 memory events replay interpreted in a few
+ms, against 0.3 s and 90 MiB for numba). So, while numba is not imported, each kernel's twin
+runs as long as the twins of the run add up to less than :data:`TINY_BUDGET_US` of work, each
+call costed as its size times what its twin takes per item (:data:`TWIN_US_PER_ITEM`: the call
+sites count different things: events, rows, bytes / 64 of a pickle). The first call past the
+budget imports numba; from then on every cached kernel loads. A run that turns out larger than
+tiny so loses at most the budget; a tiny one saves numba's import. A twin that ran because its
+kernel was not cached is noted with the argument types it was called with (:func:`uncached`),
+so that the command line can compile those kernels afterwards in a process of their own
+(:mod:`nsysfrag.background_compile`) and the next run finds them cached; one that ran because
+the input was tiny, its kernel cached, is not.
 
 ``NSYSFRAG_KERNELS=compiled`` (or ``interpreted``) forces one way for every input: the tests
 use it, and so can a user who would rather compile once up front.
@@ -44,6 +53,34 @@ Kernel = TypeVar("Kernel", bound=Callable[..., Any])
 INTERPRET_UP_TO = 20_000
 _MODES = ("auto", "compiled", "interpreted")
 
+# Measured in one run (benchmarks/bench_tiny_inputs.py, at load 12 on 2 cores: the ratios hold
+# where the seconds do not): importing numba and loading a first cached kernel, and each twin's
+# time per item its call site counts, on the samples (the largest per item of its calls).
+NUMBA_LOAD_US = 2_500_000
+TWIN_US_PER_ITEM: dict[str, float] = {
+    "nsysfrag.allocators.torch.kernel._torch_kernel": 457.0,
+    "nsysfrag.inputs.torch_snapshot.pickle_scan._scan": 378.0,  # per 64 bytes of pickle
+    "nsysfrag.allocators.heap._heap_kernel": 190.0,
+    "nsysfrag.reporters.address_raster._paint": 154.0,
+    "nsysfrag.allocators.slab._slab_kernel": 152.0,
+    "nsysfrag.models.observed.kernel._replay_kernel": 143.0,
+    "nsysfrag.allocators.buddy._buddy_kernel": 140.0,
+    "nsysfrag.models.segments.kernel.replay_forward": 115.0,
+    "nsysfrag.whatif.layout._tile": 94.0,
+    "nsysfrag.models.observed.slots._slots": 21.0,
+    "nsysfrag.models.segments.kernel.rebuild_window": 7.9,
+    "nsysfrag.models.segments.requests._requests": 6.8,
+    "nsysfrag.models.observed.slots._distinct": 1.9,
+}
+# A kernel not measured is costed as the costliest.
+_UNMEASURED_US_PER_ITEM = max(TWIN_US_PER_ITEM.values())
+# Twins run in place of cached kernels while the run's twins cost less than this in all: a
+# quarter of numba's import, so a run that turns out larger than tiny loses at most that (an
+# even split, the whole import, would save more on mid-sized inputs and lose twice as much on
+# those just above: the sample snapshot's scan alone is past a quarter and loads at once).
+TINY_BUDGET_US = NUMBA_LOAD_US / 4
+_spent_us = 0.0  # what this process's twins cost so far, as estimated
+
 _twins: dict[int, Any] = {}
 _lock = threading.RLock()  # a module twin makes twins while one is being made
 
@@ -56,11 +93,43 @@ def mode() -> str:
 
 def interpret(size: int, kernel: Callable[..., Any] | None = None) -> bool:
     """Whether an input of ``size`` items runs the interpreted twins (of ``kernel``: not when
-    it is compiled already, in this process or in the cache, say after an earlier run)."""
+    it is compiled already, in this process or in the cache, say after an earlier run, unless
+    the input is tiny and numba not imported: see the module's docstring)."""
     current = mode()
-    if current == "auto":
-        return size <= INTERPRET_UP_TO and (kernel is None or not _compiled(kernel))
-    return current == "interpreted"
+    if current != "auto":
+        return current == "interpreted"
+    if size > INTERPRET_UP_TO:
+        return False
+    if kernel is None:
+        return True
+    if not numba_loaded() and _within_budget(size, kernel):
+        return True
+    return not _compiled(kernel)
+
+
+def numba_loaded() -> bool:
+    """Whether this process has imported numba (loading a cached kernel is cheap then)."""
+    return jit.made() or "numba" in sys.modules
+
+
+def twin_cost_us(size: int, kernel: Callable[..., Any]) -> float:
+    """What ``kernel``'s twin takes on ``size`` items, as measured (:data:`TWIN_US_PER_ITEM`)."""
+    fn = jit.py_func(kernel) or kernel
+    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    return size * TWIN_US_PER_ITEM.get(name, _UNMEASURED_US_PER_ITEM)
+
+
+def _within_budget(size: int, kernel: Callable[..., Any]) -> bool:
+    """Whether the twin on ``size`` items keeps the run's twins within :data:`TINY_BUDGET_US`
+    (counted as spent when it does: a call site that asks twice is charged twice, which errs
+    towards loading the compiled kernel)."""
+    global _spent_us
+    cost = twin_cost_us(size, kernel)
+    with _lock:
+        if _spent_us + cost > TINY_BUDGET_US:
+            return False
+        _spent_us += cost
+        return True
 
 
 def chosen(kernel: Kernel, size: int) -> Kernel:
@@ -102,6 +171,10 @@ def note(kernel: Callable[..., Any], args: tuple[Any, ...]) -> None:
     (a later process could not find it). numba is not imported for it: what is noted is a
     stand-in for each argument, small, that numba types as it would type the argument."""
     if not jit.is_kernel(kernel) or mode() != "auto":
+        return
+    if not numba_loaded() and isinstance(kernel, jit.LazyKernel) and jit.maybe_cached(kernel):
+        # The twin ran because the input was tiny; its index is there (were it an old one,
+        # the next larger input compiles it, as it would have anyway).
         return
     fn = kernel.py_func  # type: ignore[attr-defined]
     module = sys.modules.get(fn.__module__)

@@ -213,3 +213,45 @@ def test_every_command_has_help_with_an_example() -> None:
         result = CliRunner().invoke(cli, [name, "--help"])
         assert result.exit_code == 0
         assert "Examples:" in result.output, name
+
+
+def test_the_command_list_in_help_is_each_commands_own_summary_and_imports_none() -> None:
+    """`nsysfrag --help` lists the commands from cli.SUMMARIES, not from the commands
+    themselves (importing all six is 600 modules): the listing must be what click makes of
+    each command's own help, at every width, and the process must import no command."""
+    import importlib
+
+    from nsysfrag import cli as cli_module
+
+    assert sorted(cli_module.SUMMARIES) == sorted(cli_module.COMMANDS)
+    for name, target in cli_module.COMMANDS.items():
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        for limit in (30, 45, 70, 200):
+            assert command.get_short_help_str(limit) == click.utils.make_default_short_help(
+                cli_module.SUMMARIES[name], limit
+            ), name
+
+    class Imported(click.Group):  # the listing as click's Group makes it, each command imported
+        def list_commands(self, ctx: click.Context) -> list[str]:
+            return cli.list_commands(ctx)
+
+        def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+            return cli.get_command(ctx, name)
+
+    for width in (60, 80, 120):
+        ours, theirs = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+        ctx = click.Context(cli)
+        cli.format_commands(ctx, ours)
+        Imported(name="nsysfrag").format_commands(ctx, theirs)
+        assert ours.getvalue() == theirs.getvalue()
+    probe = (
+        "import sys\nfrom nsysfrag.cli import main\ntry:\n    main(['--help'])\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('nsysfrag.commands.')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    assert "Commands:" in done.stdout
+    assert done.stdout.strip().splitlines()[-1] == "[]"

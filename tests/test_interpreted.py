@@ -88,6 +88,46 @@ def test_a_kernel_compiled_already_runs_compiled_whatever_the_size(
     assert interpreted.chosen(replay._replay_kernel, 0) is replay._replay_kernel
 
 
+def test_a_cached_kernel_is_interpreted_while_the_runs_twins_stay_within_the_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before numba is imported, a cached kernel's twin runs while the twins' estimated cost
+    adds up to no more than the budget; the call past it runs compiled, and so does every
+    call after it, however small (here numba's import is feigned: the session has it)."""
+    monkeypatch.delenv("NSYSFRAG_KERNELS", raising=False)
+    monkeypatch.setattr(interpreted, "_compiled", lambda kernel: True)  # cached
+    monkeypatch.setattr(interpreted, "_spent_us", 0.0)
+    imported = False
+    monkeypatch.setattr(interpreted, "numba_loaded", lambda: imported)
+    kernel = replay._replay_kernel
+    per_item = interpreted.twin_cost_us(1, kernel)
+    assert per_item == interpreted.TWIN_US_PER_ITEM[f"{kernel.__module__}._replay_kernel"]
+    third = int(interpreted.TINY_BUDGET_US / per_item / 3)
+    assert interpreted.interpret(third, kernel) and interpreted.interpret(third, kernel)
+    assert interpreted.interpret(third, kernel)  # three thirds: the budget, not past it
+    assert not interpreted.interpret(third, kernel)
+    imported = True  # the call past the budget loaded numba: from now on cached is compiled
+    assert not interpreted.interpret(1, kernel)
+    # A kernel not measured costs as the costliest; sizes past INTERPRET_UP_TO never interpret.
+    monkeypatch.setattr(interpreted, "_spent_us", 0.0)
+    imported = False
+    assert interpreted.twin_cost_us(2, print) == 2 * max(interpreted.TWIN_US_PER_ITEM.values())
+    assert not interpreted.interpret(interpreted.INTERPRET_UP_TO + 1, kernel)
+    assert interpreted._spent_us == 0.0
+
+
+def test_every_kernel_costed_is_a_kernel_of_the_package() -> None:
+    """TWIN_US_PER_ITEM names kernels by module and name: a renamed kernel would silently cost
+    as the costliest."""
+    import importlib
+
+    from nsysfrag import jit
+
+    for name in interpreted.TWIN_US_PER_ITEM:
+        module, _, attribute = name.rpartition(".")
+        assert jit.is_kernel(getattr(importlib.import_module(module), attribute)), name
+
+
 def test_a_twin_reads_and_writes_records_in_place_even_a_field_numpy_names() -> None:
     table = np.zeros(3, dtype=np.dtype([("flags", np.int64), ("size", np.int64)]))
     table["size"] = [5, 6, 7]
@@ -103,16 +143,24 @@ def test_a_cached_kernel_runs_compiled_for_a_small_input_in_a_fresh_process(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Once in the cache (the runs above compiled the replay kernel into this one), a small
-    input runs the compiled kernel, loaded rather than interpreted, and nothing is noted."""
+    input runs the compiled kernel, loaded rather than interpreted, and nothing is noted; a
+    tiny one (a few events: less twin work than importing numba) runs the twin without
+    importing numba, and is not noted either (its kernel is cached)."""
     cache = tmp_path_factory.getbasetemp() / "compiled-kernels"
     warmed = _run(["analyze", str(SAMPLES / "inference_serving.sqlite"), "-q"], cache, "compiled")
     assert warmed.returncode == 0, warmed.stderr
     code = (
+        "import sys\n"
         "import numpy as np\n"
         "from nsysfrag import interpreted\n"
         "from nsysfrag.models.observed import kernel as k\n"
+        "assert interpreted.chosen(k._replay_kernel, 10) is not k._replay_kernel\n"
+        "assert 'numba' not in sys.modules\n"
+        "small = interpreted.INTERPRET_UP_TO\n"
+        "assert interpreted.twin_cost_us(small, k._replay_kernel) > interpreted.TINY_BUDGET_US\n"
         "assert not k._replay_kernel.overloads\n"  # not compiled in this process
-        "assert interpreted.chosen(k._replay_kernel, 10) is k._replay_kernel\n"
+        "assert interpreted.chosen(k._replay_kernel, small) is k._replay_kernel\n"
+        "assert interpreted.chosen(k._replay_kernel, 10) is k._replay_kernel\n"  # numba is in
         "print(interpreted.uncached())\n"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO)}

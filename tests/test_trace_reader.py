@@ -261,6 +261,28 @@ def test_runtime_table_read_in_two_ranges_as_in_one(
     assert _api_lists(portable) == _api_lists(whole)
 
 
+def test_runtime_table_read_by_sqlite_in_two_ranges_as_in_one(
+    make_trace: MakeTrace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Few rows kept of a long table: SQLite's own filtered query, its two row ranges on two
+    threads (no compiled reader, no numba), reads what one query reads."""
+    from nsysfrag.inputs.nsys import api_calls
+
+    monkeypatch.setenv("NSYSFRAG_KERNELS", "interpreted")
+    path = _runtime_export(make_trace)
+    whole = read_trace(path)
+    monkeypatch.setattr(api_calls, "_SPLIT_ROWS", 1)  # 8 rows: two ranges of 4
+    split: list[str] = []
+    split_select = api_calls._split_select
+    monkeypatch.setattr(
+        api_calls, "_split_select", lambda *a: split.append(a[2]) or split_select(*a)
+    )
+    halves = read_trace(path)
+    assert split  # the pass over the table went through the two ranges
+    assert _api_lists(halves) == _api_lists(whole)
+    assert (halves.allocation_calls, halves.vmm_calls) == (whole.allocation_calls, whole.vmm_calls)
+
+
 @pytest.mark.parametrize("thread_of_every_call", [True, False], ids=["decoded", "declined"])
 def test_runtime_table_of_a_dense_trace_decoded_from_pages_as_sqlite_reads_it(
     make_trace: MakeTrace, monkeypatch: pytest.MonkeyPatch, thread_of_every_call: bool

@@ -27,22 +27,42 @@ def read_export(path: Path, options: InputOptions | None = None) -> Recording:
     return recording_of(read_trace(path, progress=options.progress), options)
 
 
-# An nsys export takes at least this many bytes per memory event (the row, its runtime row):
-# a file smaller than that many events' worth is replayed interpreted (nsysfrag.interpreted),
-# and loading the compiled kernel for it would compile it for nothing.
-_BYTES_PER_EVENT = 64
-
-
 def _warm_up(path: Path) -> None:
+    """Load the compiled replay kernel while the export is read, where its memory events are
+    too many to replay interpreted. Their count, not the file's size, says so: a real export
+    is mostly kernel launches (6 M of them and 19 memory events: 235 MiB), and loading the
+    compiler for a replay of 19 events costs a small input's run twice over."""
     from nsysfrag import interpreted
+
+    if interpreted.interpret(_memory_rows(path)):
+        return
     from nsysfrag.models.observed import warm_up
 
+    warm_up()
+
+
+def _memory_rows(path: Path) -> int:
+    """About how many memory events the export at ``path`` holds: its memory table's last
+    rowid (one descent of the table's b-tree); 0 where that is not known so cheaply (no such
+    table, a view, not a database: the reader says what is wrong)."""
+    import sqlite3
+    from contextlib import closing
+
+    from nsysfrag.errors import InputError
+    from nsysfrag.inputs.nsys.export_file import connect_read_only
+    from nsysfrag.inputs.nsys.reader import MEMORY_TABLE
+
     try:
-        size = path.stat().st_size
-    except OSError:
-        return  # the reader says what is wrong with it
-    if not interpreted.interpret(size // _BYTES_PER_EVENT):
-        warm_up()
+        with closing(connect_read_only(path)) as con:
+            kind = con.execute(
+                "SELECT type FROM sqlite_master WHERE name = ?", (MEMORY_TABLE,)
+            ).fetchone()
+            if kind is None or kind[0] != "table":
+                return 0
+            (last,) = con.execute(f"SELECT max(rowid) FROM {MEMORY_TABLE}").fetchone()
+    except (OSError, InputError, sqlite3.Error, UnicodeDecodeError):
+        return 0
+    return int(last) if isinstance(last, int) else 0
 
 
 NSYS_EXPORT = InputFormat(
