@@ -196,14 +196,17 @@ class TraceSlices:
     the rest once the pickle is unpickled: the sliced lists are the device traces, in order,
     each named nowhere else. ``failed``: the slices cannot stand in for the whole read."""
 
-    items = CHUNK
-
     def __init__(self, path: str, progress: ProgressCallback | None) -> None:
         self.path, self.progress = path, progress
         self.lists: dict[int, _Taken] = {}  # id of a sliced list -> what was taken from it
         self.stacks: StackTable | None = None  # once slicing began
         self.reader: _TraceReader | None = None
         self.failed = False
+
+    @property
+    def items(self) -> int:
+        """Entries per slice: a chunk's (a list that grows by fewer is never sliced)."""
+        return CHUNK
 
     def begin(self, pickle_bytes: int) -> None:
         try:
@@ -226,6 +229,9 @@ class TraceSlices:
             raise TypeError("not a list")
         taken = self.lists.get(id(items))
         if taken is None:
+            first = items[0] if items else None
+            if type(first) is not dict or "action" not in first:
+                return  # a long list of segments, blocks or frames: left as it is
             for other in self.lists.values():
                 if not other.closed:
                     self._chunks(other, whole=True)
@@ -251,6 +257,8 @@ class TraceSlices:
         sliced, each named there once and nowhere else (no reference to it but the trace
         list's and this table's), with every trace that has entries left and is not sliced
         after them: then the columns are those of the whole read."""
+        if not self.lists:
+            return True  # nothing was taken: the data is pickle's own
         traces = data.get("device_traces") if type(data) is dict else None
         if type(traces) is not list:
             return False
