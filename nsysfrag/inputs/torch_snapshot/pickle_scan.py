@@ -482,12 +482,19 @@ class Scanner:
 
 def scan_bytes(data: bytes, limit: int) -> Scan:
     """The whole pass over ``data`` (a pickle in memory, for tests)."""
+    return scanned_bytes(data, limit).result()
+
+
+def scanned_bytes(data: bytes, limit: int, slice_items: int = 0) -> Scanner:
+    """The pass over ``data`` done, slicing after ``slice_items`` (tests read its findings)."""
     import tempfile
 
     with tempfile.TemporaryFile() as f:
         f.write(data)
         f.flush()
-        return Scanner(f.fileno(), len(data), limit).run()
+        scanner = Scanner(f.fileno(), len(data), limit, slice_items)
+        scanner.run()
+        return scanner
 
 
 def scan_pickle(path: Path, limit: int) -> Scan:
