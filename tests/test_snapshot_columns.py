@@ -3,6 +3,8 @@ stacks interned once, the object graph gone once the columns exist."""
 
 from __future__ import annotations
 
+import gc
+import io
 import pickle
 import tracemalloc
 from pathlib import Path
@@ -11,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from nsysfrag.errors import InputError
 from nsysfrag.inputs.torch_snapshot import columns as sc
 from nsysfrag.inputs.torch_snapshot.columns import (
     NO_TIME,
@@ -218,6 +221,7 @@ def test_entries_are_freed_while_later_ones_become_columns(
 
     monkeypatch.setattr(sc, "CHUNK", 500)
     monkeypatch.setattr(sc, "_fast_chunk", measured)
+    monkeypatch.setattr(sc.TraceSlices, "items", 1 << 62)  # no slices: the graph first, whole
     tracemalloc.start()
     try:
         columns = read_snapshot_columns(SAMPLES / "training_snapshot.pickle")
@@ -242,3 +246,176 @@ def test_columns_of_the_callers_data_leave_it_as_it_was() -> None:
     data = {"segments": [], "device_traces": [trace]}
     snapshot_columns(data, "s")
     assert data["device_traces"][0] is trace and len(trace) == 2
+
+
+# ---------------------------------------------------------------- a trace unpickled in slices
+
+
+def _sliced_reads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """What TraceSlices.placed answered, each time a read was sliced."""
+    answers: list[bool] = []
+    placed = sc.TraceSlices.placed
+
+    def noted(self: sc.TraceSlices, data: Any) -> bool:
+        answers.append(placed(self, data))
+        return answers[-1]
+
+    monkeypatch.setattr(sc.TraceSlices, "placed", noted)
+    return answers
+
+
+def _long_trace(n: int) -> list[dict[str, Any]]:
+    frames = [{"filename": f"/p/m{k}.py", "line": k, "name": "fwd"} for k in range(7)]
+    trace = []
+    for i in range(n):
+        action = ("alloc", "free_requested", "free_completed")[i % 3]
+        stack = [frames[i % 7], frames[(i // 7) % 7]]
+        trace.append(_entry(action, addr=S + 512 * (i // 3), time_us=i, frames=stack))
+    return trace
+
+
+def _written(tmp_path: Path, data: Any, name: str = "s.pickle") -> Path:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(data, protocol=4))
+    return path
+
+
+@pytest.mark.parametrize("path", INPUTS, ids=lambda p: p.name[:50])
+def test_a_trace_unpickled_in_slices_gives_the_whole_reads_columns(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small slices: every genuine snapshot with a trace is sliced, and its columns are the
+    record reader's (stack ids are numbered by the frames' addresses: compared by site)."""
+    monkeypatch.setattr(sc, "CHUNK", 97)
+    answers = _sliced_reads(monkeypatch)
+    data = load_plain_pickle(path)
+    records = parse_snapshot(data, path.name)
+    sliced = read_snapshot_columns(path)
+    assert_same_entries(records, sliced)
+    traces = data.get("device_traces", []) if isinstance(data, dict) else []
+    longest = max(map(len, traces), default=0)
+    assert all(answers) and (answers == [True] or longest < 97), (answers, longest)
+
+
+def _entries_alive_at_each_chunk(monkeypatch: pytest.MonkeyPatch, slices: bool) -> list[int]:
+    """How many trace entry dicts exist as each chunk of the sample is parsed."""
+    alive: list[int] = []
+    fast_chunk = sc._fast_chunk
+
+    def counted(part: list[Any], start: int) -> Any:
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is dict and "action" in o))
+        return fast_chunk(part, start)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sc, "CHUNK", 500)
+        patched.setattr(sc, "_fast_chunk", counted)
+        if not slices:
+            patched.setattr(sc.TraceSlices, "items", 1 << 62)
+        columns = read_snapshot_columns(SAMPLES / "training_snapshot.pickle")
+    assert len(columns.histories[0]) == 8000 and len(alive) == 16
+    return alive
+
+
+def test_slices_free_the_entries_taken_while_the_rest_is_unpickled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The memo would hold every entry dict: its slots are emptied after their last use, so
+    that no chunk sees more than a few chunks' entries alive; the whole read, all 8,000."""
+    answers = _sliced_reads(monkeypatch)
+    sliced = _entries_alive_at_each_chunk(monkeypatch, slices=True)
+    assert answers == [True]
+    whole = _entries_alive_at_each_chunk(monkeypatch, slices=False)
+    assert whole[0] >= 8000 and max(sliced) <= 4 * 500, (sliced, whole)
+
+
+def test_a_small_trace_before_a_sliced_one_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole read parses device 0 first: slices of device 1 cannot stand in for it."""
+    monkeypatch.setattr(sc, "CHUNK", 50)
+    answers = _sliced_reads(monkeypatch)
+    data = {"segments": [], "device_traces": [_long_trace(10), [], _long_trace(400)]}
+    path = _written(tmp_path, data)
+    assert_same_entries(parse_snapshot(data, str(path)), read_snapshot_columns(path))
+    assert answers == [False]
+    data = {"segments": [], "device_traces": [_long_trace(400), [], _long_trace(10)]}
+    path = _written(tmp_path, data)
+    assert_same_entries(parse_snapshot(data, str(path)), read_snapshot_columns(path))
+    assert answers == [False, True]
+
+
+def test_a_sliced_trace_named_twice_is_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sc, "CHUNK", 50)
+    answers = _sliced_reads(monkeypatch)
+    trace = _long_trace(300)
+    data = {"segments": [], "device_traces": [trace, trace], "allocator_settings": {"t": trace}}
+    path = _written(tmp_path, data)
+    assert_same_entries(parse_snapshot(data, str(path)), read_snapshot_columns(path))
+    assert answers == [False]
+
+
+def test_a_long_list_that_is_no_trace_is_left_whole_or_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stack of 400 frames grows as long as a slice, but holds no trace entry: it is left
+    as it is. A long list of entries that is no device trace is taken, then read again."""
+    monkeypatch.setattr(sc, "CHUNK", 50)
+    answers = _sliced_reads(monkeypatch)
+    frames = [{"filename": f"/p/m{k}.py", "line": k, "name": "f"} for k in range(400)]
+    data: dict[str, Any] = {
+        "segments": [], "device_traces": [[_entry(frames=frames), _entry("oom", frames=frames)]]
+    }
+    path = _written(tmp_path, data)
+    columns = read_snapshot_columns(path)
+    assert_same_entries(parse_snapshot(data, str(path)), columns)
+    assert len(columns.histories[0].oom_frames[0]) == 400
+    assert answers == [True]
+    data["allocator_settings"] = {"roundup_power2_divisions": _long_trace(200)}
+    path = _written(tmp_path, data)
+    assert_same_entries(parse_snapshot(data, str(path)), read_snapshot_columns(path))
+    assert answers == [True, False]
+
+
+def _pickled_with_memo(data: Any) -> tuple[bytes, dict[int, int]]:
+    """``data`` as protocol 4, and the memo slot of each object pickled (by its id)."""
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, protocol=4)
+    pickler.dump(data)
+    return out.getvalue(), {key: slot for key, (slot, _) in pickler.memo.copy().items()}
+
+
+def test_an_entry_changed_after_it_could_be_taken_is_read_as_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crafted pickle sets an entry's size after the trace (through the memo): the pass
+    slices nowhere, and the columns hold the changed size, as pickle.load's object does."""
+    monkeypatch.setattr(sc, "CHUNK", 50)
+    answers = _sliced_reads(monkeypatch)
+    trace = _long_trace(300)
+    raw, slots = _pickled_with_memo({"segments": [], "device_traces": [trace]})
+    slot = slots[id(trace[3])]
+    assert raw.endswith(b"u.")
+    size = pickle.dumps(4096, protocol=4)[2:-1]  # BININT2, as the opcode stream holds it
+    changed = raw[:-1] + b"j" + slot.to_bytes(4, "little") + b"\x8c\x04size" + size + b"s0."
+    path = tmp_path / "changed.pickle"
+    path.write_bytes(changed)
+    data = pickle.loads(changed)
+    assert data["device_traces"][0][3]["size"] == 4096
+    columns = read_snapshot_columns(path)
+    assert_same_entries(parse_snapshot(data, str(path)), columns)
+    assert columns.histories[0].size[3] == 4096 and answers == []
+
+
+def test_a_bad_field_in_a_slice_is_named_as_the_whole_read_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sc, "CHUNK", 50)
+    answers = _sliced_reads(monkeypatch)
+    trace = _long_trace(300)
+    trace[70]["time_us"] = 1 << 60
+    path = _written(tmp_path, {"segments": [], "device_traces": [trace]})
+    with pytest.raises(InputError, match=r"device_traces\[0\]\[70\]\.time_us is 1152921504606846976"):
+        read_snapshot_columns(path)
+    assert answers == []  # the slice failed: the whole read named it

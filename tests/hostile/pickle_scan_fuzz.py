@@ -5,7 +5,8 @@
 Each case mutates one pickle (bytes overwritten, flipped, deleted, inserted or repeated; the
 file cut; opcodes spliced in: a memo index of 2^32, a tuple chain deeper than the limit, marks
 left open, a length of 2^63) and runs the pass on it compiled and, for the small pickles,
-interpreted. Both must find the same (status, end, deepest tuple); where the pass says the
+interpreted. Both must find the same (status, end, deepest tuple, slice ends, each memo slot's
+last use); where the pass says the
 pickle is whole (OK), pickle's own opcode reader (``pickletools.genops``) must find its STOP at
 the same end, or fail only on an argument's text (which the pass leaves to the unpickler).
 A mismatch exits 1 with the case on stdout; a crash by signal ends the process, and the test
@@ -25,6 +26,7 @@ from nsysfrag.inputs.torch_snapshot import pickle_scan
 
 LIMIT = 100  # tuples nested deeper than this are refused (limits.PICKLE_NESTING's role)
 SMALL = 16_384  # pickles up to this size also run interpreted (the twin is plain Python)
+SLICE = 40  # items a list grows by before the pass marks a slice's end (the reader's: 65,536)
 SPLICES = [
     b"j\xff\xff\xff\xff",  # LONG_BINGET 2^32 - 1: a memo beyond the file
     b"h\xff",  # BINGET 255
@@ -68,10 +70,15 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     return bytes(out)
 
 
-def scanned(data: bytes, mode: str) -> tuple[int, int, int]:
+def scanned(data: bytes, mode: str) -> tuple[int, int, int, tuple[int, ...], int]:
+    """What the pass found, with where it would slice (a list per SLICE items) and a digest
+    of each memo slot's last use."""
     os.environ["NSYSFRAG_KERNELS"] = mode
-    found = pickle_scan.scan_bytes(data, LIMIT)
-    return found.status, found.end, found.deepest_tuple
+    scanner = pickle_scan.scanned_bytes(data, LIMIT, SLICE)
+    found = scanner.result()
+    digest = hash(scanner.memo_last_use().tobytes())
+    ends = tuple(scanner.slice_ends().tolist())
+    return found.status, found.end, found.deepest_tuple, ends, digest
 
 
 def stop_of(data: bytes) -> int | str:
@@ -98,7 +105,7 @@ def run(sources: list[Path], first: int, cases: int, seed: int) -> int:
             if twin != compiled:
                 print(f"case {case} (seed {seed}): compiled {compiled}, interpreted {twin}")
                 return 1
-        status, end, _ = compiled
+        status, end = compiled[:2]
         if status == pickle_scan.OK:
             reference = stop_of(data)
             if reference != end and not (isinstance(reference, str) and reference.startswith("argument")):

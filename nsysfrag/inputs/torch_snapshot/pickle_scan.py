@@ -35,6 +35,10 @@ NO_ARG, FIXED, LENGTH, LINE, TWO_LINES = range(5)
 # What the pass found.
 OK, TRUNCATED, UNKNOWN_OPCODE, MALFORMED, TUPLES_TOO_DEEP, MARKS_TOO_DEEP, MEMO_BEYOND, GROW, NEED = range(9)
 REFUSED = (TUPLES_TOO_DEEP, MARKS_TOO_DEEP, MEMO_BEYOND)
+# A stack item's flags (``Scanner.info``), above the count of items appended to it.
+_SHARED = np.int64(1) << np.int64(48)  # named twice (memo get, DUP): never sliced, never changed
+_SLICED = np.int64(1) << np.int64(49)  # a list whose items were taken: only appended to after
+_COUNT = _SHARED - np.int64(1)
 _SPECIAL = {
     "TUPLE": TUPLE_TO_MARK, "TUPLE1": TUPLE_N, "TUPLE2": TUPLE_N, "TUPLE3": TUPLE_N,
     "EMPTY_TUPLE": EMPTY_TUPLE, "MARK": MARK, "GET": GET, "BINGET": GET, "LONG_BINGET": GET,
@@ -112,12 +116,16 @@ def _decimal(data, start, end):  # type: ignore[no-untyped-def]
 
 
 @jit.njit(cache=True, nogil=True)
-def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys, table_values, table_used, limit, tables):  # type: ignore[no-untyped-def]
+def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys, table_values, table_used, limit, tables, slicing):  # type: ignore[no-untyped-def]
     """Walk the opcodes in ``data`` (the file's bytes from offset ``base``) from its start;
     return (status, pos, sp, mp, memo_len, deepest tuple). NEED: the next opcode (at ``pos``)
     is not whole in ``data``; ``pos`` may be past its end when the last opcode's bytes were a
-    string or bytes that need not be read."""
+    string or bytes that need not be read.
+
+    ``slicing`` (see :class:`Scanner`): per stack item its flags and the items appended to it
+    since its last slice end; per memo slot the slice its last use falls in; slice ends; state."""
     action, layout, size, before, marked, after, known = tables
+    info, last_use, bounds, state = slicing
     n = len(data)
     deepest = 0
     pos = 0
@@ -134,6 +142,8 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
                 word, bit = index >> 6, np.uint64(1) << np.uint64(index & 63)
                 if word < len(filled) and filled[word] & bit and not tuples[word] & bit:
                     stack[sp] = 0
+                    info[sp] = _SHARED
+                    last_use[index] = state[0]
                     sp += 1
                     pos += width
                     continue
@@ -141,16 +151,19 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
             word, bit = memo_len >> 6, np.uint64(1) << np.uint64(memo_len & 63)
             if not filled[word] & bit:
                 filled[word] |= bit
+                last_use[memo_len] = state[0]
                 memo_len += 1
                 continue
         elif op == 140 and pos < n and sp + 1 < len(stack):  # SHORT_BINUNICODE
             stack[sp] = 0
+            info[sp] = 0
             sp += 1
             pos += 1 + data[pos]
             continue
         elif (op == 75 or op == 125) and sp + 1 < len(stack):  # BININT1, EMPTY_DICT
             if op == 125 or pos < n:
                 stack[sp] = 0
+                info[sp] = 0
                 sp += 1
                 pos += 1 if op == 75 else 0
                 continue
@@ -184,7 +197,7 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
                 if end < 0:
                     return 8, start, sp, mp, memo_len, deepest
                 pos = end + 1
-        if sp + 4 > len(stack) or mp + 1 > len(marks):
+        if sp + 4 > len(stack) or mp + 1 > len(marks) or state[0] >= len(bounds):
             return 7, start, sp, mp, memo_len, deepest
         act = action[op]
         if act == 9:  # STOP
@@ -217,6 +230,8 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
                 if not filled[word] & bit:
                     return 3, start, sp, mp, memo_len, deepest
                 stack[sp] = _table_get(table_keys, table_values, index) if tuples[word] & bit else 0
+                info[sp] = _SHARED
+                last_use[index] = state[0]
                 sp += 1
                 continue
             if sp < 1:
@@ -225,14 +240,18 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
                 return 7, start, sp, mp, memo_len, deepest  # the table of tuples grows first
             memo_len = _memo_put(filled, tuples, table_keys, table_values, table_used, index,
                                  stack[sp - 1], memo_len)  # fmt: skip
+            last_use[index] = state[0]
             continue
         if act == 8:  # DUP
             if sp < 1:
                 return 3, start, sp, mp, memo_len, deepest
             stack[sp] = stack[sp - 1]
+            info[sp - 1] |= _SHARED  # two references: neither may be sliced or changed
+            info[sp] = info[sp - 1]
             sp += 1
             continue
         depth = 0
+        appended = 1  # items an APPEND(S) adds
         if marked[op]:
             if mp < 1:
                 return 3, start, sp, mp, memo_len, deepest
@@ -240,6 +259,7 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
             top = marks[mp]
             for k in range(top, sp):
                 depth = max(depth, stack[k])
+            appended = sp - top
             sp = top - before[op]
         else:
             for k in range(sp - before[op], sp):
@@ -248,6 +268,7 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
             sp -= before[op]
         if sp < 0 or mp > 0 and marks[mp - 1] > sp:
             return 3, start, sp, mp, memo_len, deepest
+        kept = _slice_mark(op, info, sp, appended, base + pos, bounds, state)
         if act == 1 or act == 2 or act == 3:  # a tuple: one deeper than its deepest item
             depth = 1 if act == 3 else depth + 1
             deepest = max(deepest, depth)
@@ -257,8 +278,35 @@ def _scan(data, base, stack, sp, marks, mp, filled, tuples, memo_len, table_keys
             depth = 0
         for _ in range(after[op]):
             stack[sp] = depth
+            info[sp] = kept
             sp += 1
     return 8, pos, sp, mp, memo_len, deepest
+
+
+@jit.njit(cache=True, nogil=True)
+def _slice_mark(op, info, target, appended, end, bounds, state):  # type: ignore[no-untyped-def]
+    """The flags of what opcode ``op`` pushes, the container it changed (at ``target``, its
+    items popped) or else nothing; a slice ends after it (at ``end``, in the file) when it
+    appended to a list that holds ``state[2]`` items since its last. ``state[1]`` becomes 1
+    for what slicing cannot follow: a persistent id, a change to a container named twice, or
+    anything but an append to one already sliced."""
+    if op == 80 or op == 81:  # PERSID, BINPERSID: the load calls back (slicing's own way)
+        state[1] = 1
+    if not (op == 97 or op == 101 or op == 115 or op == 117 or op == 144 or op == 98):
+        return 0  # APPEND, APPENDS, SETITEM, SETITEMS, ADDITEMS, BUILD change their target
+    kept = info[target]
+    if kept & _SHARED:
+        state[1] = 1
+    if not (op == 97 or op == 101):
+        if kept & _SLICED:
+            state[1] = 1
+        return kept
+    count = (kept & _COUNT) + appended
+    if count >= state[2] and not kept & _SHARED:
+        bounds[state[0]] = end
+        state[0] += 1
+        return (kept & ~_COUNT) | _SLICED
+    return (kept & ~_COUNT) | count
 
 
 @jit.njit(cache=True, nogil=True)
@@ -329,22 +377,42 @@ BYTES_PER_ITEM = 64
 class Scanner:
     """The pass over a pickle file, read a chunk at a time (never more of it than the pickle's
     own bytes, whatever the file's size): :meth:`step` walks the next chunk's opcodes; ``pos``
-    is then the end of the last opcode checked."""
+    is then the end of the last opcode checked.
+
+    With ``slice_items``, the pass also finds where the pickle may be unpickled in slices: the
+    ends of the appends after which a list (a trace) holds ``slice_items`` more items than at
+    its last such end (:meth:`slice_ends`), and for each memo slot the slice of its last use
+    (:meth:`memo_last_use`): after that slice's end nothing names the slot again."""
 
     CHUNK = 1 << 20
 
-    def __init__(self, fd: int, file_bytes: int, limit: int) -> None:
+    def __init__(self, fd: int, file_bytes: int, limit: int, slice_items: int = 0) -> None:
         self.fd, self.file_bytes, self.limit = fd, file_bytes, limit
         self.stack = np.zeros(1 << 12, np.int32)
+        self.info = np.zeros(len(self.stack), np.int64)  # per stack item: _SHARED, _SLICED, count
         self.marks = np.zeros(min(limit + 2, 1 << 20), np.int64)
         self.filled = np.zeros(1 << 10, np.uint64)  # which memo slots hold a value
         self.tuples = np.zeros(len(self.filled), np.uint64)  # which of them hold a tuple
+        self.last_use = np.full(64 * len(self.filled), -1, np.int32)  # -1: never filled
         self.table_keys = np.full(1 << 6, -1, np.int64)  # memo slots of tuples, their depths
         self.table_values = np.zeros(1 << 6, np.int32)
         self.table_used = np.zeros(1, np.int64)  # slots taken (a depth of 0 too)
+        self.bounds = np.zeros(1 << 8, np.int64)  # where slices end, in the file
+        # Slice ends found, 1 when slicing cannot follow the pickle, items per slice.
+        self.state = np.array([0, 0, slice_items if slice_items > 0 else 1 << 62], np.int64)
         self.pos = self.sp = self.mp = self.memo_len = self.deepest = 0
         self.status = NEED
         self._read = self.CHUNK
+
+    def slice_ends(self) -> np.ndarray:
+        """Where each slice ends in the file (empty when the pickle cannot be sliced)."""
+        if self.status != OK or self.state[1]:
+            return self.bounds[:0]
+        return self.bounds[: int(self.state[0])]
+
+    def memo_last_use(self) -> np.ndarray:
+        """Per memo slot, the slice its last use falls in (-1: a slot never filled)."""
+        return self.last_use
 
     @property
     def done(self) -> bool:
@@ -360,9 +428,11 @@ class Scanner:
         # Interpreted, the bytes themselves: their items are Python ints, which never wrap
         # as numpy's uint8 would (compiled code widens them to int64 first).
         interpret = interpreted.interpret(self.file_bytes // BYTES_PER_ITEM, _scan)
+        slicing = (self.info, self.last_use, self.bounds, self.state)
         args = (
             self.pos, self.stack, self.sp, self.marks, self.mp, self.filled, self.tuples,
             self.memo_len, self.table_keys, self.table_values, self.table_used, self.limit, tables,
+            slicing,
         )  # fmt: skip
         if interpret:  # noted as the compiled scan takes them, for a compile after the run
             interpreted.note(_scan, (np.frombuffer(chunk, dtype=np.uint8), *args))
@@ -380,11 +450,16 @@ class Scanner:
                 rehash(self.table_keys, self.table_values, keys, values)
                 self.table_keys, self.table_values = keys, values
                 self.table_used[0] = int(np.count_nonzero(values))
+            elif self.state[0] >= len(self.bounds):
+                self.bounds = np.concatenate([self.bounds, np.zeros(len(self.bounds), np.int64)])
             elif self.sp + 4 > len(self.stack):
                 self.stack = np.concatenate([self.stack, np.zeros(len(self.stack), np.int32)])
+                self.info = np.concatenate([self.info, np.zeros(len(self.info), np.int64)])
             else:
                 self.filled = np.concatenate([self.filled, np.zeros(len(self.filled), np.uint64)])
                 self.tuples = np.concatenate([self.tuples, np.zeros(len(self.tuples), np.uint64)])
+                unused = np.full(len(self.last_use), -1, np.int32)
+                self.last_use = np.concatenate([self.last_use, unused])
             return
         if status == NEED:
             if self.pos > self.file_bytes or (pos == 0 and len(chunk) < self._read):
@@ -407,12 +482,19 @@ class Scanner:
 
 def scan_bytes(data: bytes, limit: int) -> Scan:
     """The whole pass over ``data`` (a pickle in memory, for tests)."""
+    return scanned_bytes(data, limit).result()
+
+
+def scanned_bytes(data: bytes, limit: int, slice_items: int = 0) -> Scanner:
+    """The pass over ``data`` done, slicing after ``slice_items`` (tests read its findings)."""
     import tempfile
 
     with tempfile.TemporaryFile() as f:
         f.write(data)
         f.flush()
-        return Scanner(f.fileno(), len(data), limit).run()
+        scanner = Scanner(f.fileno(), len(data), limit, slice_items)
+        scanner.run()
+        return scanner
 
 
 def scan_pickle(path: Path, limit: int) -> Scan:

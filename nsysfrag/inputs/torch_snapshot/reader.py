@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -176,8 +176,11 @@ class SnapshotParts:
         return divisions
 
 
-def snapshot_parts(data: Any, path: str, file_bytes: int | None) -> SnapshotParts:
-    """Check the top level and the segments; bound the expansion against ``file_bytes``."""
+def snapshot_parts(
+    data: Any, path: str, file_bytes: int | None, taken: Mapping[int, int] | None = None
+) -> SnapshotParts:
+    """Check the top level and the segments; bound the expansion against ``file_bytes``.
+    ``taken``: entries already taken out of trace lists (by the list's id), counted too."""
     shape = _Shape(path)
     limit = ExpansionLimit.for_file(path, file_bytes) if file_bytes is not None else None
     if isinstance(data, list):
@@ -196,7 +199,10 @@ def snapshot_parts(data: Any, path: str, file_bytes: int | None) -> SnapshotPart
     traces = [shape.list_of(raw, f"device_traces[{d}]") for d, raw in enumerate(raw_traces)]
     if limit is not None:
         limit.check(_blocks_in(raw_segments), "segments and blocks")
-        limit.check(sum(map(len, traces)), "trace entries")
+        entries = sum(map(len, traces))
+        if taken:
+            entries += sum(taken.get(id(t), 0) for t in traces)
+        limit.check(entries, "trace entries")
     segments = [shape.segment(s, f"segments[{i}]") for i, s in enumerate(raw_segments)]
     settings = data.get("allocator_settings")
     settings = settings if isinstance(settings, dict) else {}

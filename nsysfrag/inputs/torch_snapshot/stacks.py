@@ -52,9 +52,11 @@ class StackTable:
         self._sites = NameCodes([NO_STACK])
         self.site_names = self._sites.names
         self._stack_site: list[int] = [0]  # stack id -> site code
-        # Frame identities of each distinct stack's first list -> its id. The lists stay alive
-        # while the snapshot is parsed, so their ids (and their frames' ids) are stable.
+        # Frame identities of each distinct stack's first list -> its id. The first lists are
+        # held, so those frames' ids stay theirs even as the entries are freed (a trace read
+        # in slices frees frames no later entry names).
         self._by_frames: dict[tuple[int, ...], int] = {}
+        self._first_lists: list[list[object]] = []
 
     @property
     def stack_site(self) -> I64:
@@ -128,6 +130,7 @@ class StackTable:
         if found is None:
             found = self._by_frames[key] = len(self._stack_site)
             self._stack_site.append(self.site_code(site_of(frames)))
+            self._first_lists.append(frames)
         return found
 
     def site_code(self, site: str) -> int:
