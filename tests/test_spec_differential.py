@@ -337,3 +337,27 @@ def test_random_snapshots_match_the_reference(snap: dict[str, Any], capacity: in
 @given(snapshot_formats(corrupt=True), st.sampled_from(SNAPSHOT_CAPACITIES))
 def test_random_corrupt_snapshots_match_the_reference(snap: dict[str, Any], capacity: int | None) -> None:
     _check_snapshot(snap, capacity, consistent_only=True)
+
+
+def test_a_trace_of_only_a_requested_free_ends_the_start_moment_too(tmp_path: Path) -> None:
+    """Found by CI: a trace whose one entry is a free_requested makes no point of its own, so
+    the window's start is its last moment and the free counts there (allocated 1536, not the
+    2048 the start's points held before the trace's end was written into all of them)."""
+    base = 0x7F00_0000_0000
+    blocks = [
+        {"address": base + i * 512, "size": 512, "requested_size": 1,
+         "state": "active_pending_free" if i == 0 else "active_allocated", "frames": []}
+        for i in range(4)
+    ] + [{"address": base + 2048, "size": 2 * MiB - 2048, "requested_size": 0, "state": "inactive",
+          "frames": []}]  # fmt: skip
+    snap = {
+        "segments": [{"device": 0, "address": base, "total_size": 2 * MiB, "allocated_size": 1536,
+                      "active_size": 2048, "requested_size": 4, "stream": 0,
+                      "segment_type": "small", "is_expandable": False, "frames": [],
+                      "blocks": blocks}],
+        "device_traces": [[{"action": "free_requested", "addr": base, "size": 1, "stream": 0,
+                            "time_us": 1_757_000_000_000_052, "frames": []}]],
+    }  # fmt: skip
+    path = tmp_path / "requested_free_only.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    check(path, None)

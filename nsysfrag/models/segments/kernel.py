@@ -259,6 +259,7 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
                 opened += 1
         if opened == 0 and has_points:  # ... or the empty device
             emit(gap, tot, out_i64, out_flags, out_event, record, t0, E_WINDOW_START, 0, 0, 0)
+    n_start = tot[T_POINTS]  # the start's points: one moment, the layout at the window's start
     n_oom = 0
     for j in range(len(act)):
         if stop >= 0 and tot[T_POINTS] > stop:
@@ -390,7 +391,10 @@ def replay_forward(L, entries, known, fold, t_ns, rb, rules, out, ooms, progress
         track(tot)
     progress[0] = len(act)
     if record and tot[T_POINTS] > 0:  # the end of the trace is the last point's state: a
-        out_i64[O_PENDING, tot[T_POINTS] - 1] = tot[T_PENDING]  # free_requested after it counts
+        last = tot[T_POINTS] - 1  # free_requested after it counts; where no entry made a point,
+        first = 0 if last < n_start else last  # the last is the start, all of its points
+        for p in range(first, last + 1):
+            out_i64[O_PENDING, p] = tot[T_PENDING]
     return len(initial), initial_reserved
 
 

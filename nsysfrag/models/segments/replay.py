@@ -180,11 +180,15 @@ class _Replayer:
 
     def run(self) -> DeviceReplay:
         times, timestamps, fold, initial, initial_reserved = self._begin()
+        pending = self.cols["pending_bytes"]
+        start_points = len(pending)  # one moment: the layout at the window's start
         for j, e in enumerate(self.entries):
             self._apply(j, e, times[j], fold[j])
             self._track()
-        if self.cols["pending_bytes"]:  # the end of the trace is the last point's state: a
-            self.cols["pending_bytes"][-1] = self.layout.pending  # free_requested after it counts
+        if pending:  # the end of the trace is the last point's state: a free_requested after it
+            # counts; where no entry made a point, the last is the start, all of its points
+            first = 0 if len(pending) <= start_points else len(pending) - 1
+            pending[first:] = [self.layout.pending] * (len(pending) - first)
         return self._result(initial, initial_reserved, timestamps)
 
     def free_blocks_after(self, point: int) -> FreeBlocks:
