@@ -59,6 +59,12 @@ def failures_of(
     for j, (event, point) in enumerate(zip(failed.tolist(), series.failure_points.tolist())):
         time_ns = int(events.time_ns[event])
         state = _empty(series, capacity_bytes, time_ns) if point < 0 else _at(f.state(point), time_ns)
+        own = series.failure_allocated_bytes
+        if own is not None and j < len(own) and state.pool is not None:
+            allocated = int(own[j])
+            if allocated != state.pool.allocated_bytes:
+                pool = dataclasses.replace(state.pool, allocated_bytes=allocated)
+                state = dataclasses.replace(state, pool=pool)
         asked = int(events.bytes[event])
         requested = asked if asked >= 0 else None
         recorded = None

@@ -99,6 +99,10 @@ class StateSeries:
     # failed (the last point at or before it), or NO_BLOCK when it failed before the first.
     failure_points: IndexArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     pool: PoolColumns | None = None  # reserved, allocated, ... per point
+    # Per failed allocation: the allocated bytes at its own moment where the model knows them
+    # (pytorch-segments: the last point also carries the frees requested after it, which came
+    # after a failure at that point).
+    failure_allocated_bytes: I64 | None = None
     # Frees: the bytes their hole strands (None: a hole strands the freed block's bytes).
     hole_bytes: I64 | None = None
     # The driver's page where the model maps blocks onto pages (observed): the device's free

@@ -206,6 +206,7 @@ def _series(r: DeviceReplay, capacity: int) -> StateSeries:
         ),
         held_peak=r.peak_allocated,
         failure_points=np.flatnonzero(r.event == OOM),  # an oom is a point of its own
+        failure_allocated_bytes=np.asarray([o.allocated_bytes for o in r.ooms], dtype=np.int64),
     )
 
 
