@@ -150,6 +150,14 @@ def load_pickle_bytes(
         return data, pickle_bytes
 
 
+def _read_into(read: Callable[[int], bytes], buffer: Any) -> int:
+    """``readinto`` through ``read``: the C unpickler reads long items with it."""
+    view = memoryview(buffer).cast("B")
+    data = read(len(view))
+    view[: len(data)] = data
+    return len(data)
+
+
 class _Refused(Exception):
     """The pass over the opcodes refused what comes next (``pickle_scan.REFUSED``)."""
 
@@ -182,10 +190,7 @@ class _Counted(io.RawIOBase):
         return data
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+        return _read_into(self.read, buffer)
 
     def readline(self, size: int | None = -1) -> bytes:
         line = self.f.readline(-1 if size is None else size)
@@ -295,10 +300,7 @@ class _Spliced(io.RawIOBase):
         return data
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+        return _read_into(self.read, buffer)
 
     def readline(self, size: int | None = -1) -> bytes:
         limit = 1 << 62 if size is None or size < 0 else size
