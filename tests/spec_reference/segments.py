@@ -42,7 +42,7 @@ class Settings:
     expandable: bool = False
     max_split: int = UNLIMITED
     divisions: dict[int, int] = field(default_factory=dict)  # interval index -> divisions
-    recorded: bool = False  # the snapshot recorded allocator_settings (else its rules are unknown)
+    recorded: bool = False  # the snapshot recorded allocator_settings
 
     @classmethod
     def from_snapshot(cls, raw: Any) -> Settings:
@@ -436,7 +436,9 @@ def _program_releases(trace: list[dict[str, Any]], settings: Settings) -> set[in
     then_at = others[np.searchsorted(others, past)]
     new_segment = np.where(then_at > past, np.append(size, 0)[past], 0)
     max_split = settings.max_split if settings.max_split < UNLIMITED else UNLIMITED_SPLIT
-    divisions = any(settings.divisions.values()) if settings.recorded else True
+    # Exact 512 B rounding unless the run set roundup_power2_divisions: a snapshot without
+    # allocator_settings is replayed with the default rules, so its evidence is too (Q11c).
+    divisions = any(settings.divisions.values())
     served = served_from_cache(
         action, size, column("stream"), column("addr"), first.astype(np.int64),
         past.astype(np.int64), then_at.astype(np.int64), new_segment.astype(np.int64),
