@@ -343,25 +343,36 @@ def test_random_corrupt_snapshots_match_the_reference(snap: dict[str, Any], capa
     _check_snapshot(snap, capacity, consistent_only=True)
 
 
+BASE = 0x7F00_0000_0000
+
+
+def _pending_free_snapshot(blocks: int, trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """One 2 MiB small segment of ``blocks`` 512 B blocks, the first awaiting its free
+    (``active_pending_free``), the rest of the segment free; ``trace`` its device's history."""
+    used = blocks * 512
+    layout = [
+        {"address": BASE + i * 512, "size": 512, "requested_size": 1,
+         "state": "active_pending_free" if i == 0 else "active_allocated", "frames": []}
+        for i in range(blocks)
+    ] + [{"address": BASE + used, "size": 2 * MiB - used, "requested_size": 0, "state": "inactive",
+          "frames": []}]  # fmt: skip
+    return {
+        "segments": [{"device": 0, "address": BASE, "total_size": 2 * MiB,
+                      "allocated_size": used - 512, "active_size": used, "requested_size": blocks,
+                      "stream": 0, "segment_type": "small", "is_expandable": False, "frames": [],
+                      "blocks": layout}],
+        "device_traces": [[{"stream": 0, "frames": [], **e} for e in trace]],
+    }  # fmt: skip
+
+
+_REQUESTED_FREE = {"action": "free_requested", "addr": BASE, "size": 1}
+
+
 def test_a_trace_of_only_a_requested_free_ends_the_start_moment_too(tmp_path: Path) -> None:
     """Found by CI: a trace whose one entry is a free_requested makes no point of its own, so
     the window's start is its last moment and the free counts there (allocated 1536, not the
     2048 the start's points held before the trace's end was written into all of them)."""
-    base = 0x7F00_0000_0000
-    blocks = [
-        {"address": base + i * 512, "size": 512, "requested_size": 1,
-         "state": "active_pending_free" if i == 0 else "active_allocated", "frames": []}
-        for i in range(4)
-    ] + [{"address": base + 2048, "size": 2 * MiB - 2048, "requested_size": 0, "state": "inactive",
-          "frames": []}]  # fmt: skip
-    snap = {
-        "segments": [{"device": 0, "address": base, "total_size": 2 * MiB, "allocated_size": 1536,
-                      "active_size": 2048, "requested_size": 4, "stream": 0,
-                      "segment_type": "small", "is_expandable": False, "frames": [],
-                      "blocks": blocks}],
-        "device_traces": [[{"action": "free_requested", "addr": base, "size": 1, "stream": 0,
-                            "time_us": 1_757_000_000_000_052, "frames": []}]],
-    }  # fmt: skip
+    snap = _pending_free_snapshot(4, [{**_REQUESTED_FREE, "time_us": 1_757_000_000_000_052}])
     path = tmp_path / "requested_free_only.pickle"
     path.write_bytes(pickle.dumps(snap))
     check(path, None)
@@ -371,25 +382,9 @@ def test_an_oom_before_a_requested_free_keeps_its_own_allocated(tmp_path: Path) 
     """Found by CI: an oom at the last point, then a free_requested. The last point carries the
     trace's end (final allocated 3072), but the oom came before the free was requested: its
     allocated is 3584, the reference's."""
-    base = 0x7F00_0000_0000
-    blocks = [
-        {"address": base + i * 512, "size": 512, "requested_size": 1,
-         "state": "active_pending_free" if i == 0 else "active_allocated", "frames": []}
-        for i in range(7)
-    ] + [{"address": base + 3584, "size": 2 * MiB - 3584, "requested_size": 0, "state": "inactive",
-          "frames": []}]  # fmt: skip
-    snap = {
-        "segments": [{"device": 0, "address": base, "total_size": 2 * MiB, "allocated_size": 3072,
-                      "active_size": 3584, "requested_size": 7, "stream": 0,
-                      "segment_type": "small", "is_expandable": False, "frames": [],
-                      "blocks": blocks}],
-        "device_traces": [[
-            {"action": "oom", "device_free": 42 * MiB, "size": 42 * MiB + 512, "stream": 0,
-             "time_us": 1_757_000_000_000_088, "frames": []},
-            {"action": "free_requested", "addr": base, "size": 1, "stream": 0,
-             "time_us": 1_757_000_000_000_100, "frames": []},
-        ]],
-    }  # fmt: skip
+    oom = {"action": "oom", "device_free": 42 * MiB, "size": 42 * MiB + 512,
+           "time_us": 1_757_000_000_000_088}  # fmt: skip
+    snap = _pending_free_snapshot(7, [oom, {**_REQUESTED_FREE, "time_us": 1_757_000_000_000_100}])
     path = tmp_path / "oom_then_requested_free.pickle"
     path.write_bytes(pickle.dumps(snap))
     check(path, None)

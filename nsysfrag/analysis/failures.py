@@ -60,7 +60,7 @@ def failures_of(
         time_ns = int(events.time_ns[event])
         state = _empty(series, capacity_bytes, time_ns) if point < 0 else _at(f.state(point), time_ns)
         own = series.failure_allocated_bytes
-        if own is not None and j < len(own) and state.pool is not None:
+        if own is not None and state.pool is not None:
             allocated = int(own[j])
             if allocated != state.pool.allocated_bytes:
                 pool = dataclasses.replace(state.pool, allocated_bytes=allocated)
